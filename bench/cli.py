@@ -1,0 +1,81 @@
+"""Command line: ``python -m bench {list,sweep,report,compare,profile,selfcheck,export,gpu-check}``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bench.errors import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _cmd_list(args) -> int:
+    from tabulate import tabulate
+
+    from bench.registry import discover
+    from bench.spec import availability_on_this_machine
+
+    reg = discover(args.plugin)
+    rows = []
+    for v in reg:
+        ok, why = availability_on_this_machine(v, args.device)
+        rows.append(v.capabilities() | {"available": ok, "reason": why})
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [[r["name"] + (" *" if r["baseline"] else ""), ",".join(r["devices"]),
+              ",".join(d.replace("float", "f").replace("bf", "bf") for d in r["dtypes"]),
+              ",".join(r["masks"]), _yn(r["cross"]), _yn(r["gqa"]), _yn(r["backward"]),
+              "yes" if r["available"] else "no", r["reason"] or r["description"]]
+             for r in rows]
+    print(tabulate(table, headers=["variant", "devices", "dtypes", "masks", "cross", "gqa", "bwd",
+                                   "available", "description / reason unavailable"],
+                   maxcolwidths=[None] * 8 + [70]))
+    print(f"\n{len(rows)} variants, {sum(r['available'] for r in rows)} available on "
+          f"{rows and _device_label(args.device)}; * marks the baseline")
+    return 0
+
+
+def _yn(b):
+    return "yes" if b else "-"
+
+
+def _device_label(device):
+    from bench.spec import default_device
+
+    return device or default_device()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from bench import commands
+
+    p = _Parser(prog="python -m bench", description="Benchmark and profile attention variants.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    lp = sub.add_parser("list", help="the registered variants, their capabilities and availability")
+    lp.add_argument("--format", choices=("table", "json"), default="table")
+    lp.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                    help="check availability on this device (default: cuda if present, else cpu)")
+    lp.add_argument("--plugin", action="append", default=[], metavar="PATH",
+                    help="a Python file with more variants (repeatable)")
+    lp.set_defaults(func=_cmd_list)
+    commands.add_subcommands(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    from bench.registry import RegistryError
+
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except (UsageError, RegistryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,87 @@
+"""The environment fingerprint written to env.json, and the measured matmul peak."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+PEAK_MATMUL_N = {"cpu": 2048, "cuda": 8192}
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-uno"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() + ("-dirty" if dirty else "")) if out.returncode == 0 else None
+
+
+def _version(module: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(module)
+    except PackageNotFoundError:
+        return None
+
+
+def fingerprint(device: str) -> dict:
+    env = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "xformers": _version("xformers"),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "device": device,
+        "device_name": _cpu_name(),
+        "cuda": torch.version.cuda,
+        "cudnn": None,
+        "driver": None,
+        "git_commit": _git_commit(),
+        "command": " ".join(["python", "-m", "bench"] + sys.argv[1:]),
+    }
+    if device == "cuda" and torch.cuda.is_available():
+        env["device_name"] = torch.cuda.get_device_name()
+        env["cudnn"] = torch.backends.cudnn.version()
+        props = torch.cuda.get_device_properties(0)
+        env["gpu_memory_bytes"] = props.total_memory
+        env["capability"] = f"{props.major}.{props.minor}"
+        try:
+            env["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return env
+
+
+def measure_peak_tflops(device: str, dtype: str) -> float:
+    """Achieved TFLOP/s of a large square matmul: the ceiling '% of peak' is measured against."""
+    from bench.timing import time_call
+
+    n = PEAK_MATMUL_N[device]
+    a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+    b = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+    timing = time_call(device, lambda: a @ b, budget_ms=300.0)
+    return 2 * n**3 / (timing.stats.median * 1e-3) / 1e12

@@ -1,0 +1,5 @@
+"""User errors: reported as one line, exit code 2, no traceback."""
+
+
+class UsageError(Exception):
+    """Bad input from the user; the message says what is wrong and what is valid."""

@@ -1,0 +1,39 @@
+"""Exact work per case.
+
+FLOPs count the two matmuls over the (query, key) pairs the mask keeps:
+forward = 4 * batch * heads * pairs * head_dim (2 for QK^T, 2 for PV, multiply-add = 2);
+backward = 2.5x forward (five matmuls against the forward's two); fwd+bwd = 3.5x.
+Softmax and masking are not counted.  Bytes are the minimum traffic: each input read
+once and each output written once (forward: q, k, v in, o out; backward: q, k, v, o, dO
+in, dq, dk, dv out).
+"""
+
+from __future__ import annotations
+
+from bench import masks
+from bench.case import Case
+
+DIRECTION_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def kept_pairs(case: Case) -> int:
+    """(query, key) pairs the mask keeps, summed over the batch, for one head."""
+    lo, hi = masks.key_range(case)  # (B|1, Lq)
+    per_row = (hi - lo).clamp(min=0)
+    total = int(per_row.sum())
+    return total if per_row.shape[0] == case.batch else total * case.batch
+
+
+def flops(case: Case) -> float:
+    fwd = 4 * case.heads * kept_pairs(case) * case.head_dim
+    return fwd * DIRECTION_FACTOR[case.direction]
+
+
+def min_bytes(case: Case) -> int:
+    e = ELEMENT_BYTES[case.dtype]
+    q = case.batch * case.heads * case.q_len * case.head_dim  # also o, dO, dq
+    kv = case.batch * case.kv_heads * case.kv_len * case.head_dim  # each of k, v, dk, dv
+    fwd = 2 * q + 2 * kv
+    bwd = 4 * q + 4 * kv
+    return e * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[case.direction]

@@ -1,0 +1,50 @@
+"""Peak memory of one call, measured in a pass of its own (no flush buffer, no timing loop).
+
+CUDA: the caching allocator's peak above what was allocated before the call.
+CPU: torch.profiler's allocator-level record of every CPU allocation and free made by
+torch during the call (profile_memory=True), replayed in order to find the peak.
+Either way the figure is bytes above the inputs: q, k, v (and dO) exist before the call.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import torch
+
+
+def peak_cuda(call: Callable) -> int:
+    call()  # warm: lazy init, workspaces, autotuning
+    torch.cuda.synchronize()
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = call()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return int(peak)
+
+
+def peak_cpu(call: Callable) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    call()  # warm
+    gc.collect()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = call()
+        del out
+    events = [(e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and str(e.device_type()).endswith("CPU")]
+    events.sort()
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return int(peak)
+
+
+def peak_bytes(device: str, call: Callable) -> int:
+    return peak_cuda(call) if device == "cuda" else peak_cpu(call)

@@ -1,0 +1,131 @@
+"""The float64 reference and the correctness check every cell passes before timing.
+
+The reference is attention written from the definition in ``bench.masks``, computed on
+the CPU in float64 from the very tensors a variant was given, query block by query
+block so that memory stays bounded at long sequence lengths.
+
+Tolerances (elementwise, ``|x - ref| <= atol + rtol * |ref|``), chosen from the unit
+roundoff of each dtype and the length of the reductions involved:
+
+=========  ==========  ==========  ===================
+dtype      output      gradients   unit roundoff
+=========  ==========  ==========  ===================
+float32    1e-4, 1e-4  1e-3, 1e-3  6e-8
+float16    5e-3, 5e-3  3e-2, 3e-2  4.9e-4
+bfloat16   3e-2, 3e-2  1.5e-1, 5e-2 3.9e-3
+=========  ==========  ==========  ===================
+(atol, rtol).  Gradients are looser: they sum over the whole sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bench import masks
+from bench.case import Case
+
+TOLERANCES = {  # dtype: ((out atol, out rtol), (grad atol, grad rtol))
+    "float32": ((1e-4, 1e-4), (1e-3, 1e-3)),
+    "float16": ((5e-3, 5e-3), (3e-2, 3e-2)),
+    "bfloat16": ((3e-2, 3e-2), (1.5e-1, 5e-2)),
+}
+BLOCK_ELEMENTS = 1 << 25  # float64 scores per query block (256 MiB)
+
+
+def reference(case: Case, q, k, v, grad_out=None):
+    """float64 CPU attention; returns (out, (dq, dk, dv) or None)."""
+    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    group = case.heads // case.kv_heads
+    keep_all = masks.dense_keep(case)  # (B|1, 1, Lq, Lk)
+    empty = masks.has_empty_rows(case)
+    with_grad = grad_out is not None
+    if with_grad:
+        grad_out = grad_out.detach().to("cpu", torch.float64)
+        k.requires_grad_(True)
+        v.requires_grad_(True)
+    rows = max(1, BLOCK_ELEMENTS // max(1, case.batch * case.heads * case.kv_len))
+    outs, dqs = [], []
+    dk = torch.zeros_like(k)
+    dv = torch.zeros_like(v)
+    for s in range(0, case.q_len, rows):
+        e = min(case.q_len, s + rows)
+        qc = q[:, :, s:e].clone().requires_grad_(with_grad)
+        with torch.set_grad_enabled(with_grad):
+            kk = k.repeat_interleave(group, dim=1)
+            vv = v.repeat_interleave(group, dim=1)
+            scores = (qc @ kk.transpose(-2, -1)) * case.scale
+            keep = None if keep_all is None else keep_all[:, :, s:e]
+            oc = masks.masked_softmax(scores, keep, empty) @ vv
+        if with_grad:
+            gq, gk, gv = torch.autograd.grad(oc, (qc, k, v), grad_out[:, :, s:e])
+            dqs.append(gq)
+            dk += gk
+            dv += gv
+        outs.append(oc.detach())
+    out = torch.cat(outs, dim=2)
+    grads = (torch.cat(dqs, dim=2), dk, dv) if with_grad else None
+    return out, grads
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    max_abs_err: float  # output
+    max_rel_err: float  # output, relative to max |ref|
+    grad_max_abs_err: float | None = None  # worst of dq, dk, dv
+    grad_errors: dict | None = None
+    reason: str = ""
+
+    def to_row(self) -> dict:
+        return {"max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err,
+                "grad_max_abs_err": self.grad_max_abs_err}
+
+
+def _compare(x, ref, atol, rtol):
+    x = x.detach().to("cpu", torch.float64)
+    if x.shape != ref.shape:
+        return False, float("inf"), f"shape {tuple(x.shape)} != expected {tuple(ref.shape)}"
+    if not torch.isfinite(x).all():
+        return False, float("inf"), "non-finite values"
+    err = (x - ref).abs()
+    bad = err > atol + rtol * ref.abs()
+    return not bool(bad.any()), float(err.max()) if err.numel() else 0.0, ""
+
+
+def check(case: Case, out, ref_out, grads=None, ref_grads=None) -> CheckResult:
+    """Compare a variant's output (and gradients of q, k, v) with the reference."""
+    (oa, orr), (ga, gr) = TOLERANCES[case.dtype]
+    ok, err, why = _compare(out, ref_out, oa, orr)
+    scale = float(ref_out.abs().max()) or 1.0
+    result = CheckResult(ok, err, err / scale,
+                         reason=why or ("" if ok else f"output max abs err {err:.3g} > tolerance "
+                                                      f"(atol {oa:g}, rtol {orr:g})"))
+    if ref_grads is not None:
+        result.grad_errors = {}
+        for name, g, rg in zip("qkv", grads, ref_grads):
+            if g is None:
+                ok, gerr, why = False, float("inf"), "no gradient"
+            else:
+                ok, gerr, why = _compare(g, rg, ga, gr)
+            result.grad_errors[f"d{name}"] = gerr
+            if not ok and result.ok:
+                result.ok = False
+                result.reason = f"d{name}: {why}" if why else (f"d{name} max abs err {gerr:.3g} > tolerance "
+                                        f"(atol {ga:g}, rtol {gr:g})")
+        result.grad_max_abs_err = max(result.grad_errors.values())
+    return result
+
+
+def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref=None) -> CheckResult:
+    """Run ``fn`` once (with backward when ``grad_out`` is given) and check it.
+
+    ``ref`` may carry a precomputed ``reference(...)`` for these inputs.
+    """
+    out = fn(q, k, v)
+    grads = None
+    if grad_out is not None:
+        grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
+    ref_out, ref_grads = ref if ref is not None else reference(case, q, k, v, grad_out)
+    return check(case, out, ref_out, grads, ref_grads)

@@ -1,0 +1,266 @@
+"""Variant registry: a decorator that records capabilities, discovery, availability.
+
+A variant is a *factory*: ``factory(case)`` does every piece of setup that is not
+attention (building a mask or bias, compiling) and returns the callable that will be
+timed, ``fn(q, k, v) -> out``.  A factory may return ``Prepared(fn, info)`` to report
+figures about its setup (``info={"compile_ms": ...}``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import pkgutil
+import sys
+import types
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.case import DEVICES, DTYPES, MASKS, Case
+
+ENTRY_POINT_GROUP = "attnbench.variants"
+
+
+class RegistryError(Exception):
+    """A problem with registering or discovering variants (reported to users as exit 2)."""
+
+
+class DuplicateVariantError(RegistryError):
+    pass
+
+
+@dataclass
+class Prepared:
+    fn: Callable
+    info: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    factory: Callable[[Case], Callable | Prepared]
+    description: str
+    devices: tuple[str, ...] = DEVICES
+    dtypes: tuple[str, ...] = DTYPES
+    masks: tuple[str, ...] = MASKS
+    cross: bool = True
+    gqa: bool = True
+    backward: bool = True
+    requires: tuple[str, ...] = ()
+    baseline: bool = False
+    check: Callable[[Case], str | None] | None = None
+    module: str = ""
+    source: str = ""
+
+    def prepare(self, case: Case) -> Prepared:
+        out = self.factory(case)
+        return out if isinstance(out, Prepared) else Prepared(out)
+
+    def static_reason(self, case: Case) -> str | None:
+        """Why the declared capabilities exclude ``case`` (None when they admit it)."""
+        if case.device not in self.devices:
+            return f"device {case.device} not supported (supports {', '.join(self.devices)})"
+        if case.dtype not in self.dtypes:
+            return f"dtype {case.dtype} not supported (supports {', '.join(self.dtypes)})"
+        if case.mask not in self.masks:
+            return f"mask {case.mask} not supported (supports {', '.join(self.masks)})"
+        if case.is_cross and not self.cross:
+            return "cross-attention (q_len != kv_len) not supported"
+        if case.is_gqa and not self.gqa:
+            return "GQA (kv_heads != heads) not supported"
+        if case.needs_grad and not self.backward:
+            return "backward not supported"
+        return None
+
+    def capabilities(self) -> dict:
+        return {"name": self.name, "description": self.description, "devices": list(self.devices),
+                "dtypes": list(self.dtypes), "masks": list(self.masks), "cross": self.cross,
+                "gqa": self.gqa, "backward": self.backward, "requires": list(self.requires),
+                "baseline": self.baseline, "source": self.source}
+
+
+# Every decorated factory lands here, per defining module; discover() picks the
+# modules it was asked for, so that tests and plugins never leak into each other.
+_CATALOG: dict[str, list[Variant]] = {}
+
+
+def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
+            dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, cross: bool = True,
+            gqa: bool = True, backward: bool = True, requires: Iterable[str] = (),
+            baseline: bool = False, check: Callable[[Case], str | None] | None = None):
+    """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``."""
+    for label, given, valid in (("devices", devices, DEVICES), ("dtypes", dtypes, DTYPES),
+                                ("masks", masks, MASKS)):
+        bad = set(given) - set(valid)
+        if bad:
+            raise RegistryError(f"variant {name!r}: unknown {label} {sorted(bad)}; valid: {', '.join(valid)}")
+
+    def deco(factory):
+        mod = sys.modules.get(factory.__module__)
+        entry = Variant(name=name, factory=factory, description=description, devices=tuple(devices),
+                        dtypes=tuple(dtypes), masks=tuple(masks), cross=cross, gqa=gqa,
+                        backward=backward, requires=tuple(requires), baseline=baseline, check=check,
+                        module=factory.__module__, source=_source_of(mod, factory.__module__))
+        entries = _CATALOG.setdefault(factory.__module__, [])
+        if any(v.name == name for v in entries):
+            raise DuplicateVariantError(f"variant {name!r} is registered twice in {entry.source}")
+        entries.append(entry)
+        return factory
+
+    return deco
+
+
+def _source_of(mod, modname: str) -> str:
+    path = getattr(mod, "__file__", None)
+    if not path:
+        return modname
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path(__file__).resolve().parent.parent))
+    except ValueError:
+        return str(p)
+
+
+def plugin_module(path: str) -> str:
+    """The module name a ``--plugin`` file is loaded under."""
+    p = Path(path).expanduser().resolve()
+    return "attnbench_plugin_" + "".join(c if c.isalnum() else "_" for c in str(p))
+
+
+def _load_plugin(path: str):
+    p = Path(path).expanduser().resolve()
+    if not p.is_file() or p.suffix != ".py":
+        raise RegistryError(f"--plugin {path}: not a Python file (expected a path to a .py file)")
+    modname = plugin_module(path)
+    if modname in sys.modules:
+        return modname
+    spec = importlib.util.spec_from_file_location(modname, p)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except RegistryError:
+        del sys.modules[modname]
+        raise
+    except Exception as exc:
+        del sys.modules[modname]
+        raise RegistryError(f"--plugin {path}: import failed: {type(exc).__name__}: {exc}") from exc
+    return modname
+
+
+def _builtin_modules() -> list[str]:
+    import variants
+
+    names = []
+    for info in sorted(pkgutil.iter_modules(variants.__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            modname = f"variants.{info.name}"
+            importlib.import_module(modname)
+            names.append(modname)
+    return names
+
+
+def _entry_point_modules() -> list[str]:
+    names = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            raise RegistryError(f"entry point {ep.name!r} ({ep.value}) failed to load: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        names.append(obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__)
+    return names
+
+
+class Registry:
+    """The variants one run can use, by name, in discovery order."""
+
+    def __init__(self, variants: Iterable[Variant] = ()):
+        self._by_name: dict[str, Variant] = {}
+        for v in variants:
+            self.add(v)
+
+    def add(self, v: Variant) -> None:
+        old = self._by_name.get(v.name)
+        if old is not None and old is not v:
+            raise DuplicateVariantError(
+                f"variant {v.name!r} is defined twice: in {old.source} and in {v.source}")
+        self._by_name[v.name] = v
+
+    def __getitem__(self, name: str) -> Variant:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise RegistryError(f"unknown variant {name!r}; valid: {', '.join(self.names())}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def __iter__(self):
+        return iter(self._by_name.values())
+
+    def __len__(self):
+        return len(self._by_name)
+
+    def names(self) -> list[str]:
+        return list(self._by_name)
+
+    def baseline(self) -> Variant | None:
+        return next((v for v in self if v.baseline), None)
+
+
+def discover(plugins: Iterable[str] = (), entry_points: bool = True) -> Registry:
+    """Built-in variants, then ``--plugin`` files, then installed entry points."""
+    modules = _builtin_modules()
+    modules += [_load_plugin(p) for p in plugins]
+    if entry_points:
+        modules += _entry_point_modules()
+    reg = Registry()
+    seen = set()
+    for m in modules:
+        if m in seen:
+            continue
+        seen.add(m)
+        for v in _CATALOG.get(m, []):
+            reg.add(v)
+    return reg
+
+
+@functools.lru_cache(maxsize=4096)
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def available(v: Variant, case: Case) -> tuple[bool, str]:
+    """(True, "") when this machine can run ``v`` on ``case``, else (False, why not)."""
+    reason = v.static_reason(case)
+    if reason:
+        return False, reason
+    for mod in v.requires:
+        if importlib.util.find_spec(mod) is None:
+            return False, f"module {mod!r} is not installed"
+    if case.device == "cuda" and not _cuda_available():
+        return False, "CUDA is not available on this machine"
+    if v.check is not None:
+        reason = _checked(v.check, case)
+        if reason:
+            return False, reason
+    return True, ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(check, case: Case) -> str | None:
+    try:
+        return check(case)
+    except Exception as exc:  # a probe that breaks is a reason, not a crash
+        return f"availability probe failed: {type(exc).__name__}: {first_line(exc)}"
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

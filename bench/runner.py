@@ -1,0 +1,129 @@
+"""Isolated execution: cells run in one long-lived worker process (torch is imported once,
+not once per cell).  A worker that crashes or overruns the cell timeout is killed, the
+cell gets its row (crash / timeout), and a fresh worker takes the next cell."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+from dataclasses import dataclass, field
+
+from bench.case import Case
+
+WORKER_START_TIMEOUT_S = 300.0
+
+
+@dataclass
+class WorkerSettings:
+    plugins: list[str] = field(default_factory=list)
+    budget_ms: float = 1000.0
+    profile: bool = False
+    threads: int | None = None
+
+
+def _worker_main(conn, settings: WorkerSettings) -> None:
+    import torch
+
+    from bench.cell import ReferenceCache, run_cell
+    from bench.registry import discover
+
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    registry = discover(settings.plugins)
+    cache = ReferenceCache()
+    conn.send(("ready", torch.get_num_threads()))
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        name, case_dict = msg
+        row = run_cell(registry[name], Case.from_dict(case_dict), settings.budget_ms, cache,
+                       settings.profile)
+        conn.send(("row", row))
+
+
+def _death(exitcode) -> str:
+    if exitcode is None:
+        return "worker vanished"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
+        return f"worker died with {name}{hint}"
+    return f"worker exited with code {exitcode}"
+
+
+class Worker:
+    """One worker process, restarted on demand after a crash or a timeout."""
+
+    def __init__(self, settings: WorkerSettings):
+        self.settings = settings
+        self._ctx = mp.get_context("spawn")  # no inherited CUDA or thread state
+        self._proc = None
+        self._conn = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=_worker_main, args=(child, self.settings), daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        if not parent.poll(WORKER_START_TIMEOUT_S):
+            self.stop()
+            raise RuntimeError("the worker did not start")
+        try:
+            tag, _ = parent.recv()
+        except EOFError:
+            code = self._proc.exitcode
+            self.stop()
+            raise RuntimeError(f"the worker failed to start: {_death(code)}") from None
+        assert tag == "ready"
+
+    def run(self, variant: str, case: Case, timeout_s: float) -> tuple[str, str, dict | None]:
+        """('row', '', row) or ('timeout' | 'crash', reason, None)."""
+        if self._proc is None or not self._proc.is_alive():
+            if self._proc is not None:
+                self.restarts += 1
+            self._start()
+        self._conn.send((variant, case.to_dict()))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                return "timeout", f"no result within the {timeout_s:g} s cell timeout", None
+            try:
+                if self._conn.poll(min(left, 0.5)):
+                    tag, row = self._conn.recv()
+                    return tag, "", row
+            except (EOFError, ConnectionResetError, OSError):
+                pass
+            if not self._proc.is_alive():
+                self._proc.join()
+                reason = _death(self._proc.exitcode)
+                self._proc = None
+                self.restarts += 1
+                return "crash", reason, None
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join()
+            self._proc = None
+            self.restarts += 1
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(None)
+                self._proc.join(5)
+            except (OSError, BrokenPipeError):
+                pass
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join()
+        self._proc = None

@@ -1,0 +1,191 @@
+"""Sweep specification: presets, axis values from flags or a TOML file, and expansion
+into cells (variant x case).  All user errors raise UsageError with what is valid."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.case import DIRECTIONS, DTYPES, MASKS, Case, CaseError, normalize_dtype
+from bench.errors import UsageError
+
+AXES = ("variants", "seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes",
+        "masks", "window", "directions")
+INT_AXES = ("seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "window")
+SETTINGS = ("device", "timeout", "budget_ms", "preset")
+
+PRESETS = {
+    "cpu": {
+        "quick": dict(seq_lens=[128, 256], heads=[4], head_dims=[64], batch=[1], dtypes=["float32"],
+                      masks=list(MASKS), window=[64], directions=["fwd", "fwd+bwd"], budget_ms=150),
+        "default": dict(seq_lens=[256, 512, 1024, 2048, 4096], heads=[8], head_dims=[64], batch=[1],
+                        dtypes=["float32"], masks=["none", "causal", "window"], window=[256],
+                        directions=["fwd"], budget_ms=400),
+        "full": dict(seq_lens=[256, 512, 1024, 2048, 4096, 8192], heads=[8], head_dims=[64, 128],
+                     batch=[1], dtypes=["float32", "bfloat16"], masks=list(MASKS), window=[256],
+                     directions=["fwd", "bwd"], budget_ms=1000),
+    },
+    "cuda": {
+        "quick": dict(seq_lens=[512, 1024], heads=[8], head_dims=[64], batch=[2],
+                      dtypes=["bfloat16"], masks=list(MASKS), window=[128],
+                      directions=["fwd", "bwd"], budget_ms=50),
+        "default": dict(seq_lens=[512, 1024, 2048, 4096, 8192, 16384], heads=[16], head_dims=[64, 128],
+                        batch=[4], dtypes=["bfloat16", "float16"], masks=list(MASKS), window=[256],
+                        directions=["fwd", "bwd"], budget_ms=100),
+        "full": dict(seq_lens=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768], heads=[16],
+                     kv_heads=[16, 4], head_dims=[64, 128], batch=[4], dtypes=["bfloat16", "float16"],
+                     masks=list(MASKS), window=[256, 1024], directions=["fwd", "bwd", "fwd+bwd"],
+                     budget_ms=200),
+    },
+}
+DEFAULT_TIMEOUT_S = {"cpu": 300.0, "cuda": 120.0}
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class Spec:
+    device: str
+    preset: str
+    variants: list[str]
+    seq_lens: list[int]
+    kv_lens: list[int] | None
+    heads: list[int]
+    kv_heads: list[int] | None
+    head_dims: list[int]
+    batch: list[int]
+    dtypes: list[str]
+    masks: list[str]
+    window: list[int]
+    directions: list[str]
+    timeout: float
+    budget_ms: float
+    plugins: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    def cases(self) -> list[Case]:
+        """Every case, grouped so that cells sharing inputs run back to back, and ordered
+        from small to large n within a group."""
+        out, seen = [], set()
+        for dtype, direction, mask, batch, heads, head_dim in itertools.product(
+                self.dtypes, self.directions, self.masks, self.batch, self.heads, self.head_dims):
+            for kv_heads in self.kv_heads or [heads]:
+                for window in (self.window if mask == "window" else [None]):
+                    for q_len in sorted(self.seq_lens):
+                        for kv_len in self.kv_lens or [q_len]:
+                            try:
+                                case = Case(self.device, dtype, batch, heads, kv_heads, q_len, kv_len,
+                                            head_dim, mask, window, direction)
+                            except CaseError as exc:
+                                raise UsageError(str(exc)) from None
+                            if case not in seen:
+                                seen.add(case)
+                                out.append(case)
+        return out
+
+
+def _as_list(key, value):
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    elif isinstance(value, str):
+        items = [x.strip() for x in value.split(",") if x.strip()]
+    else:
+        items = [value]
+    if not items:
+        raise UsageError(f"--{key.replace('_', '-')} is empty; give at least one value")
+    if key in INT_AXES:
+        try:
+            ints = [int(x) for x in items]
+        except (TypeError, ValueError):
+            raise UsageError(f"--{key.replace('_', '-')} takes positive integers, got {value!r}") from None
+        bad = [x for x in ints if x < 1]
+        if bad:
+            raise UsageError(f"--{key.replace('_', '-')} takes positive integers, got {bad[0]}")
+        return ints
+    return [str(x) for x in items]
+
+
+def _check_choice(key, values, valid):
+    for v in values:
+        if v not in valid:
+            raise UsageError(f"unknown {key} {v!r}; valid: {', '.join(valid)}")
+
+
+def load_config(path: str) -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--config {path}: no such file")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--config {path}: malformed TOML: {exc}") from None
+    data = data.get("sweep", data)  # keys at top level or under [sweep]
+    norm = {k.replace("-", "_"): v for k, v in data.items()}
+    valid = AXES + SETTINGS + ("plugins",)
+    unknown = sorted(set(norm) - set(valid))
+    if unknown:
+        raise UsageError(f"--config {path}: unknown key {unknown[0]!r}; valid: {', '.join(valid)}")
+    return norm
+
+
+def build_spec(given: dict, registry) -> Spec:
+    """``given``: axis and setting values from the config file overlaid with flags (None = unset)."""
+    device = given.get("device") or default_device()
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"unknown device {device!r}; valid: cpu, cuda")
+    preset = given.get("preset") or "default"
+    if preset not in PRESETS[device]:
+        raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS[device])}")
+    values = dict(PRESETS[device][preset])
+    values.update({k: v for k, v in given.items() if v is not None and k in AXES + ("budget_ms",)})
+    axes = {}
+    for key in AXES:
+        raw = values.get(key)
+        axes[key] = None if raw is None else _as_list(key, raw)
+    axes["dtypes"] = [normalize_dtype(d) for d in axes["dtypes"]]
+    _check_choice("dtype", axes["dtypes"], DTYPES)
+    _check_choice("mask", axes["masks"], MASKS)
+    _check_choice("direction", axes["directions"], DIRECTIONS)
+    if axes["variants"] is None:
+        axes["variants"] = registry.names()
+    _check_choice("variant", axes["variants"], registry.names())
+    for h, kvh in itertools.product(axes["heads"], axes["kv_heads"] or []):
+        if h % kvh:
+            raise UsageError(f"heads {h} is not divisible by kv_heads {kvh}; kv_heads must divide heads "
+                             f"(GQA groups of equal size)")
+    try:
+        timeout = float(given.get("timeout") or DEFAULT_TIMEOUT_S[device])
+        budget = float(values["budget_ms"])
+    except (TypeError, ValueError):
+        raise UsageError("--timeout and --budget-ms take numbers") from None
+    if timeout <= 0 or budget <= 0:
+        raise UsageError("--timeout and --budget-ms must be positive")
+    return Spec(device=device, preset=preset, timeout=timeout, budget_ms=budget,
+                plugins=list(given.get("plugins") or []), **axes)
+
+
+def availability_on_this_machine(v, device: str | None = None) -> tuple[bool, str]:
+    """Availability for a representative case of ``v`` on ``device``: the variant's own
+    first mask, dtype and direction, at a modest size."""
+    from bench.registry import available
+
+    device = device or default_device()
+    dtype = "float32" if device == "cpu" else "bfloat16"
+    if dtype not in v.dtypes:
+        dtype = v.dtypes[0]
+    mask = "none" if "none" in v.masks else v.masks[0]
+    case = Case(device=device, dtype=dtype, batch=1, heads=8, kv_heads=8, q_len=256, kv_len=256,
+                head_dim=64, mask=mask, window=64 if mask == "window" else None)
+    return available(v, case)

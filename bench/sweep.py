@@ -1,0 +1,142 @@
+"""``python -m bench sweep``: expand the spec, run every cell in the isolated worker, and
+append each row to the run folder as soon as it is known."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from bench import store
+from bench.cell import STATUSES, base_row
+from bench.errors import UsageError
+from bench.registry import available, discover, plugin_module
+from bench.runner import Worker, WorkerSettings
+from bench.spec import AXES, build_spec, load_config
+
+FLAG_KEYS = AXES + ("device", "timeout", "budget_ms", "preset")
+
+
+def collect_given(args) -> dict:
+    given = load_config(args.config) if args.config else {}
+    for key in FLAG_KEYS:
+        value = getattr(args, key, None)
+        if value is not None:
+            given[key] = value
+    given["plugins"] = list(dict.fromkeys(list(given.get("plugins") or []) + list(args.plugin)))
+    return given
+
+
+def _resume_given(run_dir: Path, flags: dict, new_plugins: list[str]) -> dict:
+    old = store.read_env(run_dir).get("given")
+    if old is None:
+        raise UsageError(f"--resume {run_dir}: not a run folder (no env.json with a spec)")
+    given = dict(old)
+    given.update({k: v for k, v in flags.items() if k != "plugins"})
+    given["plugins"] = list(dict.fromkeys(list(old.get("plugins") or []) + new_plugins))
+    return given
+
+
+def run_sweep(args) -> int:
+    flags = collect_given(args)
+    resume = Path(args.resume) if args.resume else None
+    if resume is not None and not resume.is_dir():
+        raise UsageError(f"--resume {args.resume}: no such run folder")
+    if resume is not None:
+        given = _resume_given(resume, flags, list(args.plugin))
+    else:
+        given = flags
+    registry = discover(given["plugins"])
+    if resume is not None and "variants" not in flags and given.get("variants"):
+        new_modules = {plugin_module(p) for p in args.plugin}  # a resumed run adds new plugins
+        added = [v.name for v in registry if v.module in new_modules]
+        given["variants"] = list(dict.fromkeys(list(given["variants"]) + added))
+    spec = build_spec(given, registry)
+    cases = spec.cases()
+
+    import torch
+
+    from bench.envinfo import fingerprint, measure_peak_tflops
+
+    run_dir = resume or (Path(args.out) if args.out else store.new_run_dir(spec.device))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    done_rows = store.read_rows(run_dir, repair=True)
+    done = {store.cell_key(r["variant"], r) for r in done_rows}
+    env = store.read_env(run_dir) if resume else {}
+    if not env:
+        env = fingerprint(spec.device) | {"given": given, "spec": spec.to_dict(), "peaks_tflops": {}}
+    else:
+        env["given"] = given
+        env["spec"] = spec.to_dict()
+        env.setdefault("resumed", []).append(" ".join(["python", "-m", "bench"] + sys.argv[1:]))
+    for dtype in spec.dtypes:
+        if dtype not in env["peaks_tflops"]:
+            env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype)
+    store.write_env(run_dir, env)
+
+    cells = [(name, case) for case in cases for name in spec.variants
+             if store.cell_key(name, case) not in done]
+    print(f"run folder: {run_dir}  ({len(cells)} cells to run, {len(done)} already there; "
+          f"device {spec.device}, {torch.get_num_threads()} threads)", file=sys.stderr)
+    writer = store.ResultWriter(run_dir)
+    worker = Worker(WorkerSettings(plugins=given["plugins"], budget_ms=spec.budget_ms,
+                                   profile=bool(getattr(args, "profile", False))))
+    counts = dict.fromkeys(STATUSES, 0)
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(cells), unit="cell", dynamic_ncols=True, file=sys.stderr,
+               disable=getattr(args, "quiet", False))
+    t0 = time.perf_counter()
+    try:
+        for name, case in cells:
+            bar.set_postfix_str(f"{name} {case.label()}", refresh=False)
+            ok, why = available(registry[name], case)
+            if not ok:
+                row = base_row(name, case, "unsupported", why)
+            else:
+                tag, why, row = worker.run(name, case, spec.timeout)
+                if row is None:
+                    row = base_row(name, case, tag, why)
+            peak = env["peaks_tflops"].get(case.dtype)
+            if row.get("tflops") and peak:
+                row["pct_peak"] = 100.0 * row["tflops"] / peak
+            writer.write(row)
+            counts[row["status"]] += 1
+            bar.update(1)
+    finally:
+        bar.close()
+        worker.stop()
+        writer.close()
+    elapsed = time.perf_counter() - t0
+    rows = store.read_rows(run_dir)
+    print(summary_table(rows, spec))
+    print("statuses: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+          + f"  ({len(cells)} cells in {elapsed:.0f} s)")
+    if not getattr(args, "no_report", False):
+        from reports.build import build_report
+
+        page = build_report([run_dir])
+        print(f"report: {page}")
+    print(f"results: {run_dir / store.RESULTS}")
+    return 0
+
+
+def summary_table(rows: list[dict], spec=None) -> str:
+    """variant (x the facets that vary) by seq_len: median ms, or the status as a word."""
+    import pandas as pd
+    from tabulate import tabulate
+
+    if not rows:
+        return "(no rows)"
+    df = pd.DataFrame(rows)
+    facets = [c for c in ("device", "dtype", "direction", "mask", "batch", "heads", "kv_heads",
+                          "head_dim", "kv_len") if c in df and df[c].astype(str).nunique() > 1]
+    if "kv_len" in facets:
+        df["kv_len"] = df["kv_len"].where(df["kv_len"] != df["q_len"], "=n")
+    df["cell"] = [f"{m:.3g}" if s == "ok" else s for m, s in zip(df.get("median_ms", [None] * len(df)),
+                                                               df["status"])]
+    table = df.pivot_table(index=facets + ["variant"], columns="q_len", values="cell",
+                           aggfunc="first", sort=True).fillna("")
+    table.columns = [f"n={c}" for c in table.columns]
+    return "median ms (or status) by sequence length\n" + tabulate(
+        table.reset_index(), headers="keys", showindex=False)

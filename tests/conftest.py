@@ -1,0 +1,35 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args, timeout=600, env=None, cwd=None):
+    """``python -m bench ARGS`` in a subprocess; returns CompletedProcess (text)."""
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "bench", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=full_env, cwd=cwd or ROOT)
+
+
+def write_plugin(folder: Path, name: str, body: str) -> Path:
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+@pytest.fixture(scope="session")
+def registry():
+    from bench.registry import discover
+
+    return discover(entry_points=False)

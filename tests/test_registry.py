@@ -1,0 +1,104 @@
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from bench.case import Case
+from bench.registry import DuplicateVariantError, RegistryError, available, discover
+from tests.conftest import ROOT, run_cli, write_plugin
+
+PLUGIN = """
+from bench.registry import variant
+import torch.nn.functional as F
+
+@variant("{name}", masks=("none", "causal"), description="plugin test variant")
+def factory(case):
+    causal = case.mask == "causal"
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                          enable_gqa=case.is_gqa)
+"""
+
+
+def test_builtin_families_are_registered(registry):
+    names = registry.names()
+    for expected in ("naive", "sdpa", "sdpa.math", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn",
+                     "xformers", "flex.window", "window.chunked"):
+        assert expected in names
+    assert registry.baseline().name == "naive"
+    assert registry["naive"].source == os.path.join("variants", "naive.py")
+
+
+def test_plugin_file_is_discovered(tmp_path):
+    path = write_plugin(tmp_path, "myplug", PLUGIN.format(name="plug.sdpa"))
+    reg = discover([str(path)], entry_points=False)
+    v = reg["plug.sdpa"]
+    assert v.source == str(path.resolve())
+    ok, why = available(v, Case(q_len=32, kv_len=32, mask="causal"))
+    assert ok, why
+    proc = run_cli("list", "--format", "json", "--plugin", path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert rows["plug.sdpa"]["available"] is True
+    assert rows["plug.sdpa"]["masks"] == ["none", "causal"]
+
+
+def test_duplicate_name_is_refused_with_both_sources(tmp_path):
+    path = write_plugin(tmp_path, "dup", PLUGIN.format(name="naive"))
+    with pytest.raises(DuplicateVariantError) as info:
+        discover([str(path)], entry_points=False)
+    msg = str(info.value)
+    assert os.path.join("variants", "naive.py") in msg and str(path.resolve()) in msg
+    proc = run_cli("list", "--plugin", path)
+    assert proc.returncode == 2
+    assert "defined twice" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_broken_plugin_is_a_clear_error(tmp_path):
+    path = write_plugin(tmp_path, "broken", "raise ImportError('needs frobnicate')\n")
+    with pytest.raises(RegistryError, match="needs frobnicate"):
+        discover([str(path)], entry_points=False)
+    proc = run_cli("list", "--plugin", tmp_path / "missing.py")
+    assert proc.returncode == 2 and "not a Python file" in proc.stderr
+
+
+def test_entry_point_package_is_discovered(tmp_path):
+    """An installed distribution exposing the attnbench.variants group."""
+    pkg = tmp_path / "ep_variants"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent(PLUGIN.format(name="ep.sdpa")))
+    dist = tmp_path / "ep_variants-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-variants\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[attnbench.variants]\nep = ep_variants\n")
+    proc = run_cli("list", "--format", "json", env={"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"})
+    assert proc.returncode == 0, proc.stderr
+    assert "ep.sdpa" in {r["name"] for r in json.loads(proc.stdout)}
+
+
+def test_list_json_reports_availability_with_reasons():
+    proc = run_cli("list", "--format", "json", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    for r in rows.values():
+        assert {"name", "description", "devices", "dtypes", "masks", "backward", "available",
+                "reason"} <= set(r)
+        assert r["available"] or r["reason"], f"{r['name']} is unavailable without a reason"
+    for name in ("naive", "sdpa", "sdpa.math", "sdpa.flash", "flex.window", "window.chunked"):
+        assert rows[name]["available"], rows[name]["reason"]
+    for name in ("sdpa.efficient", "sdpa.cudnn", "xformers"):
+        assert not rows[name]["available"]
+    assert "cuda" in rows["xformers"]["reason"]
+    table = run_cli("list", "--device", "cpu")
+    assert table.returncode == 0 and "window.chunked" in table.stdout
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="CUDA check string is Linux-specific")
+def test_cuda_cases_unavailable_without_gpu(registry):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    ok, why = available(registry["naive"], Case(device="cuda", q_len=16, kv_len=16))
+    assert not ok and "CUDA is not available" in why

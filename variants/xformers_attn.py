@@ -1,0 +1,71 @@
+"""xformers.ops.memory_efficient_attention with xformers' own bias types (no dense masks).
+
+xformers takes (B, M, H, K) tensors; our (B, H, L, D) inputs are transposed as views,
+GQA uses its 5-D (B, M, G, H/G, K) form with expanded keys, and padding packs the batch
+into one row of blocks (BlockDiagonalPaddedKeysMask), which costs a copy of q.
+"""
+
+import logging
+
+from bench import masks
+from bench.probe import run_probe
+from bench.registry import variant
+
+
+def _xops():
+    logging.getLogger("xformers").setLevel(logging.ERROR)
+    import xformers.ops as xops
+
+    return xops
+
+
+def _bias(case, fmha):
+    ab = fmha.attn_bias
+    if case.mask == "causal":
+        return ab.LowerTriangularMask()  # top-left, as bench.masks defines
+    if case.mask == "window":
+        # bottom-right and top-left alignment coincide for q_len == kv_len (checked below)
+        return ab.LowerTriangularFromBottomRightLocalAttentionMask(case.window)
+    if case.mask == "padding":
+        return ab.BlockDiagonalPaddedKeysMask.from_seqlens(
+            q_seqlen=[case.q_len] * case.batch, kv_padding=case.kv_len,
+            kv_seqlen=masks.kv_lengths(case), device=case.device)
+    return None
+
+
+def _check(case):
+    if case.mask == "window" and case.is_cross:
+        return ("xformers' local-attention masks are aligned bottom-right; attnbench's window "
+                "is top-left, so they differ when q_len != kv_len")
+    if case.device != "cuda":  # the kernel's own refusal first; bias types need a GPU too
+        why = run_probe(xformers_mea, case.replace(mask="none", window=None))
+        if why:
+            return why
+    return run_probe(xformers_mea, case)
+
+
+@variant("xformers", requires=("xformers",), check=_check,
+         description="xformers.ops.memory_efficient_attention with xformers attn_bias types")
+def xformers_mea(case):
+    xops = _xops()
+    bias = _bias(case, xops.fmha)
+    group = case.heads // case.kv_heads
+    packed = case.mask == "padding"
+    B, H, KvH, Lq, Lk, D = case.batch, case.heads, case.kv_heads, case.q_len, case.kv_len, case.head_dim
+
+    def to_xf(t, length, kv):  # (B, heads, L, D) -> (B, L, KvH, G, D)
+        t = t.transpose(1, 2)
+        t = t.unsqueeze(3).expand(B, length, KvH, group, D) if kv else t.unflatten(2, (KvH, group))
+        if group == 1:
+            t = t.squeeze(3)  # (B, L, H, D)
+        if packed:
+            t = t.reshape(1, B * length, *t.shape[2:])
+        return t
+
+    def attention(q, k, v):
+        out = xops.memory_efficient_attention(
+            to_xf(q, Lq, False), to_xf(k, Lk, True), to_xf(v, Lk, True),
+            attn_bias=bias, scale=case.scale)
+        return out.reshape(B, Lq, H, D).transpose(1, 2)  # (B, H, Lq, D)
+
+    return attention
