@@ -68,12 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from bench.case import CaseError
     from bench.registry import RegistryError
 
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (UsageError, RegistryError) as exc:
+    except (UsageError, RegistryError, CaseError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

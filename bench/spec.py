@@ -91,7 +91,7 @@ class Spec:
         return out
 
 
-def _as_list(key, value):
+def as_list(key, value):
     if isinstance(value, (list, tuple)):
         items = list(value)
     elif isinstance(value, str):
@@ -153,7 +153,7 @@ def build_spec(given: dict, registry) -> Spec:
     axes = {}
     for key in AXES:
         raw = values.get(key)
-        axes[key] = None if raw is None else _as_list(key, raw)
+        axes[key] = None if raw is None else as_list(key, raw)
     axes["dtypes"] = [normalize_dtype(d) for d in axes["dtypes"]]
     _check_choice("dtype", axes["dtypes"], DTYPES)
     _check_choice("mask", axes["masks"], MASKS)

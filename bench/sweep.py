@@ -12,7 +12,7 @@ from bench.cell import STATUSES, base_row
 from bench.errors import UsageError
 from bench.registry import available, discover, plugin_module
 from bench.runner import Worker, WorkerSettings
-from bench.spec import AXES, build_spec, load_config
+from bench.spec import AXES, as_list, build_spec, load_config
 
 FLAG_KEYS = AXES + ("device", "timeout", "budget_ms", "preset")
 
@@ -23,6 +23,9 @@ def collect_given(args) -> dict:
         value = getattr(args, key, None)
         if value is not None:
             given[key] = value
+    for key in AXES:  # lists from here on, whether from a flag ("a,b") or the file
+        if given.get(key) is not None:
+            given[key] = as_list(key, given[key])
     given["plugins"] = list(dict.fromkeys(list(given.get("plugins") or []) + list(args.plugin)))
     return given
 
@@ -122,21 +125,34 @@ def run_sweep(args) -> int:
 
 
 def summary_table(rows: list[dict], spec=None) -> str:
-    """variant (x the facets that vary) by seq_len: median ms, or the status as a word."""
+    """variant (x the facets that vary) by seq_len: median ms, or the status as a word.
+    Variants with no cell that could run here are listed below the table with the reason."""
     import pandas as pd
     from tabulate import tabulate
 
     if not rows:
         return "(no rows)"
     df = pd.DataFrame(rows)
-    facets = [c for c in ("device", "dtype", "direction", "mask", "batch", "heads", "kv_heads",
-                          "head_dim", "kv_len") if c in df and df[c].astype(str).nunique() > 1]
-    if "kv_len" in facets:
-        df["kv_len"] = df["kv_len"].where(df["kv_len"] != df["q_len"], "=n")
-    df["cell"] = [f"{m:.3g}" if s == "ok" else s for m, s in zip(df.get("median_ms", [None] * len(df)),
-                                                               df["status"])]
-    table = df.pivot_table(index=facets + ["variant"], columns="q_len", values="cell",
-                           aggfunc="first", sort=True).fillna("")
-    table.columns = [f"n={c}" for c in table.columns]
-    return "median ms (or status) by sequence length\n" + tabulate(
-        table.reset_index(), headers="keys", showindex=False)
+    if "median_ms" not in df:
+        df["median_ms"] = None
+    facets = [c for c in ("device", "dtype", "direction", "mask", "window", "batch", "heads",
+                          "kv_heads", "head_dim") if c in df and df[c].astype(str).nunique() > 1]
+    if (df["kv_len"] != df["q_len"]).any():
+        facets.append("kv_len")
+    df["cell"] = [f"{m:.3g}" if s == "ok" else s for m, s in zip(df["median_ms"], df["status"])]
+    never = df.groupby("variant")["status"].agg(lambda s: (s == "unsupported").all())
+    skipped = df[df["variant"].isin(never[never].index)]
+    df = df[~df["variant"].isin(never[never].index)]
+    # rows of a variant in a facet it does not declare (e.g. flex.window under mask=causal)
+    df = df.groupby(facets + ["variant"], dropna=False).filter(
+        lambda g: not (g["status"] == "unsupported").all())
+    lines = []
+    if not df.empty:
+        table = df.pivot_table(index=facets + ["variant"], columns="q_len", values="cell",
+                               aggfunc="first", sort=True).fillna("")
+        table.columns = [f"n={c}" for c in table.columns]
+        lines.append("median ms (or status) by sequence length")
+        lines.append(tabulate(table.reset_index(), headers="keys", showindex=False))
+    for name, g in skipped.groupby("variant"):
+        lines.append(f"unsupported here: {name}: {g['reason'].iloc[0]}")
+    return "\n".join(lines)

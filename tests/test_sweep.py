@@ -1,0 +1,176 @@
+"""End-to-end sweeps in subprocesses: failures become rows, kills lose nothing, resume adds
+only what is missing, bad input exits 2 with one line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench.cli import main
+from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
+
+SMALL = ["--seq-lens", "32,64", "--heads", "2", "--head-dims", "16", "--masks", "none",
+         "--budget-ms", "5", "--no-report", "--quiet"]
+
+BAD_PLUGINS = """
+import os, time
+import torch
+import torch.nn.functional as F
+from bench.registry import variant
+
+@variant("bad.raises", masks=("none",), description="raises")
+def raises(case):
+    def attention(q, k, v):
+        raise ValueError("deliberate failure\\nsecond line")
+    return attention
+
+@variant("bad.wrong", masks=("none",), description="wrong result")
+def wrong(case):
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 1.5
+
+@variant("bad.abort", masks=("none",), description="kills its process")
+def abort(case):
+    def attention(q, k, v):
+        os.abort()
+    return attention
+
+@variant("bad.sleeps", masks=("none",), description="hangs")
+def sleeps(case):
+    def attention(q, k, v):
+        time.sleep(600)
+    return attention
+"""
+
+
+def test_failing_variants_become_rows_and_the_sweep_goes_on(tmp_path):
+    plugin = write_plugin(tmp_path, "bad", BAD_PLUGINS)
+    out = tmp_path / "run"
+    proc = run_cli("sweep", "--plugin", plugin, "--out", out, "--timeout", "8",
+                   "--variants", "naive,bad.raises,bad.wrong,bad.abort,bad.sleeps,sdpa.math,xformers",
+                   *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    rows = read_jsonl(out / "results.jsonl")
+    assert len(rows) == 7 * 2
+    by = {}
+    for r in rows:
+        by.setdefault(r["variant"], set()).add(r["status"])
+    assert by == {"naive": {"ok"}, "sdpa.math": {"ok"}, "bad.raises": {"error"},
+                  "bad.wrong": {"mismatch"}, "bad.abort": {"crash"}, "bad.sleeps": {"timeout"},
+                  "xformers": {"unsupported"}}
+    reasons = {r["variant"]: r["reason"] for r in rows}
+    assert reasons["bad.raises"] == "ValueError: deliberate failure"
+    assert "SIGABRT" in reasons["bad.abort"]
+    assert "8 s" in reasons["bad.sleeps"]
+    assert "tolerance" in reasons["bad.wrong"]
+    assert "cuda" in reasons["xformers"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    for r in ok:
+        for key in ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "flops", "tflops",
+                    "max_abs_err", "threads", "samples_ms"):
+            assert r.get(key) is not None, key
+        assert r["samples"] >= 5 and len(r["samples_ms"]) == r["samples"]
+    env = json.loads((out / "env.json").read_text())
+    assert env["torch"] and env["threads"] >= 1 and env["peaks_tflops"]["float32"] > 0
+    assert "bad.sleeps" in env["spec"]["variants"]
+    assert "statuses: ok 4, mismatch 2, unsupported 2, error 2, timeout 2, crash 2" in proc.stdout
+
+
+def _line_count(path):
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_killed_sweep_resumes_with_every_cell_exactly_once(tmp_path):
+    out = tmp_path / "run"
+    args = ["sweep", "--out", str(out), "--variants", "naive,sdpa.math,sdpa.flash",
+            "--seq-lens", "32,64,128,256", "--masks", "none,causal", "--heads", "2",
+            "--head-dims", "16", "--budget-ms", "150", "--no-report", "--quiet"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while _line_count(results) < 4 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its worker, mid-run
+    proc.wait()
+    partial = _line_count(results)
+    assert 4 <= partial < 24, "the kill should land mid-sweep"
+    resumed = run_cli("sweep", "--resume", out, "--no-report", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    lines = results.read_text().splitlines()
+    rows = [json.loads(line) for line in lines]  # every line parses
+    keys = [(r["variant"], r["q_len"], r["mask"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 3 * 4 * 2
+    assert f"{24 - partial} cells to run, {partial} already there" in resumed.stderr
+
+
+def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
+    out = tmp_path / "run"
+    first = run_cli("sweep", "--out", out, "--variants", "naive", *SMALL)
+    assert first.returncode == 0, first.stderr
+    before = (out / "results.jsonl").read_text()
+    plugin = write_plugin(tmp_path, "extra", """
+        import torch.nn.functional as F
+        from bench.registry import variant
+
+        @variant("extra.sdpa", description="plugin added later")
+        def extra(case):
+            return lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
+        """)
+    second = run_cli("sweep", "--resume", out, "--plugin", plugin, "--no-report", "--quiet")
+    assert second.returncode == 0, second.stderr
+    after = (out / "results.jsonl").read_text()
+    assert after.startswith(before)
+    new = [json.loads(line) for line in after[len(before):].splitlines()]
+    assert {r["variant"] for r in new} == {"extra.sdpa"} and len(new) == 2
+    assert all(r["status"] == "ok" for r in new)
+    assert "2 cells to run, 2 already there" in second.stderr
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["sweep", "--variants", "naive,nope"], "unknown variant 'nope'; valid: "),
+    (["sweep", "--dtypes", "float8"], "unknown dtype 'float8'; valid: float32, float16, bfloat16"),
+    (["sweep", "--masks", "diag"], "unknown mask 'diag'; valid: none, causal, window, padding"),
+    (["sweep", "--preset", "huge"], "unknown preset 'huge'; valid: quick, default, full"),
+    (["sweep", "--heads", "8", "--kv-heads", "3"], "heads 8 is not divisible by kv_heads 3"),
+    (["sweep", "--seq-lens", "0,128"], "--seq-lens takes positive integers, got 0"),
+    (["sweep", "--seq-lens", "-5"], "--seq-lens takes positive integers, got -5"),
+    (["sweep", "--directions", "up"], "unknown direction 'up'; valid: fwd, bwd, fwd+bwd"),
+    (["sweep", "--resume", "/nonexistent/run"], "no such run folder"),
+    (["sweep", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["report"], "the following arguments are required"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_malformed_and_unknown_config(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("seq_lens = [128,\n")
+    assert main(["sweep", "--config", str(bad)]) == 2
+    assert "malformed TOML" in capsys.readouterr().err
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("seq_lenz = [128]\n")
+    assert main(["sweep", "--config", str(unknown)]) == 2
+    assert "unknown key 'seq_lenz'; valid: variants, seq_lens" in capsys.readouterr().err
+
+
+def test_config_file_with_flag_override(tmp_path):
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('[sweep]\nvariants = ["naive"]\nseq_lens = [32, 48]\nheads = [2]\nhead_dims = [8]\n'
+                   'masks = ["causal"]\nbudget_ms = 5\n')
+    out = tmp_path / "run"
+    proc = run_cli("sweep", "--config", cfg, "--seq-lens", "16", "--out", out, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    rows = read_jsonl(out / "results.jsonl")
+    assert [(r["variant"], r["q_len"], r["mask"], r["status"]) for r in rows] == [
+        ("naive", 16, "causal", "ok")]
+    assert "report: " in proc.stdout
