@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def _sweep(args):
     from bench.sweep import run_sweep
@@ -43,3 +45,184 @@ def add_subcommands(sub) -> None:
     sp.add_argument("--no-report", dest="no_report", action="store_true", help="skip the report")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=_sweep)
+    add_report_commands(sub)
+    add_tool_commands(sub)
+
+
+def _report(args):
+    from pathlib import Path
+
+    from bench.errors import UsageError
+    from reports.build import build_report
+
+    for d in args.runs:
+        if not (Path(d) / "results.jsonl").exists():
+            raise UsageError(f"{d}: not a run folder (no results.jsonl)")
+    print(f"report: {build_report(args.runs, Path(args.out) if args.out else None)}")
+    return 0
+
+
+def _compare(args):
+    import sys
+    from pathlib import Path
+
+    from tabulate import tabulate
+
+    from bench.errors import UsageError
+    from reports.compare import compare_runs
+
+    for d in (args.run_a, args.run_b):
+        if not (Path(d) / "results.jsonl").exists():
+            raise UsageError(f"{d}: not a run folder (no results.jsonl)")
+    out = Path(args.out) if args.out else Path(args.run_b) / "compare"
+    m, regressions, warnings, chart = compare_runs(args.run_a, args.run_b, out, args.fail_on_regression)
+    for w in warnings:
+        print(f"warning: the environments differ: {w}", file=sys.stderr)
+    if m.empty:
+        print("no matching ok cells between the two runs")
+        return 0
+    cols = ["variant", "dtype", "mask", "direction", "q_len", "median_ms_a", "median_ms_b", "ratio", "verdict"]
+    print(tabulate(m[cols], headers=["variant", "dtype", "mask", "dir", "n", "A ms", "B ms", "B/A", "verdict"],
+                   showindex=False, floatfmt=".4g"))
+    counts = m["verdict"].value_counts()
+    print(", ".join(f"{k} {v}" for k, v in counts.items()) + f"  (chart: {chart})")
+    if args.fail_on_regression is not None and len(regressions):
+        print(f"{len(regressions)} cell(s) slower by more than {args.fail_on_regression:g}% beyond noise",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_report_commands(sub) -> None:
+    rp = sub.add_parser("report", help="(re)build the report of one or more run folders")
+    rp.add_argument("runs", nargs="+", metavar="RUN")
+    rp.add_argument("--out", metavar="DIR", help="report folder (default: RUN/report)")
+    rp.set_defaults(func=_report)
+    cp = sub.add_parser("compare", help="B/A time ratio per matching cell of two runs")
+    cp.add_argument("run_a", metavar="RUN_A")
+    cp.add_argument("run_b", metavar="RUN_B")
+    cp.add_argument("--fail-on-regression", dest="fail_on_regression", type=float, metavar="PCT",
+                    help="exit 1 when a cell is slower by more than PCT%% beyond noise")
+    cp.add_argument("--out", metavar="DIR", help="where the table and chart go (default: RUN_B/compare)")
+    cp.set_defaults(func=_compare)
+
+
+def _case_spec(args, defaults: dict):
+    """Cases from the sweep's case flags, for single-cell commands (profile, selfcheck)."""
+    from bench.registry import discover
+    from bench.spec import build_spec, default_device
+
+    given = {k: getattr(args, k, None) for k in ("seq_lens", "kv_lens", "heads", "kv_heads", "head_dims",
+                                                 "batch", "dtypes", "masks", "window", "directions",
+                                                 "device", "variants")}
+    device = given["device"] or default_device()
+    for k, v in defaults.items():
+        if given.get(k) is None:
+            given[k] = v
+    if given["dtypes"] is None:
+        given["dtypes"] = "float32" if device == "cpu" else "bfloat16"
+    registry = discover(args.plugin)
+    return registry, build_spec(given | {"device": device}, registry)
+
+
+def _profile(args):
+    from tabulate import tabulate
+
+    from bench import store
+    from bench.profile import profile_case
+    from bench.registry import available
+
+    args.variants = args.variant
+    registry, spec = _case_spec(args, {"seq_lens": "1024", "heads": "8", "head_dims": "64", "batch": "1",
+                                       "masks": None, "window": "256", "directions": "fwd"})
+    variant = registry[args.variant]
+    if args.masks is None:
+        spec.masks = ["none" if "none" in variant.masks else variant.masks[0]]
+    out = Path(args.out) if args.out else store.new_run_dir(f"{spec.device}-profile", link_latest=False)
+    out.mkdir(parents=True, exist_ok=True)
+    for case in spec.cases():
+        ok, why = available(variant, case)
+        if not ok:
+            print(f"{variant.name} {case.label()}: unsupported: {why}")
+            continue
+        res = profile_case(variant, case, out, top=args.top)
+        unit = "self CUDA time" if case.device == "cuda" else "self CPU time"
+        print(f"\n{variant.name}  {case.label()}  ({res['active_steps']} profiled steps, by {unit})")
+        print(tabulate([[r["name"][:70], r["category"], r["calls"], r["self_us"] / 1e3, r["share_pct"]]
+                        for r in res["top"]], headers=["operator / kernel", "category", "calls", "self ms",
+                                                       "share %"], floatfmt=".3f"))
+        print("by category: " + ", ".join(f"{c} {s:.1f}%" for c, s in res["categories"].items() if s > 0))
+        print(f"trace: {res['trace']}  (open in https://ui.perfetto.dev or chrome://tracing)")
+        print(f"breakdown: {res['csv']}")
+    return 0
+
+
+def _selfcheck(args):
+    from tabulate import tabulate
+
+    from bench.registry import available
+    from bench.selfcheck import check_cell, default_cases
+
+    if any(getattr(args, k) for k in ("variants", "seq_lens", "heads", "head_dims", "masks", "dtypes")):
+        registry, spec = _case_spec(args, {"seq_lens": "1024", "heads": "8", "head_dims": "64",
+                                           "batch": "1", "masks": "none", "directions": "fwd"})
+        cells = [(name, case) for case in spec.cases() for name in spec.variants]
+    else:
+        from bench.registry import discover
+        from bench.spec import default_device
+
+        registry = discover(args.plugin)
+        cells = default_cases(args.device or default_device())
+    rows = []
+    for name, case in cells:
+        ok, why = available(registry[name], case)
+        if not ok:
+            print(f"{name} {case.label()}: unsupported: {why}")
+            continue
+        rows.append(check_cell(registry[name], case, float(args.budget_ms)))
+    headers = {"variant": "variant", "case": "case", "harness_ms": "harness median ms",
+               "harness_iqr_ms": "IQR", "tub_ms": "torch.utils.benchmark ms", "ratio_tub": "ratio",
+               "do_bench_ms": "do_bench ms", "ratio_do_bench": "ratio"}
+    table = [[r.get(k, "") for k in headers if any(k in x for x in rows)] for r in rows]
+    print(tabulate(table, headers=[v for k, v in headers.items() if any(k in x for x in rows)],
+                   floatfmt=".4g"))
+    print("ratio = harness median / reference tool median (1.00 = same figure)")
+    return 0
+
+
+def _export(args):
+    from bench.errors import UsageError
+    from bench.export import export
+
+    if not (Path(args.run) / "results.jsonl").exists():
+        raise UsageError(f"{args.run}: not a run folder (no results.jsonl)")
+    print(f"wrote {export(Path(args.run), Path(args.out) if args.out else None)}")
+    return 0
+
+
+def _gpu_check(args):
+    from bench.gpucheck import run_gpu_check
+
+    return run_gpu_check(Path(args.out), int(args.seq_len))
+
+
+def add_tool_commands(sub) -> None:
+    pp = sub.add_parser("profile", help="torch.profiler breakdown of one variant: top ops, categories, trace")
+    pp.add_argument("--variant", required=True, help="the variant to profile")
+    add_case_flags(pp)
+    pp.add_argument("--out", metavar="DIR", help="folder for the trace and CSV (default: a new run folder)")
+    pp.add_argument("--top", type=int, default=15, help="operators to print (default 15)")
+    pp.set_defaults(func=_profile)
+    sc = sub.add_parser("selfcheck", help="the harness's median next to torch.utils.benchmark's (and do_bench's)")
+    add_case_flags(sc)
+    sc.add_argument("--budget-ms", dest="budget_ms", default="1000", help="timing budget per tool (ms)")
+    sc.set_defaults(func=_selfcheck)
+    ep = sub.add_parser("export", help="write a run in another tool's format")
+    ep.add_argument("run", metavar="RUN")
+    ep.add_argument("--format", choices=("pytest-benchmark",), default="pytest-benchmark")
+    ep.add_argument("--out", metavar="FILE", help="default: RUN/pytest-benchmark.json")
+    ep.set_defaults(func=_export)
+    gp = sub.add_parser("gpu-check", help="exercise every CUDA path on one NVIDIA GPU and print a table")
+    gp.add_argument("--out", default="runs/gpu-check", metavar="DIR")
+    gp.add_argument("--seq-len", dest="seq_len", default="2048")
+    gp.set_defaults(func=_gpu_check)

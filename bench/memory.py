@@ -8,10 +8,27 @@ Either way the figure is bytes above the inputs: q, k, v (and dO) exist before t
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
+import sys
 from collections.abc import Callable
 
 import torch
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silence file descriptor 2 (the profiler's native start/stop chatter) for a moment."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def peak_cuda(call: Callable) -> int:
@@ -33,7 +50,7 @@ def peak_cpu(call: Callable) -> int:
 
     call()  # warm
     gc.collect()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = call()
         del out
     events = [(e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()

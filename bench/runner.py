@@ -20,9 +20,17 @@ class WorkerSettings:
     budget_ms: float = 1000.0
     profile: bool = False
     threads: int | None = None
+    log_path: str | None = None  # the worker's stdout and stderr go here
 
 
 def _worker_main(conn, settings: WorkerSettings) -> None:
+    if settings.log_path:  # native libraries write straight to fd 1 and 2
+        import os
+
+        fd = os.open(settings.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     import torch
 
     from bench.cell import ReferenceCache, run_cell
@@ -34,7 +42,10 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
     cache = ReferenceCache()
     conn.send(("ready", torch.get_num_threads()))
     while True:
-        msg = conn.recv()
+        try:
+            msg = conn.recv()
+        except EOFError:  # the sweep is gone
+            return
         if msg is None:
             return
         name, case_dict = msg
@@ -105,6 +116,8 @@ class Worker:
             if not self._proc.is_alive():
                 self._proc.join()
                 reason = _death(self._proc.exitcode)
+                if self.settings.log_path:
+                    reason += f"; its output is in {self.settings.log_path}"
                 self._proc = None
                 self.restarts += 1
                 return "crash", reason, None

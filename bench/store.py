@@ -20,7 +20,7 @@ def cell_key(variant: str, case: Case | dict) -> tuple:
     return (variant,) + tuple(d.get(f) for f in CASE_FIELDS)
 
 
-def new_run_dir(device: str, root: Path = DEFAULT_ROOT) -> Path:
+def new_run_dir(device: str, root: Path = DEFAULT_ROOT, link_latest: bool = True) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = root / f"{stamp}-{device}"
     n = 1
@@ -28,6 +28,8 @@ def new_run_dir(device: str, root: Path = DEFAULT_ROOT) -> Path:
         n += 1
         path = root / f"{stamp}-{device}-{n}"
     path.mkdir(parents=True)
+    if not link_latest:
+        return path
     latest = root / "latest"
     try:
         if latest.is_symlink() or latest.exists():

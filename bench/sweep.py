@@ -72,6 +72,8 @@ def run_sweep(args) -> int:
         env["given"] = given
         env["spec"] = spec.to_dict()
         env.setdefault("resumed", []).append(" ".join(["python", "-m", "bench"] + sys.argv[1:]))
+    baseline = registry.baseline()
+    env["baseline"] = baseline.name if baseline else None
     for dtype in spec.dtypes:
         if dtype not in env["peaks_tflops"]:
             env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype)
@@ -83,7 +85,8 @@ def run_sweep(args) -> int:
           f"device {spec.device}, {torch.get_num_threads()} threads)", file=sys.stderr)
     writer = store.ResultWriter(run_dir)
     worker = Worker(WorkerSettings(plugins=given["plugins"], budget_ms=spec.budget_ms,
-                                   profile=bool(getattr(args, "profile", False))))
+                                   profile=bool(getattr(args, "profile", False)),
+                                   log_path=str(run_dir / "worker.log")))
     counts = dict.fromkeys(STATUSES, 0)
     from tqdm import tqdm
 

@@ -1,0 +1,137 @@
+"""torch.profiler breakdowns: where the time of one cell goes, by operator and by category.
+
+``python -m bench profile --variant NAME [case flags]`` prints the top operators (CUDA
+kernels on a GPU) by self time with their share, groups them into categories, and writes
+a Chrome/Perfetto trace and a breakdown CSV; ``sweep --profile`` adds the category shares
+of a separate profiled pass as columns.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from bench.case import Case
+from bench.memory import quiet_stderr
+from bench.timing import timed_call
+
+CATEGORIES = ("matmul", "softmax", "mask/elementwise", "copy", "fused attention", "other")
+SCHEDULE = dict(wait=1, warmup=2, active=3)
+_ATEN = {  # ATen operator base names (no leading/trailing underscores)
+    "matmul": {"mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear", "dot", "mv", "einsum"},
+    "softmax": {"softmax", "log_softmax", "safe_softmax", "softmax_backward_data"},
+    "copy": {"copy", "to_copy", "contiguous", "clone", "cat", "pad", "constant_pad_nd", "repeat",
+             "repeat_interleave", "index", "index_select", "gather", "scatter", "stack", "to",
+             "unfold_backward", "flip"},
+    "mask/elementwise": {"masked_fill", "where", "mul", "div", "add", "sub", "exp", "fill", "zero",
+                         "zeros", "zeros_like", "ones", "full", "logical_not", "logical_and", "logical_or",
+                         "eq", "ne", "lt", "gt", "ge", "le", "neg", "any", "all", "sum", "triu", "tril",
+                         "arange", "rsub", "sqrt", "scalar_tensor", "nan_to_num", "bitwise_not",
+                         "bitwise_and", "clamp", "clamp_min", "clamp_max", "mul_", "div_", "add_"},
+}
+_KERNELS = [  # substrings of CUDA kernel or compiled-graph names; first match wins
+    ("matmul", ("gemm", "cublas", "xmma", "tensorop", "sm90_", "sm80_")),
+    ("fused attention", ("flash", "fmha", "attention", "attn", "efficient", "flex", "cpp_fused",
+                         "triton_", "compiled")),
+    ("softmax", ("softmax",)),
+    ("copy", ("copy", "memcpy", "memset", "cat", "pad", "gather", "scatter", "index")),
+    ("mask/elementwise", ("elementwise", "reduce", "fill", "where", "mask")),
+]
+
+
+def categorize(name: str) -> str:
+    low = name.lower()
+    if any(k in low for k in ("attention", "flash", "flex", "fmha", "cudnn")):
+        return "fused attention"
+    if low.startswith("aten::"):
+        base = low[6:].strip("_")
+        for category, names in _ATEN.items():
+            if base in names:
+                return category
+        return "other"
+    for category, keys in _KERNELS:
+        if any(k in low for k in keys):
+            return category
+    return "other"
+
+
+def _profile(case: Case, fn: Callable, q, k, v, grad_out, trace_path: Path | None):
+    call = timed_call(case, fn, q, k, v, grad_out)
+    activities = [ProfilerActivity.CPU]
+    if case.device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    steps = sum(SCHEDULE.values())
+
+    def on_ready(prof):
+        if trace_path is not None:
+            prof.export_chrome_trace(str(trace_path))
+
+    with quiet_stderr(), profile(activities=activities, schedule=schedule(**SCHEDULE), record_shapes=True,
+                                 profile_memory=True, on_trace_ready=on_ready) as prof:
+        for _ in range(steps):
+            call()
+            if case.device == "cuda":
+                torch.cuda.synchronize()
+            prof.step()
+    return prof
+
+
+def breakdown(prof, device: str) -> list[dict]:
+    """Operators (or kernels) by self time, with their category and share of the total."""
+    rows = []
+    for e in prof.key_averages():
+        if e.key.startswith("ProfilerStep") or e.key.startswith("[memory]"):
+            continue
+        if device == "cuda":
+            self_us = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
+            if self_us <= 0 or getattr(e, "device_type", None) == torch.autograd.DeviceType.CPU:
+                continue
+        else:
+            self_us = e.self_cpu_time_total
+        if self_us <= 0:
+            continue
+        rows.append({"name": e.key, "category": categorize(e.key), "self_us": float(self_us),
+                     "calls": int(e.count)})
+    total = sum(r["self_us"] for r in rows) or 1.0
+    for r in rows:
+        r["share_pct"] = 100.0 * r["self_us"] / total
+    rows.sort(key=lambda r: -r["self_us"])
+    return rows
+
+
+def shares_by_category(rows: list[dict]) -> dict[str, float]:
+    out = dict.fromkeys(CATEGORIES, 0.0)
+    for r in rows:
+        out[r["category"]] += r["share_pct"]
+    return out
+
+
+def category_shares(case: Case, fn, q, k, v, grad_out) -> dict:
+    """Columns for a sweep row: share_<category> in percent of profiled self time."""
+    prof = _profile(case, fn, q, k, v, grad_out, None)
+    shares = shares_by_category(breakdown(prof, case.device))
+    return {f"share_{c.replace('/', '_').replace(' ', '_')}": round(s, 2) for c, s in shares.items()}
+
+
+def profile_case(variant, case: Case, out_dir: Path, top: int = 15) -> dict:
+    """Profile one (variant, case); write trace and breakdown CSV; return figures and paths."""
+    from bench.inputs import make_grad_out, make_inputs
+
+    prepared = variant.prepare(case)
+    q, k, v = make_inputs(case)
+    grad_out = make_grad_out(case) if case.needs_grad else None
+    stem = f"{variant.name}_{case.mask}_n{case.q_len}_{case.dtype}_{case.direction}".replace("+", "")
+    trace = out_dir / f"trace_{stem}.json"
+    prof = _profile(case, prepared.fn, q, k, v, grad_out, trace)
+    rows = breakdown(prof, case.device)
+    csv_path = out_dir / f"breakdown_{stem}.csv"
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["name", "category", "self_us", "calls", "share_pct"])
+        w.writeheader()
+        w.writerows(rows)
+    return {"rows": rows, "top": rows[:top], "categories": shares_by_category(rows), "trace": trace,
+            "csv": csv_path, "active_steps": SCHEDULE["active"]}

@@ -1,0 +1,49 @@
+"""``python -m bench selfcheck``: our timer next to the field's tools, in one process.
+
+For each cell the harness's median is printed beside torch.utils.benchmark's
+blocked_autorange median (and triton.testing.do_bench's on a GPU, when triton is
+installed), with the ratios.  It reports; it asserts no time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+import torch.utils.benchmark as tub
+
+from bench.case import Case
+from bench.inputs import make_grad_out, make_inputs
+from bench.timing import time_call, timed_call
+
+DEFAULT_CELLS = {
+    "cpu": [("sdpa.flash", dict(q_len=2048, kv_len=2048)), ("naive", dict(q_len=1024, kv_len=1024)),
+            ("sdpa.math", dict(q_len=512, kv_len=512, mask="causal"))],
+    "cuda": [("sdpa.flash", dict(q_len=4096, kv_len=4096)), ("naive", dict(q_len=2048, kv_len=2048)),
+             ("sdpa.math", dict(q_len=1024, kv_len=1024, mask="causal"))],
+}
+
+
+def default_cases(device: str) -> list[tuple[str, Case]]:
+    dtype = "float32" if device == "cpu" else "bfloat16"
+    return [(name, Case(device=device, dtype=dtype, batch=1, heads=8, kv_heads=8, head_dim=64, **kw))
+            for name, kw in DEFAULT_CELLS[device]]
+
+
+def check_cell(variant, case: Case, budget_ms: float = 1000.0) -> dict:
+    fn = variant.prepare(case).fn
+    q, k, v = make_inputs(case)
+    call = timed_call(case, fn, q, k, v, make_grad_out(case) if case.needs_grad else None)
+    ours = time_call(case.device, call, budget_ms)
+    timer = tub.Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
+    theirs = timer.blocked_autorange(min_run_time=max(0.2, budget_ms / 1e3))
+    row = {"variant": variant.name, "case": case.label(), "harness_ms": ours.stats.median,
+           "harness_iqr_ms": ours.stats.iqr, "harness_samples": ours.stats.count,
+           "tub_ms": theirs.median * 1e3, "tub_iqr_ms": theirs.iqr * 1e3,
+           "ratio_tub": ours.stats.median / (theirs.median * 1e3)}
+    if case.device == "cuda" and importlib.util.find_spec("triton") is not None:
+        from triton.testing import do_bench
+
+        row["do_bench_ms"] = float(do_bench(call, return_mode="median"))
+        row["ratio_do_bench"] = ours.stats.median / row["do_bench_ms"]
+    return row

@@ -1,0 +1,36 @@
+"""Build a run's report folder from run folders alone: ``python -m bench report RUN``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reports.charts import all_charts
+from reports.frames import load_runs
+from reports.page import write_markdown, write_page
+from reports.scaling import crossovers, scaling_table
+from reports.tables import facet_tables, failures, status_counts, write_csvs
+
+
+def build_report(run_dirs, out: Path | None = None) -> Path:
+    """Write report/ (index.html, report.md, charts/, CSV tables); returns index.html's path."""
+    run_dirs = [Path(d) for d in run_dirs]
+    df, envs = load_runs(run_dirs)
+    folder = Path(out) if out else run_dirs[0] / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    baseline = next((e.get("baseline") for e in envs if e.get("baseline")), "naive")
+    if baseline not in set(df["variant"]):
+        baseline = None
+    peaks = {}
+    for e in envs:
+        peaks.update(e.get("peaks_tflops") or {})
+    tables = facet_tables(df, baseline)
+    scaling = scaling_table(df)
+    cross = crossovers(df)
+    counts = status_counts(df)
+    fails = failures(df)
+    charts = all_charts(df, folder / "charts", baseline, peaks)
+    write_csvs(df, tables, folder)
+    scaling.to_csv(folder / "scaling.csv", index=False)
+    cross.to_csv(folder / "crossovers.csv", index=False)
+    write_markdown(folder, df, envs, tables, scaling, cross, counts, fails, charts)
+    return write_page(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline)

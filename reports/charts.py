@@ -1,0 +1,238 @@
+"""Charts: one figure per metric, the facets as small multiples with shared axes, one
+colour per variant across every chart, failed cells marked at their n with their status."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator  # noqa: E402
+
+from reports.frames import constant_facets, facet_groups, ran_here  # noqa: E402
+from reports.tables import failures, with_metrics  # noqa: E402
+
+MARKERS = "osD^v<>phX*"
+FAIL_MARK = {"oom": "OOM", "timeout": "TIMEOUT", "error": "ERROR", "crash": "CRASH",
+             "mismatch": "MISMATCH", "unsupported": "UNSUPP."}
+
+
+def variant_style(variants, baseline: str | None) -> dict:
+    """A fixed colour and marker per variant, shared by every chart of the report."""
+    names = sorted(set(variants))
+    palette = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
+    style, k = {}, 0
+    for name in names:
+        if name == baseline:
+            style[name] = {"color": "#222222", "marker": "o"}
+            continue
+        style[name] = {"color": palette[k % len(palette)], "marker": MARKERS[k % len(MARKERS)]}
+        k += 1
+    return style
+
+
+def _subplots(n_facets: int):
+    cols = min(3, n_facets)
+    rows = math.ceil(n_facets / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.4 * cols, 3.9 * rows + 1.1), sharex=True,
+                             sharey=True, squeeze=False, layout="constrained")
+    for ax in axes.flat[n_facets:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n_facets])
+
+
+def _guides(ax, ns, ys) -> None:
+    """Dashed O(n) and O(n^2) lines through the median of the smallest n's values."""
+    ns = np.array(sorted(set(ns)), dtype=float)
+    if len(ns) < 2 or not len(ys):
+        return
+    n0, y0 = ns[0], float(np.median(ys))
+    for k, label in ((1, "O(n)"), (2, "O(n²)")):
+        y = y0 * (ns / n0) ** k
+        ax.plot(ns, y, ls="--", lw=0.9, color="#9a9a9a", zorder=1)
+        ax.annotate(label, (ns[-1], y[-1]), xytext=(3, 0), textcoords="offset points", fontsize=8,
+                    color="#777777", va="center")
+
+
+def _failed_marks(ax, fails: pd.DataFrame, style) -> None:
+    """An X in the variant's colour at the top of the plot, at the failed n, with the status."""
+    trans = ax.get_xaxis_transform()  # x in data, y in axes fraction
+    for k, (name, g) in enumerate(fails.groupby("variant", sort=True)):
+        y = 0.95 - 0.07 * k
+        for _, r in g.iterrows():
+            ax.plot(r["n"], y, transform=trans, marker="X", ms=8, color=style[name]["color"],
+                    ls="none", clip_on=False, zorder=5)
+            ax.annotate(FAIL_MARK.get(r["status"], r["status"]), (r["n"], y), xycoords=trans,
+                        xytext=(6, 0), textcoords="offset points", fontsize=7, va="center",
+                        color=style[name]["color"])
+
+
+def _minor_label(y, _pos) -> str:
+    """Label the 2x and 5x minor ticks of a log axis, so short ranges still read."""
+    lead = y / 10 ** math.floor(math.log10(y)) if y > 0 else 0
+    return f"{y:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
+
+
+def _x_axis(ax, ns) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(int(n) for n in ns))
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(ticks, [str(t) for t in ticks], rotation=0 if len(ticks) < 8 else 45)
+
+
+def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, baseline: str | None,
+          out: Path, peaks: dict | None = None, guides: bool = False, band: bool = False,
+          logy: bool = True, hline: float | None = None) -> list[Path]:
+    groups = [(label, with_metrics(ran_here(g), baseline)) for label, g in facet_groups(df)]
+    groups = [(label, g) for label, g in groups if not g.empty]
+    if not groups:
+        return []
+    fig, axes = _subplots(len(groups))
+    all_fails = failures(df)
+    shown = set()
+    any_fail = False
+    for ax, (label, g) in zip(axes, groups):
+        ok = g[(g["status"] == "ok") & g[metric].notna() & (g[metric] > 0 if logy else True)]
+        for name, v in ok.groupby("variant", sort=True):
+            v = v.sort_values("n")
+            st = style[name]
+            ax.plot(v["n"], v[metric], color=st["color"], marker=st["marker"], ms=4.5, lw=1.6,
+                    label=name, zorder=3)
+            shown.add(name)
+            if band and {"q1_ms", "q3_ms"} <= set(v):
+                ax.fill_between(v["n"], v["q1_ms"], v["q3_ms"], color=st["color"], alpha=0.18, lw=0,
+                                zorder=2)
+        if guides and not ok.empty:
+            first = ok[ok["n"] == ok["n"].min()][metric]
+            _guides(ax, g["n"], first)
+        if hline is not None:
+            ax.axhline(hline, color="#444444", lw=1, ls=":", zorder=1)
+        if peaks:
+            dtype = g["dtype"].iloc[0]
+            if dtype in peaks and g["dtype"].nunique() == 1:
+                ax.axhline(peaks[dtype], color="#b22222", lw=1.2, ls="-.", zorder=1)
+                ax.annotate(f"measured {dtype} matmul peak {peaks[dtype]:.3g} TFLOP/s",
+                            (0.02, peaks[dtype]), xycoords=("axes fraction", "data"),
+                            xytext=(0, 3), textcoords="offset points", fontsize=7, color="#b22222")
+        fails = all_fails[all_fails.index.isin(g.index)]
+        _failed_marks(ax, fails, style)
+        shown.update(fails["variant"])
+        any_fail = any_fail or not fails.empty
+        _x_axis(ax, g["n"])
+        if logy:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+            ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
+        ax.set_title("" if label == "all cells" else label, fontsize=10)
+        ax.grid(True, which="major", color="#e6e6e6", lw=0.7)
+        ax.set_axisbelow(True)
+    cols = min(3, len(axes))
+    for i, ax in enumerate(axes):
+        if i + cols >= len(axes):  # lowest plot of its column
+            ax.set_xlabel("sequence length n (tokens)", fontsize=9)
+            ax.tick_params(labelbottom=True)
+        if i % cols == 0:
+            ax.set_ylabel(ylabel, fontsize=9)
+    handles = [Line2D([], [], color=style[n]["color"], marker=style[n]["marker"], lw=1.6, label=n)
+               for n in sorted(shown)]
+    extra = []
+    if guides:
+        extra.append(Line2D([], [], color="#9a9a9a", ls="--", lw=0.9, label="O(n), O(n²) guides"))
+    if band:
+        extra.append(plt.Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label="IQR band"))
+    if any_fail:
+        extra.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed cell (status)"))
+    const = constant_facets(df)
+    subtitle = ", ".join(f"{k}={v}" for k, v in const.items() if not (k == "window" and v == "-"))
+    fig.suptitle(f"{title}\n{subtitle}", fontsize=12)
+    fig.legend(handles=handles + extra, loc="outside lower center",
+               ncol=min(6, len(handles + extra)), fontsize=8, frameon=False)
+    paths = []
+    for ext in ("png", "svg"):
+        p = out.with_suffix(f".{ext}")
+        fig.savefig(p, dpi=130)
+        paths.append(p)
+    plt.close(fig)
+    return paths
+
+
+def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict) -> dict[str, list[Path]]:
+    style = variant_style(df["variant"], baseline)
+    folder.mkdir(parents=True, exist_ok=True)
+    specs = {
+        "time": dict(metric="time_ms", ylabel="median time per call (ms)",
+                     title="Time vs sequence length (log-log; band = IQR)", guides=True, band=True),
+        "memory": dict(metric="mem_mib", ylabel="peak memory above inputs (MiB)",
+                       title="Peak memory vs sequence length (log-log)", guides=True),
+        "speedup": dict(metric="speedup", ylabel=f"speedup vs {baseline} (x, higher is faster)",
+                        title=f"Speedup against the baseline ({baseline})", hline=1.0),
+        "tflops": dict(metric="tflops", ylabel="achieved TFLOP/s",
+                       title="Achieved TFLOP/s (exact FLOPs of the kept pairs) vs the measured peak",
+                       peaks=peaks),
+    }
+    out = {}
+    for name, spec in specs.items():
+        paths = chart(df, style=style, baseline=baseline, out=folder / name, **spec)
+        if paths:
+            out[name] = paths
+    paths = breakdown_chart(df, folder / "breakdown")
+    if paths:
+        out["breakdown"] = paths
+    return out
+
+
+CATEGORY_COLORS = {"matmul": "#4c72b0", "softmax": "#dd8452", "mask_elementwise": "#55a868",
+                   "copy": "#c44e52", "fused_attention": "#8172b3", "other": "#9c9c9c"}
+
+
+def breakdown_chart(df: pd.DataFrame, out: Path) -> list[Path]:
+    """Stacked share of profiled self time by category against n, one panel per variant
+    (and facet), from the columns that ``sweep --profile`` adds."""
+    cols = [f"share_{c}" for c in CATEGORY_COLORS if f"share_{c}" in df]
+    if not cols:
+        return []
+    panels = []
+    for label, g in facet_groups(df):
+        ok = g[(g["status"] == "ok") & g[cols].notna().all(axis=1)]
+        for name, v in ok.groupby("variant", sort=True):
+            panels.append((name if label == "all cells" else f"{name}\n{label}", v.sort_values("n")))
+    if not panels:
+        return []
+    fig, axes = _subplots(len(panels))
+    for ax, (title, v) in zip(axes, panels):
+        x = np.arange(len(v))
+        bottom = np.zeros(len(v))
+        for c in cols:
+            vals = v[c].fillna(0).to_numpy(dtype=float)
+            ax.bar(x, vals, bottom=bottom, color=CATEGORY_COLORS[c.removeprefix("share_")], width=0.7)
+            bottom += vals
+        ax.set_xticks(x, [str(int(n)) for n in v["n"]])
+        ax.set_ylim(0, 100)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelbottom=True)
+        ax.set_xlabel("sequence length n (tokens)", fontsize=8)
+    for i, ax in enumerate(axes):
+        if i % min(3, len(axes)) == 0:
+            ax.set_ylabel("share of profiled self time (%)", fontsize=9)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=CATEGORY_COLORS[c.removeprefix("share_")],
+                             label=c.removeprefix("share_").replace("_", " / ", 1)
+                             if c == "share_mask_elementwise" else c.removeprefix("share_").replace("_", " "))
+               for c in cols]
+    fig.suptitle("Where the time goes: torch.profiler self time by category (separate profiled pass)",
+                 fontsize=12)
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
+    paths = []
+    for ext in ("png", "svg"):
+        p = out.with_suffix(f".{ext}")
+        fig.savefig(p, dpi=130)
+        paths.append(p)
+    plt.close(fig)
+    return paths

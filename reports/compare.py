@@ -1,0 +1,84 @@
+"""``python -m bench compare RUN_A RUN_B``: B/A per matching cell with a noise-aware verdict.
+
+A cell is 'within noise' when the two interquartile ranges overlap; otherwise it is
+'faster' or 'slower'.  --fail-on-regression PCT flags a cell as a regression when it is
+slower and its B/A ratio exceeds 1 + PCT/100 even after the spreads are allowed for,
+i.e. B's q1 / A's q3 > 1 + PCT/100.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from bench.case import CASE_FIELDS  # noqa: E402
+from reports.frames import load_runs  # noqa: E402
+
+ENV_KEYS = ("device", "device_name", "torch", "xformers", "cuda", "threads")
+
+
+def verdict(a: dict, b: dict) -> str:
+    if b["q1_ms"] > a["q3_ms"]:
+        return "slower"
+    if b["q3_ms"] < a["q1_ms"]:
+        return "faster"
+    return "within noise"
+
+
+def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    keys = ["variant", *CASE_FIELDS]
+    cols = ["median_ms", "q1_ms", "q3_ms", "iqr_ms", "status"]
+    a = a[a["status"] == "ok"][keys + cols].drop_duplicates(keys, keep="last")
+    b = b[b["status"] == "ok"][keys + cols].drop_duplicates(keys, keep="last")
+    m = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    if m.empty:
+        return m
+    m["ratio"] = m["median_ms_b"] / m["median_ms_a"]
+    m["verdict"] = [verdict({"q1_ms": r.q1_ms_a, "q3_ms": r.q3_ms_a}, {"q1_ms": r.q1_ms_b, "q3_ms": r.q3_ms_b})
+                    for r in m.itertuples()]
+    m["slowdown_beyond_noise"] = m["q1_ms_b"] / m["q3_ms_a"] - 1.0
+    return m
+
+
+def env_differences(env_a: dict, env_b: dict) -> list[str]:
+    return [f"{k}: {env_a.get(k)} vs {env_b.get(k)}" for k in ENV_KEYS if env_a.get(k) != env_b.get(k)]
+
+
+def compare_runs(run_a, run_b, out: Path | None = None, fail_pct: float | None = None):
+    """Returns (table, regressions, warnings, chart path)."""
+    da, (env_a,) = load_runs([run_a])
+    db, (env_b,) = load_runs([run_b])
+    m = compare_frames(da, db)
+    warnings = env_differences(env_a, env_b)
+    regressions = m.iloc[0:0]
+    if fail_pct is not None and not m.empty:
+        regressions = m[(m["verdict"] == "slower") & (m["slowdown_beyond_noise"] > fail_pct / 100.0)]
+    chart = None
+    if out is not None and not m.empty:
+        out.mkdir(parents=True, exist_ok=True)
+        m.to_csv(out / "compare.csv", index=False)
+        chart = _chart(m, out / "compare.png", Path(run_a).name, Path(run_b).name)
+    return m, regressions, warnings, chart
+
+
+def _chart(m: pd.DataFrame, path: Path, name_a: str, name_b: str) -> Path:
+    colors = {"faster": "#2e8b57", "slower": "#c0392b", "within noise": "#8c8c8c"}
+    m = m.sort_values(["variant", "mask", "direction", "q_len"]).reset_index(drop=True)
+    labels = [f"{r.variant} {r.mask} {r.direction} n={r.q_len}" for r in m.itertuples()]
+    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.24 * len(m) + 1.2)), layout="constrained")
+    ax.barh(range(len(m)), m["ratio"] - 1.0, left=1.0, color=[colors[v] for v in m["verdict"]])
+    ax.axvline(1.0, color="#333333", lw=1)
+    ax.set_yticks(range(len(m)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"time ratio B/A  (A = {name_a}, B = {name_b}; < 1 is faster)")
+    ax.set_title("Run comparison: median time ratio per cell")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c, label=v) for v, c in colors.items()]
+    ax.legend(handles=handles, fontsize=8, loc="lower right")
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

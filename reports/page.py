@@ -1,0 +1,131 @@
+"""report/index.html (one self-contained file: charts embedded as base64 PNG) and report.md."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from bench.flops import __doc__ as FLOP_DOC
+from reports.tables import METRICS
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+main{max-width:1280px;margin:0 auto;padding:24px 32px 64px}
+h1{font-size:26px;margin:8px 0 4px} h2{font-size:20px;margin:36px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:20px 0 6px} .muted{color:#666} nav a{margin-right:14px}
+table{border-collapse:collapse;font-size:12.5px;margin:6px 0 14px;background:#fff}
+th,td{border:1px solid #e0e0e0;padding:3px 8px;text-align:right;white-space:nowrap}
+th{background:#f2f2f4} td:first-child,th:first-child{text-align:left}
+td.bad{color:#b22222;font-weight:600} img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
+details{margin:6px 0} summary{cursor:pointer;font-weight:600} code{background:#f0f0f0;padding:1px 4px;border-radius:3px}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:6px 24px}
+"""
+FAIL_WORDS = ("OOM", "TIMEOUT", "ERROR", "CRASH", "MISMATCH", "UNSUPPORTED")
+
+
+def _table_html(t: pd.DataFrame, index: bool = True) -> str:
+    raw = t.to_html(index=index, escape=True, border=0, na_rep="-")
+    for w in FAIL_WORDS:
+        raw = raw.replace(f"<td>{w}</td>", f'<td class="bad">{w}</td>')
+    return raw
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def _fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
+    if s.empty:
+        return s
+    s = s.copy()
+    for c in ("time_exp", "mem_exp"):
+        s[c] = s[c].map(lambda x: "" if pd.isna(x) else f"{x:.2f}")
+    for c in ("time_r2", "mem_r2"):
+        s[c] = s[c].map(lambda x: "n/a" if pd.isna(x) else f"{x:.3f}")
+    return s.rename(columns={"time_exp": "time exponent", "time_r2": "time R²", "mem_exp": "memory exponent",
+                             "mem_r2": "memory R²", "n_range": "n range", "largest_ok_n": "largest n ok",
+                             "first_failure": "first failure above"})
+
+
+def env_summary(envs: list[dict]) -> pd.DataFrame:
+    keys = ["device", "device_name", "cpu", "threads", "torch", "xformers", "cuda", "cudnn", "driver",
+            "python", "git_commit", "command"]
+    rows = {}
+    for env in envs:
+        col = {k: env.get(k) for k in keys}
+        col["matmul peak (TFLOP/s)"] = ", ".join(f"{d} {v:.3g}" for d, v in (env.get("peaks_tflops") or {}).items())
+        rows[env["run"]] = col
+    return pd.DataFrame(rows).fillna("-")
+
+
+def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, charts, baseline) -> Path:
+    variants = sorted(df["variant"].unique())
+    ran = sorted(df[df["status"] == "ok"]["variant"].unique())
+    title = "attnbench report: " + ", ".join(e["run"] for e in envs)
+    flop_text = " ".join(FLOP_DOC.split())
+    parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+             f"<style>{CSS}</style></head><body><main>",
+             f"<h1>{html.escape(title)}</h1>",
+             f"<p class=muted>{len(df)} cells, {len(variants)} variants "
+             f"({len(ran)} ran here: {html.escape(', '.join(ran))}); baseline <b>{html.escape(str(baseline))}</b>.</p>",
+             "<nav><a href=#charts>charts</a><a href=#scaling>scaling</a><a href=#tables>tables</a>"
+             "<a href=#status>statuses</a><a href=#env>environment</a></nav>",
+             "<h2 id=charts>Charts</h2><div class=grid>"]
+    for name, paths in charts.items():
+        png = next(p for p in paths if p.suffix == ".png")
+        parts.append(f"<figure>{_img(png)}<figcaption class=muted>{name}: "
+                     f"<a href='charts/{png.stem}.svg'>SVG</a></figcaption></figure>")
+    parts.append("</div>")
+    parts.append("<h2 id=scaling>Scaling</h2><p class=muted>Exponent of the log-log least-squares fit of "
+                 "median time and of peak memory against n (2 = quadratic, 1 = linear), with R² "
+                 "(n/a below 3 points) and the n range it covers.</p>")
+    parts.append(_table_html(_fmt_scaling(scaling), index=False) if not scaling.empty else "<p>no ok cells</p>")
+    parts.append("<h3>Crossovers</h3>")
+    parts.append(_table_html(cross, index=False) if not cross.empty else
+                 "<p class=muted>No variant overtakes another within the measured range.</p>")
+    parts.append("<h2 id=tables>Tables</h2><p class=muted>Per facet, sequence length by variant. "
+                 "Failed cells show their status. FLOP convention: " + html.escape(flop_text) + "</p>")
+    for label, ts in tables:
+        parts.append(f"<h3>{html.escape(label)}</h3>")
+        for metric, t in ts.items():
+            open_attr = " open" if metric == "time_ms" else ""
+            parts.append(f"<details{open_attr}><summary>{html.escape(METRICS[metric][0])}</summary>"
+                         f"{_table_html(t)}</details>")
+    parts.append("<h2 id=status>Statuses</h2>")
+    parts.append(_table_html(counts))
+    if not fails.empty:
+        parts.append("<h3>Failed cells and reasons</h3>" + _table_html(fails, index=False))
+    unsupported = df[df["status"] == "unsupported"].drop_duplicates("variant")[["variant", "reason"]]
+    if not unsupported.empty:
+        parts.append("<details><summary>unsupported combinations (first reason per variant)</summary>"
+                     + _table_html(unsupported, index=False) + "</details>")
+    parts.append("<h2 id=env>Environment</h2>" + _table_html(env_summary(envs)))
+    parts.append("</main></body></html>")
+    path = folder / "index.html"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
+
+
+def write_markdown(folder: Path, df, envs, tables, scaling, cross, counts, fails, charts) -> Path:
+    lines = ["# attnbench report: " + ", ".join(e["run"] for e in envs), ""]
+    for name, paths in charts.items():
+        png = next(p for p in paths if p.suffix == ".png")
+        lines += [f"![{name}](charts/{png.name})", ""]
+    lines += ["## Scaling", "", _fmt_scaling(scaling).to_markdown(index=False) if not scaling.empty else "none",
+              "", "### Crossovers", "", cross.to_markdown(index=False) if not cross.empty else "none", ""]
+    lines += ["## Tables", "", "FLOP convention: " + " ".join(FLOP_DOC.split()), ""]
+    for label, ts in tables:
+        lines += [f"### {label}", ""]
+        for metric, t in ts.items():
+            lines += [f"**{METRICS[metric][0]}**", "", t.to_markdown(), ""]
+    lines += ["## Statuses", "", counts.to_markdown(), ""]
+    if not fails.empty:
+        lines += [fails.to_markdown(index=False), ""]
+    lines += ["## Environment", "", env_summary(envs).to_markdown(), ""]
+    path = folder / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

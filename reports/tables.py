@@ -1,0 +1,85 @@
+"""Pivot tables per facet: seq_len x variant for time, speedup, TFLOP/s, % of peak and
+memory.  A cell that did not run shows its status (OOM, TIMEOUT, ...), never a blank."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from reports.frames import facet_groups, ran_here
+
+METRICS = {  # name: (title, formatter)
+    "time_ms": ("median time (ms)", lambda x: f"{x:.3g}"),
+    "speedup": ("speedup vs baseline (x)", lambda x: f"{x:.2f}"),
+    "tflops": ("achieved TFLOP/s", lambda x: f"{x:.3g}"),
+    "pct_peak": ("% of measured matmul peak", lambda x: f"{x:.1f}"),
+    "mem_mib": ("peak memory above inputs (MiB)", lambda x: f"{x:.3g}"),
+}
+
+
+def with_metrics(g: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    g = g.copy()
+    g["time_ms"] = g["median_ms"]
+    g["mem_mib"] = g["peak_mem_bytes"] / 2**20
+    g["speedup"] = math.nan
+    if baseline:
+        base = g[(g["variant"] == baseline) & (g["status"] == "ok")].groupby("n")["median_ms"].median()
+        g["speedup"] = g["n"].map(base) / g["median_ms"]
+    return g
+
+
+def pivot(g: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """variant x n with formatted values, or the status word in capitals where not ok."""
+    fmt = METRICS[metric][1]
+    cells = []
+    for _, r in g.iterrows():
+        if r["status"] != "ok":
+            text = r["status"].upper()
+        elif pd.isna(r[metric]):
+            text = "n/a"
+        else:
+            text = fmt(r[metric])
+        cells.append((r["variant"], int(r["n"]), text))
+    t = pd.DataFrame(cells, columns=["variant", "n", "v"]).pivot_table(
+        index="variant", columns="n", values="v", aggfunc="first").fillna("-")
+    t.columns = [f"n={c}" for c in t.columns]
+    return t
+
+
+def facet_tables(df: pd.DataFrame, baseline: str | None) -> list[tuple[str, dict[str, pd.DataFrame]]]:
+    out = []
+    for label, g in facet_groups(df):
+        g = with_metrics(ran_here(g), baseline)
+        if g.empty:
+            continue
+        out.append((label, {m: pivot(g, m) for m in METRICS}))
+    return out
+
+
+def status_counts(df: pd.DataFrame) -> pd.DataFrame:
+    t = df.pivot_table(index="variant", columns="status", values="n", aggfunc="count").fillna(0)
+    return t.astype(int)
+
+
+def failures(df: pd.DataFrame) -> pd.DataFrame:
+    """Every failed cell that is not a declared-capability 'unsupported', with its reason."""
+    bad = df[df["status"] != "ok"]
+    declared = bad["reason"].str.contains(r"not supported \(supports|backward not supported|"
+                                          r"cross-attention \(q_len|GQA \(kv_heads", regex=True)
+    cols = ["variant", "status", "n", "dtype", "mask", "direction", "reason"]
+    return bad[~declared][cols].drop_duplicates(["variant", "status", "reason"]).sort_values(
+        ["variant", "n"])
+
+
+def write_csvs(df: pd.DataFrame, tables, folder) -> None:
+    df.drop(columns=["samples_ms"], errors="ignore").to_csv(folder / "results.csv", index=False)
+    long = []
+    for label, ts in tables:
+        for metric, t in ts.items():
+            x = t.reset_index()
+            x.insert(0, "metric", metric)
+            x.insert(0, "facet", label)
+            long.append(x)
+    if long:
+        pd.concat(long, ignore_index=True).to_csv(folder / "tables.csv", index=False)

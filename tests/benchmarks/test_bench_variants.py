@@ -1,0 +1,51 @@
+"""Registry-driven pytest-benchmark suite at small sizes.
+
+    pytest tests/benchmarks --benchmark-only                      # run
+    pytest tests/benchmarks --benchmark-only --benchmark-autosave # keep a baseline
+    pytest tests/benchmarks --benchmark-only --benchmark-compare  # compare with it
+
+Skipped in the default test run (``--benchmark-skip`` in pyproject.toml).  On a GPU each
+round ends with torch.cuda.synchronize(), so the figure covers the kernels, not the launch.
+"""
+
+import pytest
+import torch
+
+from bench.case import Case
+from bench.inputs import make_grad_out, make_inputs
+from bench.registry import available, discover
+from bench.timing import timed_call
+
+REGISTRY = discover(entry_points=False)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPE = "float32" if DEVICE == "cpu" else "bfloat16"
+N = 256 if DEVICE == "cpu" else 2048
+
+
+def _params():
+    for v in REGISTRY:
+        mask = "causal" if "causal" in v.masks else v.masks[0]
+        for direction in ("fwd", "fwd+bwd"):
+            case = Case(DEVICE, DTYPE, 1, 4, 4, N, N, 64, mask, 64 if mask == "window" else None, direction)
+            yield pytest.param(v.name, case, id=f"{v.name}-{mask}-{direction}")
+
+
+@pytest.mark.parametrize("name, case", list(_params()))
+def test_variant(benchmark, name, case):
+    v = REGISTRY[name]
+    ok, why = available(v, case)
+    if not ok:
+        pytest.skip(why)
+    q, k, vv = make_inputs(case)
+    call = timed_call(case, v.prepare(case).fn, q, k, vv, make_grad_out(case) if case.needs_grad else None)
+    if DEVICE == "cuda":
+        inner = call
+
+        def call():
+            out = inner()
+            torch.cuda.synchronize()
+            return out
+
+    benchmark.group = f"{DEVICE} {DTYPE} n={N} {case.mask} {case.direction}"
+    benchmark.extra_info.update(case.to_dict())
+    benchmark.pedantic(call, rounds=5, warmup_rounds=1) if benchmark.disabled else benchmark(call)

@@ -1,0 +1,122 @@
+"""profile, export, selfcheck, the pytest-benchmark suite and gpu-check, as a user runs them."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from bench.case import Case
+from bench.cli import main
+from bench.profile import CATEGORIES, categorize, profile_case
+from tests.conftest import ROOT, run_cli
+
+
+def test_profile_naive_on_cpu_writes_trace_and_breakdown(registry, tmp_path):
+    case = Case("cpu", "float32", 1, 4, 4, 256, 256, 32, "causal", None, "fwd")
+    res = profile_case(registry["naive"], case, tmp_path)
+    trace = json.loads(res["trace"].read_text())
+    events = trace["traceEvents"]
+    assert any(e.get("name") == "aten::bmm" for e in events)
+    csv = pd.read_csv(res["csv"])
+    assert abs(csv["share_pct"].sum() - 100) < 0.5
+    assert abs(sum(res["categories"].values()) - 100) < 0.5
+    assert res["categories"]["matmul"] > 10 and res["categories"]["softmax"] > 1
+    names = set(csv["name"])
+    assert {"aten::bmm", "aten::_softmax"} <= names
+    assert set(csv["category"]) <= set(CATEGORIES)
+
+
+def test_profile_command_prints_breakdown(tmp_path):
+    proc = run_cli("profile", "--variant", "sdpa.flash", "--seq-lens", "256", "--heads", "2",
+                   "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "by category:" in proc.stdout and "fused attention" in proc.stdout
+    assert list(tmp_path.glob("trace_sdpa.flash_*.json")) and list(tmp_path.glob("breakdown_*.csv"))
+    bad = run_cli("profile", "--variant", "nope")
+    assert bad.returncode == 2 and "unknown variant 'nope'" in bad.stderr
+
+
+@pytest.mark.parametrize("name, category", [
+    ("aten::bmm", "matmul"), ("aten::_softmax", "softmax"), ("aten::expand", "other"),
+    ("aten::masked_fill", "mask/elementwise"), ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                                               "fused attention"),
+    ("aten::copy_", "copy"), ("sm90_xmma_gemm_bf16bf16_bf16f32", "matmul"),
+    ("flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>", "fused attention"),
+    ("void at::native::vectorized_elementwise_kernel<4, ...>", "mask/elementwise"),
+])
+def test_categories(name, category):
+    assert categorize(name) == category
+
+
+def test_sweep_profile_adds_shares_and_breakdown_chart(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("sweep", "--variants", "naive,sdpa.flash", "--seq-lens", "64,128", "--heads", "2",
+                   "--head-dims", "16", "--masks", "none", "--budget-ms", "5", "--profile", "--out", out,
+                   "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for r in rows:
+        shares = [v for k, v in r.items() if k.startswith("share_")]
+        assert len(shares) == len(CATEGORIES) and abs(sum(shares) - 100) < 1
+    assert (out / "report" / "charts" / "breakdown.png").exists()
+
+
+def test_export_is_read_by_pytest_benchmark(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("sweep", "--variants", "naive,sdpa.math", "--seq-lens", "64", "--heads", "2",
+                   "--head-dims", "16", "--masks", "none,causal", "--budget-ms", "5", "--out", out,
+                   "--no-report", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert main(["export", str(out), "--format", "pytest-benchmark"]) == 0
+    path = out / "pytest-benchmark.json"
+    from pytest_benchmark.storage.file import FileStorage
+
+    class _Log:
+        def info(self, *a, **k):
+            pass
+
+        warning = error = debug = info
+
+    storage = FileStorage(str(tmp_path / "storage"), logger=_Log(), default_machine_id="m")
+    loaded = list(storage.load_benchmarks(str(path)))
+    assert len(loaded) == 4
+    assert {b["name"].split("[")[0] for b in loaded} == {"naive", "sdpa.math"}
+    assert all(b["rounds"] >= 5 and b["median"] > 0 for b in loaded)  # the loader flattens stats
+    cli = subprocess.run([sys.executable, "-c", "from pytest_benchmark.cli import main; main()",
+                          "compare", str(path), "--columns", "min,median,rounds"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert "naive" in cli.stdout and "sdpa.math" in cli.stdout
+
+
+def test_selfcheck_prints_a_ratio_per_cell():
+    proc = run_cli("selfcheck", "--variants", "naive,sdpa.math", "--seq-lens", "128", "--heads", "2",
+                   "--budget-ms", "50")
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("naive", "sdpa.math"))]
+    assert len(lines) == 2
+    for ln in lines:
+        ratio = float(ln.split()[-1])
+        assert ratio > 0
+
+
+def test_benchmark_suite_runs_under_pytest_benchmark(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/benchmarks", "--benchmark-only", "-q",
+                           "-k", "naive or sdpa.math", "--benchmark-max-time=0.02",
+                           f"--benchmark-json={out}", "-p", "no:cacheprovider"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = {b["name"] for b in json.loads(out.read_text())["benchmarks"]}
+    assert any(n.startswith("test_variant[naive-") for n in names)
+    assert any(n.startswith("test_variant[sdpa.math-") for n in names)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_gpu_check_refuses_cleanly_without_gpu(capsys, tmp_path):
+    assert main(["gpu-check", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "needs an NVIDIA GPU" in err and "Traceback" not in err
