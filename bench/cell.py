@@ -23,9 +23,13 @@ UNSUPPORTED_MARKERS = ("No available kernel", "No viable backend", "No operator 
                        "not supported", "does not support")
 
 
+MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")
+
+
 def base_row(variant: str, case: Case, status: str = "", reason: str = "") -> dict:
+    """The columns every row has, measured or not (None until measured)."""
     return {"variant": variant, **case.to_dict(), "status": status, "reason": reason,
-            "flops": flopcount.flops(case), "bytes": flopcount.min_bytes(case)}
+            "flops": flopcount.flops(case), "bytes": flopcount.min_bytes(case)} | dict.fromkeys(MEASURED)
 
 
 def _is_oom(exc: BaseException) -> bool:

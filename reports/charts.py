@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator  # noqa: E402
 
 from reports.frames import constant_facets, facet_groups, ran_here  # noqa: E402
-from reports.tables import failures, with_metrics  # noqa: E402
+from reports.tables import failed_cells, with_metrics  # noqa: E402
 
 MARKERS = "osD^v<>phX*"
 FAIL_MARK = {"oom": "OOM", "timeout": "TIMEOUT", "error": "ERROR", "crash": "CRASH",
@@ -28,11 +28,14 @@ def variant_style(variants, baseline: str | None) -> dict:
     names = sorted(set(variants))
     palette = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
     style, k = {}, 0
-    for name in names:
+    for i, name in enumerate(names):
+        # earlier names are drawn wider and lower, so identical curves stay visible as an outline
+        width = 1.4 + 1.6 * (len(names) - 1 - i) / max(1, len(names) - 1)
         if name == baseline:
-            style[name] = {"color": "#222222", "marker": "o"}
+            style[name] = {"color": "#222222", "marker": "o", "lw": width, "z": 3 + i / 100}
             continue
-        style[name] = {"color": palette[k % len(palette)], "marker": MARKERS[k % len(MARKERS)]}
+        style[name] = {"color": palette[k % len(palette)], "marker": MARKERS[k % len(MARKERS)], "lw": width,
+                       "z": 3 + i / 100}
         k += 1
     return style
 
@@ -40,7 +43,8 @@ def variant_style(variants, baseline: str | None) -> dict:
 def _subplots(n_facets: int):
     cols = min(3, n_facets)
     rows = math.ceil(n_facets / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.4 * cols, 3.9 * rows + 1.1), sharex=True,
+    width = max(5.4 * cols, 10.0)
+    fig, axes = plt.subplots(rows, cols, figsize=(width, 3.9 * rows + 1.4), sharex=True,
                              sharey=True, squeeze=False, layout="constrained")
     for ax in axes.flat[n_facets:]:
         ax.set_visible(False)
@@ -56,7 +60,8 @@ def _guides(ax, ns, ys) -> None:
     for k, label in ((1, "O(n)"), (2, "O(n²)")):
         y = y0 * (ns / n0) ** k
         ax.plot(ns, y, ls="--", lw=0.9, color="#9a9a9a", zorder=1)
-        ax.annotate(label, (ns[-1], y[-1]), xytext=(3, 0), textcoords="offset points", fontsize=8,
+        mid = len(ns) // 2  # labelled inside the plot, clear of the failure marks at the top
+        ax.annotate(label, (ns[mid], y[mid]), xytext=(2, -9), textcoords="offset points", fontsize=8,
                     color="#777777", va="center")
 
 
@@ -71,6 +76,13 @@ def _failed_marks(ax, fails: pd.DataFrame, style) -> None:
             ax.annotate(FAIL_MARK.get(r["status"], r["status"]), (r["n"], y), xycoords=trans,
                         xytext=(6, 0), textcoords="offset points", fontsize=7, va="center",
                         color=style[name]["color"])
+
+
+def _subtitle(df: pd.DataFrame) -> str:
+    const = constant_facets(df)
+    items = [f"{k}={v}" for k, v in const.items() if not (k == "window" and v == "-")]
+    half = (len(items) + 1) // 2
+    return ", ".join(items) if len(items) <= 6 else ", ".join(items[:half]) + "\n" + ", ".join(items[half:])
 
 
 def _minor_label(y, _pos) -> str:
@@ -96,16 +108,18 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     if not groups:
         return []
     fig, axes = _subplots(len(groups))
-    all_fails = failures(df)
+    all_fails = failed_cells(df)
     shown = set()
     any_fail = False
     for ax, (label, g) in zip(axes, groups):
         ok = g[(g["status"] == "ok") & g[metric].notna() & (g[metric] > 0 if logy else True)]
         for name, v in ok.groupby("variant", sort=True):
-            v = v.sort_values("n")
+            # a failed n in between breaks the line instead of being bridged
+            ns = sorted(g.loc[g["variant"] == name, "n"].unique())
+            v = v.groupby("n").first().reindex(ns).reset_index()
             st = style[name]
-            ax.plot(v["n"], v[metric], color=st["color"], marker=st["marker"], ms=4.5, lw=1.6,
-                    label=name, zorder=3)
+            ax.plot(v["n"], v[metric], color=st["color"], marker=st["marker"], ms=4.5, lw=st["lw"],
+                    label=name, zorder=st["z"])
             shown.add(name)
             if band and {"q1_ms", "q3_ms"} <= set(v):
                 ax.fill_between(v["n"], v["q1_ms"], v["q3_ms"], color=st["color"], alpha=0.18, lw=0,
@@ -150,11 +164,9 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
         extra.append(plt.Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label="IQR band"))
     if any_fail:
         extra.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed cell (status)"))
-    const = constant_facets(df)
-    subtitle = ", ".join(f"{k}={v}" for k, v in const.items() if not (k == "window" and v == "-"))
-    fig.suptitle(f"{title}\n{subtitle}", fontsize=12)
+    fig.suptitle(f"{title}\n{_subtitle(df)}", fontsize=12)
     fig.legend(handles=handles + extra, loc="outside lower center",
-               ncol=min(6, len(handles + extra)), fontsize=8, frameon=False)
+               ncol=min(6 if len(axes) > 1 else 4, len(handles + extra)), fontsize=8, frameon=False)
     paths = []
     for ext in ("png", "svg"):
         p = out.with_suffix(f".{ext}")

@@ -18,10 +18,11 @@ h1{font-size:26px;margin:8px 0 4px} h2{font-size:20px;margin:36px 0 8px;border-b
 h3{font-size:15px;margin:20px 0 6px} .muted{color:#666} nav a{margin-right:14px}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0 14px;background:#fff}
 th,td{border:1px solid #e0e0e0;padding:3px 8px;text-align:right;white-space:nowrap}
+td:last-child{white-space:normal;min-width:120px;max-width:640px;text-align:left;word-break:break-word}
 th{background:#f2f2f4} td:first-child,th:first-child{text-align:left}
 td.bad{color:#b22222;font-weight:600} img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
 details{margin:6px 0} summary{cursor:pointer;font-weight:600} code{background:#f0f0f0;padding:1px 4px;border-radius:3px}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:6px 24px}
+.grid{display:block} figure{margin:0 0 22px} .tw{overflow-x:auto;max-width:100%}
 """
 FAIL_WORDS = ("OOM", "TIMEOUT", "ERROR", "CRASH", "MISMATCH", "UNSUPPORTED")
 
@@ -30,7 +31,7 @@ def _table_html(t: pd.DataFrame, index: bool = True) -> str:
     raw = t.to_html(index=index, escape=True, border=0, na_rep="-")
     for w in FAIL_WORDS:
         raw = raw.replace(f"<td>{w}</td>", f'<td class="bad">{w}</td>')
-    return raw
+    return f'<div class="tw">{raw}</div>'
 
 
 def _img(path: Path) -> str:

@@ -62,14 +62,19 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
     return t.astype(int)
 
 
-def failures(df: pd.DataFrame) -> pd.DataFrame:
-    """Every failed cell that is not a declared-capability 'unsupported', with its reason."""
+def failed_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """Every failed cell except 'unsupported' by a declared capability (a mask, direction,
+    cross-attention or GQA the variant does not claim)."""
     bad = df[df["status"] != "ok"]
     declared = bad["reason"].str.contains(r"not supported \(supports|backward not supported|"
                                           r"cross-attention \(q_len|GQA \(kv_heads", regex=True)
+    return bad[~declared]
+
+
+def failures(df: pd.DataFrame) -> pd.DataFrame:
+    """The failed cells for a table: one line per variant, status and reason."""
     cols = ["variant", "status", "n", "dtype", "mask", "direction", "reason"]
-    return bad[~declared][cols].drop_duplicates(["variant", "status", "reason"]).sort_values(
-        ["variant", "n"])
+    return failed_cells(df)[cols].drop_duplicates(["variant", "status", "reason"]).sort_values(["variant", "n"])
 
 
 def write_csvs(df: pd.DataFrame, tables, folder) -> None:

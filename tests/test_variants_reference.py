@@ -58,9 +58,33 @@ def test_reference_is_chunk_independent(monkeypatch):
     whole = reference(case, q, k, v, g)
     monkeypatch.setattr(ref_mod, "BLOCK_ELEMENTS", 2 * 4 * 50 * 7)  # 7 query rows per block
     blocked = reference(case, q, k, v, g)
-    assert torch.allclose(whole[0], blocked[0])
-    for a, b in zip(whole[1], blocked[1]):
+    assert torch.allclose(whole.out, blocked.out)
+    for a, b in zip(whole.grads, blocked.grads):
         assert torch.allclose(a, b)
+
+
+def test_large_cases_check_an_exact_slice(monkeypatch):
+    """Past FULL_CHECK_LIMIT the reference covers batch {0, B-1} x the first KV group; that
+    slice equals the same slice of the full reference, and errors there are caught."""
+    import bench.reference as ref_mod
+
+    case = Case("cpu", "float32", 3, 4, 2, 40, 30, 16, "padding", None, "fwd+bwd")
+    q, k, v = make_inputs(case)
+    g = make_grad_out(case)
+    full = reference(case, q, k, v, g)
+    monkeypatch.setattr(ref_mod, "FULL_CHECK_LIMIT", 100)
+    part = reference(case, q, k, v, g)
+    assert part.batches == [0, 2] and part.out.shape == (2, 2, 40, 16)
+    assert torch.allclose(part.out, full.out[[0, 2]][:, :2])
+    assert torch.allclose(part.grads[1], full.grads[1][[0, 2]][:, :1])  # dk of KV head 0
+    sdpa = REGISTRY["sdpa.math"].prepare(case).fn
+    assert run_and_check(case, sdpa, q, k, v, g, part).ok
+
+    def wrong_last_batch(q, k, v):
+        out = sdpa(q, k, v)
+        return torch.cat([out[:2], out[2:] * 1.1])
+
+    assert not run_and_check(case, wrong_last_batch, q, k, v, g, part).ok
 
 
 def test_check_flags_a_wrong_output():
