@@ -45,7 +45,7 @@ def peak_cuda(call: Callable) -> int:
     return int(peak)
 
 
-def peak_cpu(call: Callable) -> int:
+def peak_cpu(call: Callable) -> int | None:
     from torch.profiler import ProfilerActivity, profile
 
     call()  # warm
@@ -53,7 +53,11 @@ def peak_cpu(call: Callable) -> int:
     with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = call()
         del out
-    events = [(e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+    try:
+        raw = prof.profiler.kineto_results.events()
+    except AttributeError:  # a PyTorch without the kineto result API: memory unknown
+        return None
+    events = [(e.start_ns(), e.nbytes()) for e in raw
               if e.name() == "[memory]" and str(e.device_type()).endswith("CPU")]
     events.sort()
     current = peak = 0
@@ -63,5 +67,5 @@ def peak_cpu(call: Callable) -> int:
     return int(peak)
 
 
-def peak_bytes(device: str, call: Callable) -> int:
+def peak_bytes(device: str, call: Callable) -> int | None:
     return peak_cuda(call) if device == "cuda" else peak_cpu(call)

@@ -26,17 +26,18 @@ def collect_given(args) -> dict:
     for key in AXES:  # lists from here on, whether from a flag ("a,b") or the file
         if given.get(key) is not None:
             given[key] = as_list(key, given[key])
-    given["plugins"] = list(dict.fromkeys(list(given.get("plugins") or []) + list(args.plugin)))
+    plugins = list(given.get("plugins") or []) + list(args.plugin)
+    given["plugins"] = list(dict.fromkeys(str(Path(p).expanduser().resolve()) for p in plugins))
     return given
 
 
-def _resume_given(run_dir: Path, flags: dict, new_plugins: list[str]) -> dict:
+def _resume_given(run_dir: Path, flags: dict) -> dict:
     old = store.read_env(run_dir).get("given")
     if old is None:
         raise UsageError(f"--resume {run_dir}: not a run folder (no env.json with a spec)")
     given = dict(old)
     given.update({k: v for k, v in flags.items() if k != "plugins"})
-    given["plugins"] = list(dict.fromkeys(list(old.get("plugins") or []) + new_plugins))
+    given["plugins"] = list(dict.fromkeys(list(old.get("plugins") or []) + flags["plugins"]))
     return given
 
 
@@ -46,7 +47,7 @@ def run_sweep(args) -> int:
     if resume is not None and not resume.is_dir():
         raise UsageError(f"--resume {args.resume}: no such run folder")
     if resume is not None:
-        given = _resume_given(resume, flags, list(args.plugin))
+        given = _resume_given(resume, flags)
     else:
         given = flags
     registry = discover(given["plugins"])
@@ -57,42 +58,59 @@ def run_sweep(args) -> int:
     spec = build_spec(given, registry)
     cases = spec.cases()
 
-    import torch
+    run_dir, env = _open_run(resume, args.out, spec, given, registry)
+    done = {store.cell_key(r["variant"], r) for r in store.read_rows(run_dir, repair=True)}
+    cells = [(name, case) for case in cases for name in spec.variants
+             if store.cell_key(name, case) not in done]
+    print(f"run folder: {run_dir}  ({len(cells)} cells to run, {len(done)} already there; "
+          f"device {spec.device}, {env['threads']} threads)", file=sys.stderr)
+    t0 = time.perf_counter()
+    counts = _run_cells(cells, run_dir, spec, registry, given["plugins"], env["peaks_tflops"], args)
+    elapsed = time.perf_counter() - t0
+    print(summary_table(store.read_rows(run_dir)))
+    print("statuses: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+          + f"  ({len(cells)} cells in {elapsed:.0f} s)")
+    if not getattr(args, "no_report", False):
+        from reports.build import build_report
 
+        print(f"report: {build_report([run_dir])}")
+    print(f"results: {run_dir / store.RESULTS}")
+    return 0
+
+
+def _open_run(resume: Path | None, out: str | None, spec, given: dict, registry) -> tuple[Path, dict]:
+    """The run folder (new, --out, or resumed) with its env.json written: the fingerprint,
+    the spec, and the matmul peak of every dtype the spec uses (measured once per run)."""
     from bench.envinfo import fingerprint, measure_peak_tflops
 
-    run_dir = resume or (Path(args.out) if args.out else store.new_run_dir(spec.device))
+    run_dir = resume or (Path(out) if out else store.new_run_dir(spec.device))
     run_dir.mkdir(parents=True, exist_ok=True)
-    done_rows = store.read_rows(run_dir, repair=True)
-    done = {store.cell_key(r["variant"], r) for r in done_rows}
     env = store.read_env(run_dir) if resume else {}
-    if not env:
-        env = fingerprint(spec.device) | {"given": given, "spec": spec.to_dict(), "peaks_tflops": {}}
-    else:
-        env["given"] = given
-        env["spec"] = spec.to_dict()
+    if env:
         env.setdefault("resumed", []).append(" ".join(["python", "-m", "bench"] + sys.argv[1:]))
+    else:
+        env = fingerprint(spec.device) | {"peaks_tflops": {}}
     baseline = registry.baseline()
-    env["baseline"] = baseline.name if baseline else None
+    env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None}
     for dtype in spec.dtypes:
         if dtype not in env["peaks_tflops"]:
             env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype)
     store.write_env(run_dir, env)
+    return run_dir, env
 
-    cells = [(name, case) for case in cases for name in spec.variants
-             if store.cell_key(name, case) not in done]
-    print(f"run folder: {run_dir}  ({len(cells)} cells to run, {len(done)} already there; "
-          f"device {spec.device}, {torch.get_num_threads()} threads)", file=sys.stderr)
+
+def _run_cells(cells, run_dir: Path, spec, registry, plugins, peaks: dict, args) -> dict:
+    """Each cell to a row, appended as soon as it is known; unavailable cells are recorded
+    as 'unsupported' without launching them."""
+    from tqdm import tqdm
+
     writer = store.ResultWriter(run_dir)
-    worker = Worker(WorkerSettings(plugins=given["plugins"], budget_ms=spec.budget_ms,
+    worker = Worker(WorkerSettings(plugins=plugins, budget_ms=spec.budget_ms,
                                    profile=bool(getattr(args, "profile", False)),
                                    log_path=str(run_dir / "worker.log")))
     counts = dict.fromkeys(STATUSES, 0)
-    from tqdm import tqdm
-
     bar = tqdm(total=len(cells), unit="cell", dynamic_ncols=True, file=sys.stderr,
                disable=getattr(args, "quiet", False))
-    t0 = time.perf_counter()
     try:
         for name, case in cells:
             bar.set_postfix_str(f"{name} {case.label()}", refresh=False)
@@ -103,9 +121,8 @@ def run_sweep(args) -> int:
                 tag, why, row = worker.run(name, case, spec.timeout)
                 if row is None:
                     row = base_row(name, case, tag, why)
-            peak = env["peaks_tflops"].get(case.dtype)
-            if row.get("tflops") and peak:
-                row["pct_peak"] = 100.0 * row["tflops"] / peak
+            if row.get("tflops") and peaks.get(case.dtype):
+                row["pct_peak"] = 100.0 * row["tflops"] / peaks[case.dtype]
             writer.write(row)
             counts[row["status"]] += 1
             bar.update(1)
@@ -113,21 +130,10 @@ def run_sweep(args) -> int:
         bar.close()
         worker.stop()
         writer.close()
-    elapsed = time.perf_counter() - t0
-    rows = store.read_rows(run_dir)
-    print(summary_table(rows, spec))
-    print("statuses: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
-          + f"  ({len(cells)} cells in {elapsed:.0f} s)")
-    if not getattr(args, "no_report", False):
-        from reports.build import build_report
-
-        page = build_report([run_dir])
-        print(f"report: {page}")
-    print(f"results: {run_dir / store.RESULTS}")
-    return 0
+    return counts
 
 
-def summary_table(rows: list[dict], spec=None) -> str:
+def summary_table(rows: list[dict]) -> str:
     """variant (x the facets that vary) by seq_len: median ms, or the status as a word.
     Variants with no cell that could run here are listed below the table with the reason."""
     import pandas as pd

@@ -78,6 +78,14 @@ def _failed_marks(ax, fails: pd.DataFrame, style) -> None:
                         color=style[name]["color"])
 
 
+def _save(fig, out: Path) -> list[Path]:
+    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
+    for p in paths:
+        fig.savefig(p, dpi=130)
+    plt.close(fig)
+    return paths
+
+
 def _subtitle(df: pd.DataFrame) -> str:
     const = constant_facets(df)
     items = [f"{k}={v}" for k, v in const.items() if not (k == "window" and v == "-")]
@@ -167,13 +175,7 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     fig.suptitle(f"{title}\n{_subtitle(df)}", fontsize=12)
     fig.legend(handles=handles + extra, loc="outside lower center",
                ncol=min(6 if len(axes) > 1 else 4, len(handles + extra)), fontsize=8, frameon=False)
-    paths = []
-    for ext in ("png", "svg"):
-        p = out.with_suffix(f".{ext}")
-        fig.savefig(p, dpi=130)
-        paths.append(p)
-    plt.close(fig)
-    return paths
+    return _save(fig, out)
 
 
 def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict) -> dict[str, list[Path]]:
@@ -241,10 +243,4 @@ def breakdown_chart(df: pd.DataFrame, out: Path) -> list[Path]:
     fig.suptitle("Where the time goes: torch.profiler self time by category (separate profiled pass)",
                  fontsize=12)
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
-    paths = []
-    for ext in ("png", "svg"):
-        p = out.with_suffix(f".{ext}")
-        fig.savefig(p, dpi=130)
-        paths.append(p)
-    plt.close(fig)
-    return paths
+    return _save(fig, out)

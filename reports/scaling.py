@@ -49,28 +49,43 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _side(a, b) -> int:
+    """+1 when a is slower than b beyond noise (a's q1 above b's q3), -1 when faster beyond
+    noise, 0 when their interquartile ranges overlap."""
+    if a["q1"] > b["q3"]:
+        return 1
+    if a["q3"] < b["q1"]:
+        return -1
+    return 0
+
+
 def crossovers(df: pd.DataFrame) -> pd.DataFrame:
-    """Where one variant overtakes another: between consecutive common n where the sign of
-    log(t_a / t_b) changes, the n at which the log-log interpolation crosses zero."""
+    """Where one variant overtakes another: it is slower beyond noise at one n and faster
+    beyond noise at a later n (IQRs not overlapping at either).  The crossing length is
+    where the log-log interpolation of the medians between those two n crosses."""
     out = []
     for label, g in facet_groups(df):
-        ok = g[g["status"] == "ok"]
-        piv = ok.pivot_table(index="n", columns="variant", values="median_ms", aggfunc="median")
-        names = sorted(piv.columns)
+        ok = g[g["status"] == "ok"].copy()
+        ok["q1"] = ok["q1_ms"].fillna(ok["median_ms"]) if "q1_ms" in ok else ok["median_ms"]
+        ok["q3"] = ok["q3_ms"].fillna(ok["median_ms"]) if "q3_ms" in ok else ok["median_ms"]
+        stats = {name: v.groupby("n")[["median_ms", "q1", "q3"]].median() for name, v in ok.groupby("variant")}
+        names = sorted(stats)
         for i, a in enumerate(names):
             for b in names[i + 1:]:
-                pair = piv[[a, b]].dropna()
-                if len(pair) < 2:
-                    continue
-                d = np.log(pair[a].to_numpy()) - np.log(pair[b].to_numpy())
-                ns = pair.index.to_numpy(dtype=float)
-                for j in range(len(d) - 1):
-                    if d[j] == 0 or np.sign(d[j]) == np.sign(d[j + 1]):
+                common = sorted(set(stats[a].index) & set(stats[b].index))
+                last = None  # (n, side) of the last point outside noise
+                for n in common:
+                    side = _side(stats[a].loc[n], stats[b].loc[n])
+                    if side == 0:
                         continue
-                    f = d[j] / (d[j] - d[j + 1])
-                    n_cross = math.exp(math.log(ns[j]) + f * (math.log(ns[j + 1]) - math.log(ns[j])))
-                    faster = b if d[j + 1] > 0 else a  # faster above the crossover
-                    slower = a if faster == b else b
-                    out.append({"facet": label, "faster_above": faster, "slower_above": slower,
-                                "n_cross": round(n_cross), "between": f"{int(ns[j])}-{int(ns[j + 1])}"})
+                    if last is not None and side != last[1]:
+                        n0, n1 = last[0], n
+                        d0 = math.log(stats[a].loc[n0, "median_ms"] / stats[b].loc[n0, "median_ms"])
+                        d1 = math.log(stats[a].loc[n1, "median_ms"] / stats[b].loc[n1, "median_ms"])
+                        f = d0 / (d0 - d1) if d0 != d1 else 0.5
+                        n_cross = math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))
+                        faster, slower = (b, a) if side > 0 else (a, b)
+                        out.append({"facet": label, "faster_above": faster, "slower_above": slower,
+                                    "n_cross": round(n_cross), "between": f"{int(n0)}-{int(n1)}"})
+                    last = (n, side)
     return pd.DataFrame(out, columns=["facet", "faster_above", "slower_above", "n_cross", "between"])
