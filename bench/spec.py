@@ -21,7 +21,7 @@ PRESETS = {
                       masks=list(MASKS), window=[64], directions=["fwd", "fwd+bwd"], budget_ms=150),
         "default": dict(seq_lens=[256, 512, 1024, 2048, 4096], heads=[8], head_dims=[64], batch=[1],
                         dtypes=["float32"], masks=list(MASKS), window=[256],
-                        directions=["fwd"], budget_ms=400),
+                        directions=["fwd"], budget_ms=300),
         "full": dict(seq_lens=[256, 512, 1024, 2048, 4096, 8192], heads=[8], head_dims=[64, 128],
                      batch=[1], dtypes=["float32", "bfloat16"], masks=list(MASKS), window=[256],
                      directions=["fwd", "bwd"], budget_ms=1000),

@@ -40,8 +40,12 @@ def variant_style(variants, baseline: str | None) -> dict:
     return style
 
 
+def _grid_cols(n_facets: int) -> int:
+    return 2 if n_facets == 4 else min(3, n_facets)
+
+
 def _subplots(n_facets: int):
-    cols = min(3, n_facets)
+    cols = _grid_cols(n_facets)
     rows = math.ceil(n_facets / cols)
     width = max(5.4 * cols, 10.0)
     fig, axes = plt.subplots(rows, cols, figsize=(width, 3.9 * rows + 1.4), sharex=True,
@@ -156,7 +160,7 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
         ax.set_title("" if label == "all cells" else label, fontsize=10)
         ax.grid(True, which="major", color="#e6e6e6", lw=0.7)
         ax.set_axisbelow(True)
-    cols = min(3, len(axes))
+    cols = _grid_cols(len(axes))
     for i, ax in enumerate(axes):
         if i + cols >= len(axes):  # lowest plot of its column
             ax.set_xlabel("sequence length n (tokens)", fontsize=9)
@@ -234,7 +238,7 @@ def breakdown_chart(df: pd.DataFrame, out: Path) -> list[Path]:
         ax.tick_params(labelbottom=True)
         ax.set_xlabel("sequence length n (tokens)", fontsize=8)
     for i, ax in enumerate(axes):
-        if i % min(3, len(axes)) == 0:
+        if i % _grid_cols(len(axes)) == 0:
             ax.set_ylabel("share of profiled self time (%)", fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=CATEGORY_COLORS[c.removeprefix("share_")],
                              label=c.removeprefix("share_").replace("_", " / ", 1)
