@@ -29,7 +29,7 @@ def _cmd_list(args) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     table = [[r["name"] + (" *" if r["baseline"] else ""), ",".join(r["devices"]),
-              ",".join(d.replace("float", "f").replace("bf", "bf") for d in r["dtypes"]),
+              ",".join(d.replace("float", "f") for d in r["dtypes"]),
               ",".join(r["masks"]), _yn(r["cross"]), _yn(r["gqa"]), _yn(r["backward"]),
               "yes" if r["available"] else "no", r["reason"] or r["description"]]
              for r in rows]

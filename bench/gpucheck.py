@@ -55,7 +55,7 @@ def run_gpu_check(out: Path, seq_len: int = 2048) -> int:
     rows = store.read_rows(matrix) + store.read_rows(out / "cross")
     df = pd.DataFrame(rows)
     df["cell"] = [f"{m:.3g} ms" if s == "ok" else s for m, s in zip(df.get("median_ms"), df["status"])]
-    df["where"] = df["dtype"].str.replace("float", "f").str.replace("bf", "bf") + " " + df["direction"]
+    df["where"] = df["dtype"].str.replace("float", "f") + " " + df["direction"]
     table = df.pivot_table(index=["variant", "mask"], columns="where", values="cell", aggfunc="first")
     print(f"\nstatus and median per cell at n={seq_len} (b=2, h=8, d=64):")
     print(tabulate(table.reset_index(), headers="keys", showindex=False))

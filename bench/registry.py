@@ -229,7 +229,7 @@ def discover(plugins: Iterable[str] = (), entry_points: bool = True) -> Registry
     return reg
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.cache
 def _cuda_available() -> bool:
     import torch
 

@@ -145,6 +145,8 @@ def build_spec(given: dict, registry) -> Spec:
     device = given.get("device") or default_device()
     if device not in ("cpu", "cuda"):
         raise UsageError(f"unknown device {device!r}; valid: cpu, cuda")
+    if device == "cuda" and default_device() != "cuda":
+        raise UsageError("device cuda: CUDA is not available on this machine; valid here: cpu")
     preset = given.get("preset") or "default"
     if preset not in PRESETS[device]:
         raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS[device])}")

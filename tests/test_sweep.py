@@ -143,6 +143,7 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
     (["sweep", "--directions", "up"], "unknown direction 'up'; valid: fwd, bwd, fwd+bwd"),
     (["sweep", "--resume", "/nonexistent/run"], "no such run folder"),
     (["sweep", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["sweep", "--device", "tpu"], "unknown device 'tpu'; valid: cpu, cuda"),
     (["report"], "the following arguments are required"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, words):
@@ -174,3 +175,13 @@ def test_config_file_with_flag_override(tmp_path):
     assert [(r["variant"], r["q_len"], r["mask"], r["status"]) for r in rows] == [
         ("naive", 16, "causal", "ok")]
     assert "report: " in proc.stdout
+
+
+def test_cuda_device_refused_without_gpu(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["sweep", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA is not available on this machine; valid here: cpu" in err and "Traceback" not in err
