@@ -72,28 +72,8 @@ def run_cell(v: Variant, case: Case, budget_ms: float, cache: ReferenceCache | N
         prepared = v.prepare(case)
         row["setup_ms"] = (time.perf_counter() - t0) * 1e3
         row.update(prepared.info)
-        q, k, vv = make_inputs(case)
-        grad_out = make_grad_out(case) if case.needs_grad else None
-        ref = (cache or ReferenceCache()).get(case, q, k, vv, grad_out)
-        result = run_and_check(case, prepared.fn, q, k, vv, grad_out, ref)
-        row.update(result.to_row())
-        if not result.ok:
-            row.update(status="mismatch", reason=result.reason)
-            return row
-        call = timed_call(case, prepared.fn, q, k, vv, grad_out)
-        timing = time_call(case.device, call, budget_ms)
-        row.update(timing.to_row())
-        del call
-        _free(case.device)
-        row["peak_mem_bytes"] = peak_bytes(case.device, timed_call(case.replace(
-            direction="fwd+bwd" if case.needs_grad else "fwd"), prepared.fn, q, k, vv, grad_out))
-        row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
-        row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
-        if profile:
-            from bench.profile import category_shares
-
-            row.update(category_shares(case, prepared.fn, q, k, vv, grad_out))
-        row["status"] = "ok"
+        with prepared.scope():
+            _measure(row, case, prepared.fn, budget_ms, cache or ReferenceCache(), profile)
     except Exception as exc:  # every failure becomes the row's status
         why = f"{type(exc).__name__}: {first_line(exc)}"
         if _is_oom(exc):
@@ -107,3 +87,27 @@ def run_cell(v: Variant, case: Case, budget_ms: float, cache: ReferenceCache | N
     finally:
         _free(case.device)
     return row
+
+
+def _measure(row: dict, case: Case, fn, budget_ms: float, cache: ReferenceCache, profile: bool) -> None:
+    """Reference check, then (if it passes) timing, the memory pass and the profiled pass."""
+    q, k, v = make_inputs(case)
+    grad_out = make_grad_out(case) if case.needs_grad else None
+    result = run_and_check(case, fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out))
+    row.update(result.to_row())
+    if not result.ok:
+        row.update(status="mismatch", reason=result.reason)
+        return
+    call = timed_call(case, fn, q, k, v, grad_out)
+    row.update(time_call(case.device, call, budget_ms).to_row())
+    del call
+    _free(case.device)
+    whole = case.replace(direction="fwd+bwd" if case.needs_grad else "fwd")
+    row["peak_mem_bytes"] = peak_bytes(case.device, timed_call(whole, fn, q, k, v, grad_out))
+    row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
+    row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
+    if profile:
+        from bench.profile import category_shares
+
+        row.update(category_shares(case, fn, q, k, v, grad_out))
+    row["status"] = "ok"

@@ -126,7 +126,8 @@ def profile_case(variant, case: Case, out_dir: Path, top: int = 15) -> dict:
     grad_out = make_grad_out(case) if case.needs_grad else None
     stem = f"{variant.name}_{case.mask}_n{case.q_len}_{case.dtype}_{case.direction}".replace("+", "")
     trace = out_dir / f"trace_{stem}.json"
-    prof = _profile(case, prepared.fn, q, k, v, grad_out, trace)
+    with prepared.scope():
+        prof = _profile(case, prepared.fn, q, k, v, grad_out, trace)
     rows = breakdown(prof, case.device)
     csv_path = out_dir / f"breakdown_{stem}.csv"
     with open(csv_path, "w", newline="") as f:

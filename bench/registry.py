@@ -2,12 +2,14 @@
 
 A variant is a *factory*: ``factory(case)`` does every piece of setup that is not
 attention (building a mask or bias, compiling) and returns the callable that will be
-timed, ``fn(q, k, v) -> out``.  A factory may return ``Prepared(fn, info)`` to report
-figures about its setup (``info={"compile_ms": ...}``).
+timed, ``fn(q, k, v) -> out``.  A factory may return ``Prepared(fn, info, scope)`` to report
+figures about its setup (``info={"compile_ms": ...}``) or to hold state open around
+the timed calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.metadata
@@ -34,8 +36,12 @@ class DuplicateVariantError(RegistryError):
 
 @dataclass
 class Prepared:
+    """What a factory built: the callable to time, figures about its setup, and a scope
+    (a context manager factory) that the harness holds open around every call, so that
+    state such as a pinned SDPA backend is set once, not inside the timed call."""
     fn: Callable
     info: dict = field(default_factory=dict)
+    scope: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,18 @@ def default_cases(device: str) -> list[tuple[str, Case]]:
 
 
 def check_cell(variant, case: Case, budget_ms: float = 1000.0) -> dict:
-    fn = variant.prepare(case).fn
+    prepared = variant.prepare(case)
+    with prepared.scope():
+        return _compare_timers(variant.name, case, prepared.fn, budget_ms)
+
+
+def _compare_timers(name: str, case: Case, fn, budget_ms: float) -> dict:
     q, k, v = make_inputs(case)
     call = timed_call(case, fn, q, k, v, make_grad_out(case) if case.needs_grad else None)
     ours = time_call(case.device, call, budget_ms)
     timer = tub.Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
     theirs = timer.blocked_autorange(min_run_time=max(0.2, budget_ms / 1e3))
-    row = {"variant": variant.name, "case": case.label(), "harness_ms": ours.stats.median,
+    row = {"variant": name, "case": case.label(), "harness_ms": ours.stats.median,
            "harness_iqr_ms": ours.stats.iqr, "harness_samples": ours.stats.count,
            "tub_ms": theirs.median * 1e3, "tub_iqr_ms": theirs.iqr * 1e3,
            "ratio_tub": ours.stats.median / (theirs.median * 1e3)}

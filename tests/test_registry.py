@@ -102,3 +102,38 @@ def test_cuda_cases_unavailable_without_gpu(registry):
         pytest.skip("a GPU is present")
     ok, why = available(registry["naive"], Case(device="cuda", q_len=16, kv_len=16))
     assert not ok and "CUDA is not available" in why
+
+
+def test_pinned_sdpa_backend_runs_that_kernel_only(registry):
+    """Inside or outside the harness's scope, a pinned variant runs its own kernel or fails;
+    it never falls back to another backend."""
+    import torch
+    from torch.nn.attention import SDPBackend
+    from torch.profiler import ProfilerActivity, profile
+
+    from bench.inputs import make_inputs
+    from variants.sdpa import _pinned
+
+    case = Case(q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16)
+    q, k, v = make_inputs(case)
+    efficient = registry["sdpa.efficient"].prepare(case)
+    with pytest.raises(RuntimeError, match="No viable backend"):
+        efficient.fn(q, k, v)
+
+    def ops(name, scoped):
+        prepared = registry[name].prepare(case)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            if scoped:
+                with prepared.scope():
+                    assert _pinned({"sdpa.flash": SDPBackend.FLASH_ATTENTION, "sdpa.math": SDPBackend.MATH}[name])
+                    prepared.fn(q, k, v)
+            else:
+                prepared.fn(q, k, v)
+        return {e.key for e in prof.key_averages()}
+
+    for scoped in (True, False):
+        flash, math = ops("sdpa.flash", scoped), ops("sdpa.math", scoped)
+        assert any("flash_attention" in n for n in flash) and not any("_math" in n for n in flash)
+        assert any("_scaled_dot_product_attention_math" in n for n in math)
+        assert not any("flash_attention" in n for n in math)
+    assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
