@@ -2,12 +2,14 @@
 
 For each cell the harness's median is printed beside torch.utils.benchmark's
 blocked_autorange median (and triton.testing.do_bench's on a GPU, when triton is
-installed), with the ratios.  It reports; it asserts no time.
+installed), with the ratios; the tools take turns over a few rounds so that drift on a
+shared machine falls on both.  It reports; it asserts no time.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import statistics
 
 import torch
 import torch.utils.benchmark as tub
@@ -16,6 +18,7 @@ from bench.case import Case
 from bench.inputs import make_grad_out, make_inputs
 from bench.timing import time_call, timed_call
 
+ROUNDS = 3
 DEFAULT_CELLS = {
     "cpu": [("sdpa.flash", dict(q_len=2048, kv_len=2048)), ("naive", dict(q_len=1024, kv_len=1024)),
             ("sdpa.math", dict(q_len=512, kv_len=512, mask="causal"))],
@@ -36,19 +39,28 @@ def check_cell(variant, case: Case, budget_ms: float = 1000.0) -> dict:
         return _compare_timers(variant.name, case, prepared.fn, budget_ms)
 
 
-def _compare_timers(name: str, case: Case, fn, budget_ms: float) -> dict:
+def _compare_timers(name: str, case: Case, fn, budget_ms: float, rounds: int = ROUNDS) -> dict:
+    """The tools take turns, ``rounds`` times, so that drift on a shared machine (another
+    tenant, clocks) lands on both; each figure is the median over its rounds."""
     q, k, v = make_inputs(case)
     call = timed_call(case, fn, q, k, v, make_grad_out(case) if case.needs_grad else None)
-    ours = time_call(case.device, call, budget_ms)
     timer = tub.Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
-    theirs = timer.blocked_autorange(min_run_time=max(0.2, budget_ms / 1e3))
-    row = {"variant": name, "case": case.label(), "harness_ms": ours.stats.median,
-           "harness_iqr_ms": ours.stats.iqr, "harness_samples": ours.stats.count,
-           "tub_ms": theirs.median * 1e3, "tub_iqr_ms": theirs.iqr * 1e3,
-           "ratio_tub": ours.stats.median / (theirs.median * 1e3)}
+    do_bench = None
     if case.device == "cuda" and importlib.util.find_spec("triton") is not None:
         from triton.testing import do_bench
-
-        row["do_bench_ms"] = float(do_bench(call, return_mode="median"))
-        row["ratio_do_bench"] = ours.stats.median / row["do_bench_ms"]
+    ours, theirs, triton_ms, iqrs, samples = [], [], [], [], 0
+    for _ in range(rounds):
+        t = time_call(case.device, call, budget_ms / rounds)
+        ours.append(t.stats.median)
+        iqrs.append(t.stats.iqr)
+        samples += t.stats.count
+        theirs.append(timer.blocked_autorange(min_run_time=max(0.1, budget_ms / rounds / 1e3)).median * 1e3)
+        if do_bench is not None:
+            triton_ms.append(float(do_bench(call, return_mode="median")))
+    med = statistics.median
+    row = {"variant": name, "case": case.label(), "harness_ms": med(ours), "harness_iqr_ms": med(iqrs),
+           "harness_samples": samples, "tub_ms": med(theirs), "ratio_tub": med(ours) / med(theirs)}
+    if triton_ms:
+        row["do_bench_ms"] = med(triton_ms)
+        row["ratio_do_bench"] = med(ours) / med(triton_ms)
     return row
