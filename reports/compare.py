@@ -73,12 +73,17 @@ def _chart(m: pd.DataFrame, path: Path, name_a: str, name_b: str) -> Path:
     fig, ax = plt.subplots(figsize=(9, max(2.5, 0.24 * len(m) + 1.2)), layout="constrained")
     ax.barh(range(len(m)), m["ratio"] - 1.0, left=1.0, color=[colors[v] for v in m["verdict"]])
     ax.axvline(1.0, color="#333333", lw=1)
+    ax.set_xscale("log", base=2)  # 0.5x and 2x sit equally far from 1
+    lo, hi = float(m["ratio"].min()), float(m["ratio"].max())
+    ticks = [t for t in (0.125, 0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0, 8.0) if lo / 1.3 <= t <= hi * 1.3] or [1.0]
+    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.set_ylim(len(m) - 0.5, -0.5)
     ax.set_yticks(range(len(m)), labels, fontsize=7)
-    ax.invert_yaxis()
     ax.set_xlabel(f"time ratio B/A  (A = {name_a}, B = {name_b}; < 1 is faster)")
-    ax.set_title("Run comparison: median time ratio per cell")
+    fig.suptitle("Run comparison: median time ratio per cell (verdict from the IQRs)", fontsize=11)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c, label=v) for v, c in colors.items()]
-    ax.legend(handles=handles, fontsize=8, loc="lower right")
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=3, frameon=False)
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
