@@ -203,7 +203,8 @@ def _export(args):
 def _gpu_check(args):
     from bench.gpucheck import run_gpu_check
 
-    return run_gpu_check(Path(args.out), int(args.seq_len))
+    variants = [v for v in (args.variants or "").split(",") if v] or None
+    return run_gpu_check(Path(args.out), int(args.seq_len), args.device, variants)
 
 
 def add_tool_commands(sub) -> None:
@@ -225,4 +226,7 @@ def add_tool_commands(sub) -> None:
     gp = sub.add_parser("gpu-check", help="exercise every CUDA path on one NVIDIA GPU and print a table")
     gp.add_argument("--out", default="runs/gpu-check", metavar="DIR")
     gp.add_argument("--seq-len", dest="seq_len", default="2048")
+    gp.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cpu: the same steps at a small size, a dry run of the script itself")
+    gp.add_argument("--variants", help="comma-separated subset (default: all)")
     gp.set_defaults(func=_gpu_check)

@@ -77,12 +77,26 @@ def fingerprint(device: str) -> dict:
 
 
 def measure_peak_tflops(device: str, dtype: str) -> float:
-    """Best achieved TFLOP/s of a large square matmul (fastest sample): the ceiling that
-    '% of peak' is measured against."""
+    """Best achieved TFLOP/s of a square matmul (fastest sample): the ceiling that '% of
+    peak' is measured against.  The size doubles up to PEAK_MATMUL_N while one product
+    would take under 250 ms, so a dtype the CPU has no fast GEMM for (float16) costs a second,
+    not minutes."""
+    import time
+
     from bench.timing import time_call
 
-    n = PEAK_MATMUL_N[device]
-    a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
-    b = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+    torch_dtype = getattr(torch, dtype)
+    n = 256
+    while n < PEAK_MATMUL_N[device]:
+        a = torch.randn(n, n, device=device).to(torch_dtype)
+        t0 = time.perf_counter()
+        a @ a
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if (time.perf_counter() - t0) * 8 > 0.25:  # the next size would take over 250 ms
+            break
+        n *= 2
+    a = torch.randn(n, n, device=device).to(torch_dtype)
+    b = torch.randn(n, n, device=device).to(torch_dtype)
     timing = time_call(device, lambda: a @ b, budget_ms=500.0)
     return 2 * n**3 / (timing.stats.min * 1e-3) / 1e12

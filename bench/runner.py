@@ -99,7 +99,10 @@ class Worker:
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1
-            self._start()
+            try:
+                self._start()
+            except RuntimeError as exc:
+                return "crash", str(exc), None
         self._conn.send((variant, case.to_dict()))
         deadline = time.monotonic() + timeout_s
         while True:

@@ -120,3 +120,15 @@ def test_gpu_check_refuses_cleanly_without_gpu(capsys, tmp_path):
     assert main(["gpu-check", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "needs an NVIDIA GPU" in err and "Traceback" not in err
+
+
+def test_gpu_check_dry_run_on_cpu(tmp_path, capsys):
+    """The GPU check's own steps (sweeps, profiles, self-check, final table) on the CPU."""
+    assert main(["gpu-check", "--device", "cpu", "--seq-len", "32", "--variants", "naive",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "status and median per cell" in out and "statuses: ok" in out
+    assert "profile naive:" in out and "ratio_tub" in out
+    for sub in ("matrix", "cross", "scaling"):
+        assert (tmp_path / sub / "report" / "index.html").exists()
+    assert list(tmp_path.glob("trace_naive_*.json"))
