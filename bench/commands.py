@@ -50,30 +50,19 @@ def add_subcommands(sub) -> None:
 
 
 def _report(args):
-    from pathlib import Path
-
-    from bench.errors import UsageError
     from reports.build import build_report
 
-    for d in args.runs:
-        if not (Path(d) / "results.jsonl").exists():
-            raise UsageError(f"{d}: not a run folder (no results.jsonl)")
     print(f"report: {build_report(args.runs, Path(args.out) if args.out else None)}")
     return 0
 
 
 def _compare(args):
     import sys
-    from pathlib import Path
 
     from tabulate import tabulate
 
-    from bench.errors import UsageError
     from reports.compare import compare_runs
 
-    for d in (args.run_a, args.run_b):
-        if not (Path(d) / "results.jsonl").exists():
-            raise UsageError(f"{d}: not a run folder (no results.jsonl)")
     out = Path(args.out) if args.out else Path(args.run_b) / "compare"
     m, regressions, warnings, chart = compare_runs(args.run_a, args.run_b, out, args.fail_on_regression)
     for w in warnings:
@@ -191,12 +180,10 @@ def _selfcheck(args):
 
 
 def _export(args):
-    from bench.errors import UsageError
     from bench.export import export
+    from bench.store import require_run
 
-    if not (Path(args.run) / "results.jsonl").exists():
-        raise UsageError(f"{args.run}: not a run folder (no results.jsonl)")
-    print(f"wrote {export(Path(args.run), Path(args.out) if args.out else None)}")
+    print(f"wrote {export(require_run(args.run), Path(args.out) if args.out else None)}")
     return 0
 
 

@@ -40,6 +40,16 @@ def new_run_dir(device: str, root: Path = DEFAULT_ROOT, link_latest: bool = True
     return path
 
 
+def require_run(run_dir) -> Path:
+    """``run_dir`` as a Path, or a UsageError when it holds no results.jsonl."""
+    from bench.errors import UsageError
+
+    path = Path(run_dir)
+    if not (path / RESULTS).exists():
+        raise UsageError(f"{run_dir}: not a run folder (no {RESULTS})")
+    return path
+
+
 def read_rows(run_dir: Path, repair: bool = False) -> list[dict]:
     """Every complete row; a torn last line (a killed writer) is skipped, and with
     ``repair`` cut off so that appends start on a fresh line."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -19,9 +17,7 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
     """All rows of the given run folders, and each folder's env.json (with 'run' added)."""
     frames, envs = [], []
     for d in run_dirs:
-        d = Path(d)
-        if not (d / store.RESULTS).exists():
-            raise FileNotFoundError(f"{d}: no {store.RESULTS} (not a run folder)")
+        d = store.require_run(d)
         env = store.read_env(d) | {"run": d.name, "path": str(d)}
         envs.append(env)
         df = pd.DataFrame(store.read_rows(d))

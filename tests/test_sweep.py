@@ -145,6 +145,9 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
     (["sweep", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["sweep", "--device", "tpu"], "unknown device 'tpu'; valid: cpu, cuda"),
     (["report"], "the following arguments are required"),
+    (["report", "/nonexistent/run"], "/nonexistent/run: not a run folder (no results.jsonl)"),
+    (["compare", "/nonexistent/a", "/nonexistent/b"], "not a run folder"),
+    (["export", "/nonexistent/run"], "not a run folder"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     assert main(argv) == 2
