@@ -1,4 +1,6 @@
-"""One cell, executed inside the worker: setup, reference check, timing, memory pass.
+"""The cells of one case, executed inside the worker: setup and reference check per
+variant, then timing of every variant that passed in interleaved rounds (A B C A B C ...),
+then each one's memory pass (and profiled pass).
 
 Every path ends in a row with a status and a reason; nothing here raises.
 """
@@ -7,23 +9,38 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
+from bench import contention
 from bench import flops as flopcount
 from bench.case import Case
 from bench.inputs import make_grad_out, make_inputs
 from bench.memory import peak_bytes
 from bench.reference import reference, run_and_check
-from bench.registry import Variant, first_line
-from bench.timing import time_call, timed_call
+from bench.registry import Prepared, Variant, first_line
+from bench.timing import DEFAULT_PRECISION, interleave, make_timer, release_flush_buffer, timed_call
 
 STATUSES = ("ok", "mismatch", "unsupported", "oom", "error", "timeout", "crash")
 UNSUPPORTED_MARKERS = ("No available kernel", "No viable backend", "No operator found",
                        "not supported", "does not support")
-
+DEFAULT_ROUNDS = 3
 
 MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")
+
+
+@dataclass
+class CellSettings:
+    """How the cells of a sweep are measured (recorded in every row)."""
+    budget_ms: float = 1000.0
+    precision: float = DEFAULT_PRECISION
+    rounds: int = DEFAULT_ROUNDS
+    profile: bool = False
+
+    def to_row(self) -> dict:
+        return {"budget_ms": self.budget_ms, "precision": self.precision}
 
 
 def base_row(variant: str, case: Case, status: str = "", reason: str = "") -> dict:
@@ -39,16 +56,34 @@ def _is_oom(exc: BaseException) -> bool:
     return "out of memory" in text or "can't allocate memory" in text
 
 
+def fail(row: dict, exc: BaseException) -> dict:
+    """The row's status and reason from an exception."""
+    why = f"{type(exc).__name__}: {first_line(exc)}"
+    if _is_oom(exc):
+        status = "oom"
+    elif isinstance(exc, NotImplementedError) or any(m in str(exc) for m in UNSUPPORTED_MARKERS):
+        status = "unsupported"
+    else:
+        status = "error"
+    row.update(status=status, reason=why[:500])
+    for key in ("samples_ms", "round_medians_ms"):
+        row.pop(key, None)
+    return row
+
+
 def _free(device: str) -> None:
-    gc.collect()
+    """Return memory between cases.  Only CUDA needs a collection (cached blocks go back to
+    the driver); on the CPU reference counting frees tensors, and a full collection over
+    torch's heap costs ~100 ms a time."""
     if device == "cuda":
+        gc.collect()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
 
 
 class ReferenceCache:
-    """The float64 reference of the last case: cells come grouped by case, so every
-    variant of a case is checked against one reference computation."""
+    """The float64 reference of the last case: every variant of a case is checked against
+    one reference computation."""
 
     def __init__(self):
         self._key = None
@@ -63,51 +98,110 @@ class ReferenceCache:
         return self._value
 
 
+@dataclass
+class _Live:
+    """A variant that passed its check and waits for its timing."""
+    variant: Variant
+    prepared: Prepared
+    row: dict
+    call: Callable = None
+    timer: object = None
+    failed: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit: Callable[[dict], None],
+              cache: ReferenceCache | None = None) -> None:
+    """Measure ``variants`` on ``case``; ``emit(row)`` for each as soon as its row is final
+    (failures at once, timed rows after the rounds)."""
+    cache = cache or ReferenceCache()
+    try:
+        q, k, v = make_inputs(case)
+        grad_out = make_grad_out(case) if case.needs_grad else None
+        live = []
+        for var in variants:
+            item = _setup_and_check(var, case, settings, cache, q, k, v, grad_out)
+            if item.row["status"]:
+                emit(item.row)
+            else:
+                live.append(item)
+        if live:
+            _time_all(live, case, settings, q, k, v, grad_out, emit)
+    finally:
+        release_flush_buffer()
+        _free(case.device)
+
+
 def run_cell(v: Variant, case: Case, budget_ms: float, cache: ReferenceCache | None = None,
-             profile: bool = False) -> dict:
-    row = base_row(v.name, case)
+             profile: bool = False, precision: float = DEFAULT_PRECISION, rounds: int = 1) -> dict:
+    """One variant on one case (a group of one)."""
+    rows = []
+    run_group([v], case, CellSettings(budget_ms, precision, rounds, profile), rows.append, cache)
+    return rows[0]
+
+
+def _setup_and_check(var, case, settings, cache, q, k, v, grad_out) -> _Live:
+    row = base_row(var.name, case) | settings.to_row()
     row["threads"] = torch.get_num_threads()
     try:
         t0 = time.perf_counter()
-        prepared = v.prepare(case)
+        prepared = var.prepare(case)
         row["setup_ms"] = (time.perf_counter() - t0) * 1e3
         row.update(prepared.info)
         with prepared.scope():
-            _measure(row, case, prepared.fn, budget_ms, cache or ReferenceCache(), profile)
+            result = run_and_check(case, prepared.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out))
+        row.update(result.to_row())
+        if not result.ok:
+            row.update(status="mismatch", reason=result.reason)
+        return _Live(var, prepared, row)
     except Exception as exc:  # every failure becomes the row's status
-        why = f"{type(exc).__name__}: {first_line(exc)}"
-        if _is_oom(exc):
-            status = "oom"
-        elif isinstance(exc, NotImplementedError) or any(m in str(exc) for m in UNSUPPORTED_MARKERS):
-            status = "unsupported"
-        else:
-            status = "error"
-        row.update(status=status, reason=why[:500])
-        row.pop("samples_ms", None)
-    finally:
-        _free(case.device)
-    return row
+        return _Live(var, None, fail(row, exc))
 
 
-def _measure(row: dict, case: Case, fn, budget_ms: float, cache: ReferenceCache, profile: bool) -> None:
-    """Reference check, then (if it passes) timing, the memory pass and the profiled pass."""
-    q, k, v = make_inputs(case)
-    grad_out = make_grad_out(case) if case.needs_grad else None
-    result = run_and_check(case, fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out))
-    row.update(result.to_row())
-    if not result.ok:
-        row.update(status="mismatch", reason=result.reason)
-        return
-    call = timed_call(case, fn, q, k, v, grad_out)
-    row.update(time_call(case.device, call, budget_ms).to_row())
-    del call
-    _free(case.device)
-    whole = case.replace(direction="fwd+bwd" if case.needs_grad else "fwd")
-    row["peak_mem_bytes"] = peak_bytes(case.device, timed_call(whole, fn, q, k, v, grad_out))
-    row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
-    row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
-    if profile:
-        from bench.profile import category_shares
+def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, grad_out, emit) -> None:
+    by_name = {item.variant.name: item for item in live}
 
-        row.update(category_shares(case, fn, q, k, v, grad_out))
-    row["status"] = "ok"
+    def enter(name):
+        return by_name[name].prepared.scope()
+
+    def on_error(name, exc):
+        by_name[name].failed = True
+        emit(fail(by_name[name].row, exc))
+
+    for item in list(live):
+        try:
+            with item.prepared.scope():
+                item.call = timed_call(case, item.prepared.fn, q, k, v, grad_out)
+            item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision)
+        except Exception as exc:
+            on_error(item.variant.name, exc)
+    timers = {item.variant.name: item.timer for item in live if not item.failed}
+    window = contention.LoadWindow().start()
+    interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=on_error)
+    other_cpu = window.stop() if case.device == "cpu" else None
+    release_flush_buffer()
+    for item in live:
+        if item.failed:
+            continue
+        row = item.row
+        try:
+            timing = item.timer.result()
+            row.update(timing.to_row())
+            if case.device == "cpu":
+                row.update(contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms))
+            item.call = None  # the retained graph of a bwd call goes before the memory pass
+            _free(case.device)
+            whole = case.replace(direction="fwd+bwd" if case.needs_grad else "fwd")
+            with item.prepared.scope():
+                row["peak_mem_bytes"] = peak_bytes(case.device, timed_call(whole, item.prepared.fn, q, k, v,
+                                                                            grad_out))
+                if settings.profile:
+                    from bench.profile import category_shares
+
+                    row.update(category_shares(case, item.prepared.fn, q, k, v, grad_out))
+            row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
+            row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
+            row["status"] = "ok"
+        except Exception as exc:
+            fail(row, exc)
+        emit(row)

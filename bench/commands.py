@@ -40,6 +40,12 @@ def add_subcommands(sub) -> None:
     sp.add_argument("--timeout", help="seconds per cell before it is killed (default: 300 CPU, 120 GPU)")
     sp.add_argument("--budget-ms", dest="budget_ms",
                     help="timing budget per cell in ms (default: the preset's)")
+    sp.add_argument("--threads", help="torch threads in the worker (default: torch's, one per core); fewer "
+                    "than the cores leaves room for other processes on a shared machine")
+    sp.add_argument("--precision", help="CPU: stop sampling when the 95%% CI of the median is within "
+                    "+-PCT%% of it (default 2), or when the budget is spent")
+    sp.add_argument("--rounds", help="interleaved rounds per case: its variants take turns, A B C A B C "
+                    "(default 3)")
     sp.add_argument("--profile", action="store_true",
                     help="add a separate profiled pass per cell (category shares as columns)")
     sp.add_argument("--no-report", dest="no_report", action="store_true", help="skip the report")
@@ -147,6 +153,8 @@ def _profile(args):
 
 
 def _selfcheck(args):
+    import sys
+
     from tabulate import tabulate
 
     from bench.registry import available
@@ -169,13 +177,23 @@ def _selfcheck(args):
             print(f"{name} {case.label()}: unsupported: {why}")
             continue
         rows.append(check_cell(registry[name], case, float(args.budget_ms)))
+    for r in rows:
+        for tool in ("tub", "do_bench"):
+            if f"ratio_{tool}" in r:
+                r[f"spread_{tool}"] = f"{r[f'ratio_{tool}_lo']:.3f}-{r[f'ratio_{tool}_hi']:.3f}"
     headers = {"variant": "variant", "case": "case", "harness_ms": "harness median ms",
                "harness_iqr_ms": "IQR", "tub_ms": "torch.utils.benchmark ms", "ratio_tub": "ratio",
-               "do_bench_ms": "do_bench ms", "ratio_do_bench": "ratio"}
+               "spread_tub": "per-round", "do_bench_ms": "do_bench ms", "ratio_do_bench": "ratio",
+               "spread_do_bench": "per-round", "other_cpu": "other CPU (cores)", "contended": "contended"}
     table = [[r.get(k, "") for k in headers if any(k in x for x in rows)] for r in rows]
     print(tabulate(table, headers=[v for k, v in headers.items() if any(k in x for x in rows)],
                    floatfmt=".4g"))
-    print("ratio = harness median / reference tool median (1.00 = same figure)")
+    print(f"ratio = harness median / reference tool median (1.00 = same figure): the median of the "
+          f"per-round ratios, the tools taking turns in {rows[0]['rounds'] if rows else 3} interleaved rounds")
+    if any(r.get("contended") for r in rows):
+        print("warning: the machine was shared during the check (contended): both tools were hit alike, so "
+              "their agreement says nothing about either; rerun on a quiet machine or with --threads",
+              file=sys.stderr)
     return 0
 
 

@@ -48,11 +48,16 @@ def peak_cuda(call: Callable) -> int:
 def peak_cpu(call: Callable) -> int | None:
     from torch.profiler import ProfilerActivity, profile
 
-    call()  # warm
-    gc.collect()
-    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = call()
-        del out
+    # no warm-up call: the memory pass comes after the reference check and the timing
+    gc_was = gc.isenabled()
+    gc.disable()  # no collection of older garbage inside the recorded window
+    try:
+        with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            out = call()
+            del out
+    finally:
+        if gc_was:
+            gc.enable()
     try:
         raw = prof.profiler.kineto_results.events()
     except AttributeError:  # a PyTorch without the kineto result API: memory unknown

@@ -21,25 +21,47 @@ class WorkerSettings:
     profile: bool = False
     threads: int | None = None
     log_path: str | None = None  # the worker's stdout and stderr go here
+    precision: float = 0.02
+    rounds: int = 3
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when its parent dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _worker_main(conn, settings: WorkerSettings) -> None:
-    if settings.log_path:  # native libraries write straight to fd 1 and 2
-        import os
+    import os
 
+    _die_with_parent()
+    try:
+        os.setpgid(0, 0)  # its own process group: a timeout kills whatever the variant spawned too
+    except OSError:
+        pass
+    if settings.log_path:  # native libraries write straight to fd 1 and 2
         fd = os.open(settings.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    import gc
+
     import torch
 
-    from bench.cell import ReferenceCache, run_cell
+    from bench.cell import CellSettings, ReferenceCache, run_group
     from bench.registry import discover
 
     if settings.threads:
         torch.set_num_threads(settings.threads)
     registry = discover(settings.plugins)
+    cell_settings = CellSettings(settings.budget_ms, settings.precision, settings.rounds, settings.profile)
     cache = ReferenceCache()
+    gc.collect()
+    gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
     conn.send(("ready", torch.get_num_threads()))
     while True:
         try:
@@ -48,10 +70,10 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
             return
         if msg is None:
             return
-        name, case_dict = msg
-        row = run_cell(registry[name], Case.from_dict(case_dict), settings.budget_ms, cache,
-                       settings.profile)
-        conn.send(("row", row))
+        names, case_dict = msg
+        run_group([registry[n] for n in names], Case.from_dict(case_dict), cell_settings,
+                  lambda row: conn.send(("row", row)), cache)
+        conn.send(("done", None))
 
 
 def _death(exitcode) -> str:
@@ -65,6 +87,16 @@ def _death(exitcode) -> str:
         hint = " (the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
         return f"worker died with {name}{hint}"
     return f"worker exited with code {exitcode}"
+
+
+def _kill_group(pid: int) -> None:
+    import os
+
+    try:
+        if os.getpgid(pid) == pid:  # the worker leads its own group
+            os.killpg(pid, signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        pass
 
 
 class Worker:
@@ -94,26 +126,34 @@ class Worker:
             raise RuntimeError(f"the worker failed to start: {_death(code)}") from None
         assert tag == "ready"
 
-    def run(self, variant: str, case: Case, timeout_s: float) -> tuple[str, str, dict | None]:
-        """('row', '', row) or ('timeout' | 'crash', reason, None)."""
+    def run_group(self, names: list[str], case: Case, timeout_s: float, on_row) -> tuple[str, str]:
+        """Run the variants ``names`` on ``case``; ``on_row(row)`` for each row as it arrives.
+        Returns ('done', '') or ('timeout' | 'crash', reason) when the worker overran
+        ``timeout_s`` per variant still to come, or died; the rows already passed on stay."""
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1
             try:
                 self._start()
             except RuntimeError as exc:
-                return "crash", str(exc), None
-        self._conn.send((variant, case.to_dict()))
-        deadline = time.monotonic() + timeout_s
+                return "crash", str(exc)
+        self._conn.send((list(names), case.to_dict()))
+        left_names = len(names)
+        deadline = time.monotonic() + timeout_s * left_names
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                return "timeout", f"no result within the {timeout_s:g} s cell timeout", None
+                return "timeout", f"no result within the {timeout_s:g} s cell timeout"
             try:
                 if self._conn.poll(min(left, 0.5)):
                     tag, row = self._conn.recv()
-                    return tag, "", row
+                    if tag == "done":
+                        return "done", ""
+                    on_row(row)
+                    left_names -= 1
+                    deadline = time.monotonic() + timeout_s * max(1, left_names)
+                    continue
             except (EOFError, ConnectionResetError, OSError):
                 pass
             if not self._proc.is_alive():
@@ -123,10 +163,17 @@ class Worker:
                     reason += f"; its output is in {self.settings.log_path}"
                 self._proc = None
                 self.restarts += 1
-                return "crash", reason, None
+                return "crash", reason
+
+    def run(self, variant: str, case: Case, timeout_s: float) -> tuple[str, str, dict | None]:
+        """One variant on one case: ('row', '', row) or ('timeout' | 'crash', reason, None)."""
+        rows = []
+        tag, why = self.run_group([variant], case, timeout_s, rows.append)
+        return ("row", "", rows[0]) if rows else (tag, why, None)
 
     def kill(self) -> None:
         if self._proc is not None:
+            _kill_group(self._proc.pid)
             self._proc.kill()
             self._proc.join()
             self._proc = None

@@ -2,8 +2,11 @@
 
 For each cell the harness's median is printed beside torch.utils.benchmark's
 blocked_autorange median (and triton.testing.do_bench's on a GPU, when triton is
-installed), with the ratios; the tools take turns over a few rounds so that drift on a
-shared machine falls on both.  It reports; it asserts no time.
+installed).  The tools take turns in interleaved rounds, the same mechanism the sweep uses
+for the variants of a case (``bench.timing.interleave``), and the ratio is the median of
+the per-round ratios with its spread.  The machine's load is measured meanwhile: two
+timers hit alike by a busy machine agree with each other and are both wrong, so a
+contended check says so.  It reports; it asserts no time.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import statistics
 import torch
 import torch.utils.benchmark as tub
 
+from bench import contention
 from bench.case import Case
 from bench.inputs import make_grad_out, make_inputs
-from bench.timing import time_call, timed_call
+from bench.timing import CudaTimer, CpuTimer, interleave, timed_call
 
 ROUNDS = 3
 DEFAULT_CELLS = {
@@ -33,34 +37,50 @@ def default_cases(device: str) -> list[tuple[str, Case]]:
             for name, kw in DEFAULT_CELLS[device]]
 
 
-def check_cell(variant, case: Case, budget_ms: float = 1000.0) -> dict:
+def check_cell(variant, case: Case, budget_ms: float = 1000.0, rounds: int = ROUNDS) -> dict:
     prepared = variant.prepare(case)
     with prepared.scope():
-        return _compare_timers(variant.name, case, prepared.fn, budget_ms)
+        return _compare_timers(variant.name, case, prepared.fn, budget_ms, rounds)
+
+
+class _ToolTimer:
+    """Another tool as a timer of the interleave protocol: one median per round."""
+
+    def __init__(self, measure):
+        self.measure = measure
+        self.rounds: list[list[float]] = []
+
+    def run_round(self, budget_ms: float, min_samples: int = 1) -> None:
+        self.rounds.append([self.measure(budget_ms)])
+
+
+def _ratio(ours: list[float], theirs: list[float]) -> tuple[float, float, float]:
+    ratios = sorted(a / b for a, b in zip(ours, theirs) if b > 0)
+    return statistics.median(ratios), ratios[0], ratios[-1]
 
 
 def _compare_timers(name: str, case: Case, fn, budget_ms: float, rounds: int = ROUNDS) -> dict:
-    """The tools take turns, ``rounds`` times, so that drift on a shared machine (another
-    tenant, clocks) lands on both; each figure is the median over its rounds."""
     q, k, v = make_inputs(case)
     call = timed_call(case, fn, q, k, v, make_grad_out(case) if case.needs_grad else None)
     timer = tub.Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
-    do_bench = None
+    timers = {"harness": CudaTimer(call) if case.device == "cuda" else CpuTimer(call),
+              "tub": _ToolTimer(lambda ms: timer.blocked_autorange(min_run_time=max(0.05, ms / 1e3)).median * 1e3)}
     if case.device == "cuda" and importlib.util.find_spec("triton") is not None:
         from triton.testing import do_bench
-    ours, theirs, triton_ms, iqrs, samples = [], [], [], [], 0
-    for _ in range(rounds):
-        t = time_call(case.device, call, budget_ms / rounds)
-        ours.append(t.stats.median)
-        iqrs.append(t.stats.iqr)
-        samples += t.stats.count
-        theirs.append(timer.blocked_autorange(min_run_time=max(0.1, budget_ms / rounds / 1e3)).median * 1e3)
-        if do_bench is not None:
-            triton_ms.append(float(do_bench(call, return_mode="median")))
-    med = statistics.median
-    row = {"variant": name, "case": case.label(), "harness_ms": med(ours), "harness_iqr_ms": med(iqrs),
-           "harness_samples": samples, "tub_ms": med(theirs), "ratio_tub": med(ours) / med(theirs)}
-    if triton_ms:
-        row["do_bench_ms"] = med(triton_ms)
-        row["ratio_do_bench"] = med(ours) / med(triton_ms)
+
+        timers["do_bench"] = _ToolTimer(lambda ms: float(do_bench(call, rep=int(max(ms, 10)), return_mode="median")))
+    window = contention.LoadWindow().start()
+    interleave(timers, rounds, budget_ms)
+    other = window.stop()
+    ours = timers["harness"].result()
+    per_round = {k: [statistics.median(r) for r in t.rounds] for k, t in timers.items() if k != "harness"}
+    row = {"variant": name, "case": case.label(), "harness_ms": ours.stats.median, "harness_iqr_ms": ours.stats.iqr,
+           "harness_samples": ours.stats.count, "rounds": rounds}
+    for tool, medians in per_round.items():
+        ratio, lo, hi = _ratio(ours.round_medians_ms, medians)
+        row |= {f"{tool}_ms": statistics.median(medians), f"ratio_{tool}": ratio,
+                f"ratio_{tool}_lo": lo, f"ratio_{tool}_hi": hi}
+    if case.device == "cpu":
+        verdict = contention.verdict(ours.cpu_util, other, ours.threads, ours.samples_ms)
+        row |= {"cpu_util": verdict["cpu_util"], "other_cpu": other, "contended": verdict["contended"]}
     return row

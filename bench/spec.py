@@ -4,6 +4,7 @@ into cells (variant x case).  All user errors raise UsageError with what is vali
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from bench.errors import UsageError
 AXES = ("variants", "seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes",
         "masks", "window", "directions")
 INT_AXES = ("seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "window")
-SETTINGS = ("device", "timeout", "budget_ms", "preset")
+SETTINGS = ("device", "timeout", "budget_ms", "preset", "threads", "precision", "rounds")
 
 PRESETS = {
     "cpu": {
@@ -66,6 +67,9 @@ class Spec:
     timeout: float
     budget_ms: float
     plugins: list[str] = field(default_factory=list)
+    threads: int | None = None  # the worker's torch threads (None: torch's default)
+    precision: float = 2.0  # percent: the CPU timer stops when the median's 95% CI is within +-this
+    rounds: int = 3  # interleaved rounds per case
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -172,10 +176,46 @@ def build_spec(given: dict, registry) -> Spec:
         budget = float(values["budget_ms"])
     except (TypeError, ValueError):
         raise UsageError("--timeout and --budget-ms take numbers") from None
-    if timeout <= 0 or budget <= 0:
-        raise UsageError("--timeout and --budget-ms must be positive")
+    if not (timeout > 0 and budget > 0) or math.isinf(timeout) or math.isinf(budget):
+        raise UsageError("--timeout and --budget-ms must be positive, finite numbers")
+    threads = _setting_int(given, "threads", None, 1, 4096)
+    rounds = _setting_int(given, "rounds", 3, 1, 100)
+    precision = _setting_float(given, "precision", 2.0, 0.1, 50.0)
     return Spec(device=device, preset=preset, timeout=timeout, budget_ms=budget,
-                plugins=list(given.get("plugins") or []), **axes)
+                plugins=list(given.get("plugins") or []), threads=threads, precision=precision,
+                rounds=rounds, **axes)
+
+
+def _setting_int(given: dict, key: str, default, lo: int, hi: int):
+    raw = given.get(key)
+    if raw is None:
+        return default
+    flag = "--" + key.replace("_", "-")
+    try:
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            raise ValueError
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise UsageError(f"{flag} takes a whole number from {lo} to {hi}, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise UsageError(f"{flag} takes a whole number from {lo} to {hi}, got {value}")
+    return value
+
+
+def _setting_float(given: dict, key: str, default, lo: float, hi: float):
+    raw = given.get(key)
+    if raw is None:
+        return default
+    flag = "--" + key.replace("_", "-")
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise UsageError(f"{flag} takes a number from {lo:g} to {hi:g}, got {raw!r}") from None
+    if not lo <= value <= hi:  # also refuses nan
+        raise UsageError(f"{flag} takes a number from {lo:g} to {hi:g}, got {raw!r}")
+    return value
 
 
 def availability_on_this_machine(v, device: str | None = None) -> tuple[bool, str]:

@@ -3,6 +3,7 @@ append each row to the run folder as soon as it is known."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from bench.registry import available, discover, plugin_module
 from bench.runner import Worker, WorkerSettings
 from bench.spec import AXES, as_list, build_spec, load_config
 
-FLAG_KEYS = AXES + ("device", "timeout", "budget_ms", "preset")
+FLAG_KEYS = AXES + ("device", "timeout", "budget_ms", "preset", "threads", "precision", "rounds")
 
 
 def collect_given(args) -> dict:
@@ -65,22 +66,43 @@ def run_sweep(args) -> int:
     print(f"run folder: {run_dir}  ({len(cells)} cells to run, {len(done)} already there; "
           f"device {spec.device}, {env['threads']} threads)", file=sys.stderr)
     t0 = time.perf_counter()
-    counts = _run_cells(cells, run_dir, spec, registry, given["plugins"], env["peaks_tflops"], args)
+    counts, timed_s = _run_cells(cells, run_dir, spec, registry, given["plugins"], env["peaks_tflops"], args)
+    _close_run(run_dir, spec)
     elapsed = time.perf_counter() - t0
-    print(summary_table(store.read_rows(run_dir)))
+    rows = store.read_rows(run_dir)
+    print(summary_table(rows))
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
           + f"  ({len(cells)} cells in {elapsed:.0f} s)")
+    warning = contention_warning(rows, spec)
+    if warning:
+        print(warning, file=sys.stderr)
     if not getattr(args, "no_report", False):
         from reports.build import build_report
 
         print(f"report: {build_report([run_dir])}")
     print(f"results: {run_dir / store.RESULTS}")
+    print(f"timed samples: {timed_s:.1f} s of {elapsed:.1f} s wall ({100 * timed_s / max(elapsed, 1e-9):.0f}%)")
     return 0
+
+
+def contention_warning(rows: list[dict], spec) -> str:
+    """A warning that counts the contended cells and says what to do, or ''."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    bad = [r for r in ok if r.get("contended")]
+    if not bad:
+        return ""
+    return (f"warning: {len(bad)} of {len(ok)} ok cells were timed while the CPU was shared (contended: "
+            f"e.g. {bad[0].get('contended_why')}). Their numbers are kept but flagged, drawn hollow and left "
+            f"out of fits. For numbers you can trust, rerun on a quieter machine, or with fewer threads than "
+            f"cores (--threads {max(1, (os.cpu_count() or 2) - 1)}) so that other processes have a core of "
+            f"their own.")
 
 
 def _open_run(resume: Path | None, out: str | None, spec, given: dict, registry) -> tuple[Path, dict]:
     """The run folder (new, --out, or resumed) with its env.json written: the fingerprint,
-    the spec, and the matmul peak of every dtype the spec uses (measured once per run)."""
+    the spec, the load average, and the matmul peak of every dtype the spec uses (measured
+    once per run, at the sweep's thread count)."""
+    from bench.contention import load_average
     from bench.envinfo import fingerprint, measure_peak_tflops
 
     run_dir = resume or (Path(out) if out else store.new_run_dir(spec.device))
@@ -90,47 +112,124 @@ def _open_run(resume: Path | None, out: str | None, spec, given: dict, registry)
         env.setdefault("resumed", []).append(" ".join(["python", "-m", "bench"] + sys.argv[1:]))
     else:
         env = fingerprint(spec.device) | {"peaks_tflops": {}}
+    if spec.threads:
+        env["threads"] = spec.threads
     baseline = registry.baseline()
-    env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None}
+    env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None,
+            "loadavg_start": load_average()}
     for dtype in spec.dtypes:
         if dtype not in env["peaks_tflops"]:
-            env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype)
+            env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, spec.threads)
     store.write_env(run_dir, env)
     return run_dir, env
 
 
-def _run_cells(cells, run_dir: Path, spec, registry, plugins, peaks: dict, args) -> dict:
+def _close_run(run_dir: Path, spec) -> None:
+    """The end of a sweep in env.json: the load average, and the matmul peak measured again.
+    The peak kept is the higher of the two; a cell above it means the peak is still wrong,
+    and env.json says so (``peak_unreliable``) for the report to show."""
+    from bench.contention import load_average
+    from bench.envinfo import measure_peak_tflops
+
+    env = store.read_env(run_dir)
+    env["loadavg_end"] = load_average()
+    checks = env.setdefault("peak_checks", {})
+    best_cell = {}
+    for r in store.read_rows(run_dir):
+        if r.get("status") == "ok" and r.get("tflops"):
+            best_cell[r["dtype"]] = max(best_cell.get(r["dtype"], 0.0), float(r["tflops"]))
+    unreliable = env.setdefault("peak_unreliable", {})
+    for dtype in spec.dtypes:
+        again = measure_peak_tflops(spec.device, dtype, spec.threads)
+        start = env["peaks_tflops"].get(dtype, 0.0)
+        checks[dtype] = {"start": start, "end": again}
+        env["peaks_tflops"][dtype] = peak = max(start, again)
+        top = best_cell.get(dtype, 0.0)
+        if top > peak:
+            unreliable[dtype] = (f"a cell reached {100 * top / peak:.0f}% of the measured {dtype} matmul peak "
+                                 f"({peak:.3g} TFLOP/s, measured at the start and again at the end): the peak "
+                                 f"is too low for this machine, so % of peak is not reliable for {dtype}")
+        else:
+            unreliable.pop(dtype, None)
+    store.write_env(run_dir, env)
+
+
+def _run_cells(cells, run_dir: Path, spec, registry, plugins, peaks: dict, args) -> tuple[dict, float]:
     """Each cell to a row, appended as soon as it is known; unavailable cells are recorded
-    as 'unsupported' without launching them."""
+    as 'unsupported' without launching them.  The variants of one case go to the worker
+    together, to be timed in interleaved rounds; when the worker dies or overruns in a
+    group, the variants still without a row run again one at a time, so that the cell
+    that crashed is the one marked.  Returns the status counts and the timed seconds."""
     from tqdm import tqdm
 
     writer = store.ResultWriter(run_dir)
     worker = Worker(WorkerSettings(plugins=plugins, budget_ms=spec.budget_ms,
-                                   profile=bool(getattr(args, "profile", False)),
+                                   profile=bool(getattr(args, "profile", False)), threads=spec.threads,
+                                   precision=spec.precision / 100.0, rounds=spec.rounds,
                                    log_path=str(run_dir / "worker.log")))
     counts = dict.fromkeys(STATUSES, 0)
+    timed = [0.0]
     bar = tqdm(total=len(cells), unit="cell", dynamic_ncols=True, file=sys.stderr,
                disable=getattr(args, "quiet", False))
+
+    def record(row: dict) -> None:
+        dtype = row.get("dtype")
+        if row.get("tflops") and peaks.get(dtype):
+            row["pct_peak"] = 100.0 * row["tflops"] / peaks[dtype]
+        writer.write(row)
+        counts[row["status"]] += 1
+        timed[0] += row.get("timed_s") or 0.0
+        bar.update(1)
+
+    def run(names: list[str], case) -> None:
+        got = []
+        tag, why = worker.run_group(names, case, spec.timeout, lambda row: (got.append(row["variant"]),
+                                                                            record(row)))
+        missing = [n for n in names if n not in got]
+        if tag == "done" or not missing:
+            return
+        if len(missing) == 1 and len(names) == 1:
+            record(base_row(missing[0], case, tag, why))
+            return
+        for name in missing:  # find the culprit: one at a time
+            run([name], case)
+
     try:
-        for name, case in cells:
-            bar.set_postfix_str(f"{name} {case.label()}", refresh=False)
-            ok, why = available(registry[name], case)
-            if not ok:
-                row = base_row(name, case, "unsupported", why)
-            else:
-                tag, why, row = worker.run(name, case, spec.timeout)
-                if row is None:
-                    row = base_row(name, case, tag, why)
-            if row.get("tflops") and peaks.get(case.dtype):
-                row["pct_peak"] = 100.0 * row["tflops"] / peaks[case.dtype]
-            writer.write(row)
-            counts[row["status"]] += 1
-            bar.update(1)
+        for case, names in _by_case(cells):
+            bar.set_postfix_str(f"{case.label()}", refresh=False)
+            runnable = []
+            for name in names:
+                ok, why = available(registry[name], case)
+                if ok:
+                    runnable.append(name)
+                else:
+                    record(base_row(name, case, "unsupported", why))
+            if runnable:
+                run(runnable, case)
     finally:
         bar.close()
         worker.stop()
         writer.close()
-    return counts
+    return counts, timed[0]
+
+
+def _by_case(cells):
+    """(case, [variant names]) in the order the cells come."""
+    groups: dict = {}
+    for name, case in cells:
+        groups.setdefault(case, []).append(name)
+    return groups.items()
+
+
+def shaky_mask(df):
+    """True where an ok row is noisy or contended (a pandas Series over ``df``)."""
+    import pandas as pd
+
+    flags = pd.Series(False, index=df.index)
+    for col in ("noisy", "contended"):
+        if col in df:
+            flags |= df[col].fillna(False).astype(bool)
+    return flags & (df["status"] == "ok")
 
 
 def summary_table(rows: list[dict]) -> str:
@@ -148,7 +247,9 @@ def summary_table(rows: list[dict]) -> str:
                           "kv_heads", "head_dim") if c in df and df[c].astype(str).nunique() > 1]
     if (df["kv_len"] != df["q_len"]).any():
         facets.append("kv_len")
-    df["cell"] = [f"{m:.3g}" if s == "ok" else s for m, s in zip(df["median_ms"], df["status"])]
+    shaky = shaky_mask(df)
+    df["cell"] = [(f"{m:.3g}" + ("*" if f else "")) if s == "ok" else s
+                  for m, s, f in zip(df["median_ms"], df["status"], shaky)]
     never = df.groupby("variant")["status"].agg(lambda s: (s == "unsupported").all())
     skipped = df[df["variant"].isin(never[never].index)]
     df = df[~df["variant"].isin(never[never].index)]
@@ -162,6 +263,9 @@ def summary_table(rows: list[dict]) -> str:
         table.columns = [f"n={c}" for c in table.columns]
         lines.append("median ms (or status) by sequence length")
         lines.append(tabulate(table.reset_index(), headers="keys", showindex=False))
+        if shaky[df.index].any():
+            lines.append("* noisy (the median's 95% CI reaches beyond +-5%) or contended (timed while the CPU "
+                         "was shared): kept, but flagged and left out of fits")
     for name, g in skipped.groupby("variant"):
         lines.append(f"unsupported here: {name}: {g['reason'].iloc[0]}")
     return "\n".join(lines)

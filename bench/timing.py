@@ -1,11 +1,26 @@
-"""Timers.  GPU: CUDA events around each repetition with an L2 flush in between, warm-up
-and repetition budgets in ms (the triton.testing.do_bench method).  CPU: perf_counter over
-blocks of calls, adaptive until IQR/median is small or the budget is spent (the
-torch.utils.benchmark adaptive_autorange method).  Raw per-call samples are kept.
+"""Timers.
+
+CPU: perf_counter around blocks of calls (each block lasts at least MIN_BLOCK_MS, so the
+clock's own cost is negligible).  There is no fixed warm-up: blocks are timed from the
+start, and the ones taken before two successive blocks agree within WARMUP_AGREE are
+dropped as warm-up.  Sampling stops as soon as the 95% confidence interval of the median
+(order statistics, so no assumption on the shape of the distribution) lies within
++-precision of the median, or when the budget is spent.  The process CPU time spent in
+the timed blocks is kept beside their wall time: ``cpu_util`` says whether the cores were
+ours.  The garbage collector is off inside the timed blocks, as in timeit.
+
+GPU: CUDA events around each repetition with a 256 MiB buffer zeroed in between (an L2
+flush), warm-up and repetition budgets in ms (the triton.testing.do_bench method).
+
+Both take their samples in segments: a ``Timer`` is run for one round at a time, so that
+the variants of one case can take turns (A B C A B C ...), and drift on a shared machine
+lands on all of them alike.  Raw per-call samples are kept, with the median of each round.
 """
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 import time
 from collections.abc import Callable
@@ -17,26 +32,90 @@ from bench.case import Case
 from bench.stats import Stats
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H100/H200: 50-60 MiB)
+CONFIDENCE = 0.95
+DEFAULT_PRECISION = 0.02  # stop when the median's 95% CI is within +-2% of it
+MIN_BLOCK_MS = 1.0  # a CPU sample times a block of calls lasting at least this long
+WARMUP_AGREE = 0.10  # warm once two successive block estimates agree within 10%
+MAX_CPU_SAMPLES = 2000
+NOISY_CI = 0.05  # a median whose 95% CI reaches beyond +-5% of it is flagged noisy
+MIN_ROUND_SAMPLES = 3  # per round, so that each round's median means something
+
+
+@functools.lru_cache(maxsize=4096)
+def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
+    """0-based ranks (lo, hi) such that [x_(lo), x_(hi)] of n sorted samples covers the
+    median with probability >= ``confidence`` (exact, from Binomial(n, 1/2) below 200
+    samples; normal approximation above).  None when n is too small (n < 6 at 95%)."""
+    if n < 1:
+        return None
+    if n > 200:
+        half = 0.5 * 1.959963984540054 * math.sqrt(n)
+        r = max(1, math.floor(n / 2 - half))  # 1-based lower rank
+        return r - 1, n - r
+    total = 2**n
+    best = None
+    below = 0  # sum of C(n, i) for i < r
+    for r in range(1, n // 2 + 1):  # interval [x_(r), x_(n+1-r)], 1-based
+        below += math.comb(n, r - 1)
+        if 1 - 2 * below / total >= confidence:
+            best = r
+        else:
+            break
+    return None if best is None else (best - 1, n - best)
+
+
+def median_ci(samples) -> tuple[float, float] | None:
+    xs = sorted(samples)
+    ranks = median_ci_ranks(len(xs))
+    return None if ranks is None else (xs[ranks[0]], xs[ranks[1]])
+
+
+def ci_halfwidth(samples) -> float:
+    """The larger distance from the median to an end of its 95% CI, relative to the median
+    (inf when there are too few samples for one)."""
+    ci = median_ci(samples)
+    if ci is None:
+        return math.inf
+    med = Stats.of(samples).median
+    return max(med - ci[0], ci[1] - med) / med if med > 0 else math.inf
 
 
 @dataclass
 class Timing:
-    samples_ms: list[float]  # per call
+    samples_ms: list[float]  # per call, every round
     number: int  # calls per sample
     warmup_calls: int
     method: str
     threads: int = field(default_factory=torch.get_num_threads)
+    round_medians_ms: list[float] = field(default_factory=list)
+    timed_s: float = 0.0  # wall time inside the timed blocks
+    cpu_s: float | None = None  # process CPU time (all threads) inside them; None on GPU
+    precision: float | None = None  # the target, as a fraction
 
     @property
     def stats(self) -> Stats:
         return Stats.of(self.samples_ms)
 
+    @property
+    def cpu_util(self) -> float | None:
+        """Process CPU time / (wall time x threads) over the timed blocks: near 1 when every
+        thread had a core of its own, lower when others took them (or the op is serial)."""
+        if self.cpu_s is None or self.timed_s <= 0:
+            return None
+        return self.cpu_s / (self.timed_s * self.threads)
+
     def to_row(self) -> dict:
         s = self.stats
+        ci = median_ci(self.samples_ms)
+        halfwidth = ci_halfwidth(self.samples_ms)
         return {"median_ms": s.median, "iqr_ms": s.iqr, "min_ms": s.min, "mean_ms": s.mean,
-                "q1_ms": s.q1, "q3_ms": s.q3, "samples": s.count, "noisy": s.noisy,
+                "q1_ms": s.q1, "q3_ms": s.q3, "samples": s.count, "rel_iqr": s.rel_iqr,
+                "ci_halfwidth": halfwidth if math.isfinite(halfwidth) else None, "noisy": halfwidth > NOISY_CI,
+                "ci_lo_ms": ci[0] if ci else None, "ci_hi_ms": ci[1] if ci else None,
                 "number": self.number, "warmup_calls": self.warmup_calls,
-                "timer": self.method, "threads": self.threads, "samples_ms": self.samples_ms}
+                "timer": self.method, "threads": self.threads, "samples_ms": self.samples_ms,
+                "round_medians_ms": self.round_medians_ms, "rounds": len(self.round_medians_ms),
+                "timed_s": self.timed_s, "cpu_util": self.cpu_util, "precision": self.precision}
 
 
 def timed_call(case: Case, fn: Callable, q, k, v, grad_out=None) -> Callable[[], object]:
@@ -55,73 +134,193 @@ def timed_call(case: Case, fn: Callable, q, k, v, grad_out=None) -> Callable[[],
     return lambda: torch.autograd.grad(fn(q, k, v), inputs, grad_out)
 
 
-def time_cpu(call: Callable, budget_ms: float = 1000.0, warmup_ms: float = 50.0,
-             min_samples: int = 5, max_samples: int = 1000, threshold: float = 0.05,
-             min_block_ms: float = 1.0, sync: Callable[[], None] = lambda: None,
-             clock: Callable[[], float] = time.perf_counter) -> Timing:
-    """Adaptive CPU timing: at least ``min_samples`` samples, more until IQR/median is
-    below ``threshold`` or ``budget_ms`` is spent.  Each sample times a block of
-    ``number`` calls (enough to last ``min_block_ms``) and stores the per-call mean."""
-    t0 = clock()
-    call()
-    sync()
-    warm = 1
-    est = (clock() - t0) * 1e3
-    while (clock() - t0) * 1e3 < warmup_ms:
-        s = clock()
-        call()
-        sync()
-        est = (clock() - s) * 1e3
-        warm += 1
-    number = max(1, math.ceil(min_block_ms / max(est, 1e-6)))
-    samples: list[float] = []
-    start = clock()
-    while len(samples) < max_samples:
-        s = clock()
+class CpuTimer:
+    """Adaptive CPU timing of one callable, one round at a time (see the module doc)."""
+
+    def __init__(self, call: Callable, precision: float = DEFAULT_PRECISION, min_block_ms: float = MIN_BLOCK_MS,
+                 sync: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.process_time, max_samples: int = MAX_CPU_SAMPLES):
+        self.call, self.precision, self.min_block_ms = call, precision, min_block_ms
+        self.sync, self.clock, self.cpu_clock, self.max_samples = sync, clock, cpu_clock, max_samples
+        self.rounds: list[list[float]] = []
+        self.number = 1
+        self.warmup_calls = 0
+        self.warm = False
+        self.timed_s = 0.0
+        self.cpu_s = 0.0
+
+    @property
+    def samples(self) -> list[float]:
+        return [x for r in self.rounds for x in r]
+
+    def _block(self) -> float:
+        """One timed block of ``number`` calls; returns ms per call."""
+        number, call, clock = self.number, self.call, self.clock
+        c0 = self.cpu_clock()
+        t0 = clock()
         for _ in range(number):
             call()
-        sync()
-        samples.append((clock() - s) * 1e3 / number)
-        if len(samples) >= min_samples:
-            spent = (clock() - start) * 1e3
-            if spent >= budget_ms or Stats.of(samples).rel_iqr < threshold and spent >= budget_ms / 10:
-                break
-    return Timing(samples, number, warm, "cpu-perf_counter")
+        self.sync()
+        t1 = clock()
+        self.cpu_s += self.cpu_clock() - c0
+        self.timed_s += t1 - t0
+        return (t1 - t0) * 1e3 / number
+
+    def precise(self) -> bool:
+        return ci_halfwidth(self.samples) <= self.precision
+
+    def run_round(self, budget_ms: float, min_samples: int = 1) -> None:
+        """Samples until the pooled 95% CI of the median is within +-precision (and this
+        round has ``min_samples``), or ``budget_ms`` is spent (with one sample at least)."""
+        start = self.clock()
+        mine: list[float] = []
+        self.rounds.append(mine)
+        prev = None
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            while len(self.samples) < self.max_samples:
+                est = self._block()
+                if not self.warm:
+                    self.warmup_calls += self.number
+                    if est * self.number < self.min_block_ms / 2:  # too short to compare yet
+                        self.number = max(1, math.ceil(self.min_block_ms / max(est, 1e-6)))
+                        prev = None
+                        continue
+                    if prev is not None and abs(est - prev) <= WARMUP_AGREE * max(est, prev):
+                        self.warm = True  # both agreeing blocks were warm: keep them
+                        self.warmup_calls -= 2 * self.number
+                        mine.extend([prev, est])
+                    else:
+                        prev = est
+                        if (self.clock() - start) * 1e3 < budget_ms / 2:
+                            continue
+                        self.warm = True  # never agreed within half the budget: take it as it is
+                        mine.append(est)
+                        self.warmup_calls -= self.number
+                else:
+                    mine.append(est)
+                spent = (self.clock() - start) * 1e3
+                if spent >= budget_ms or (len(mine) >= min_samples and self.precise()):
+                    break
+        finally:
+            if gc_was:
+                gc.enable()
+
+    def result(self) -> Timing:
+        rounds = [r for r in self.rounds if r]
+        return Timing(self.samples, self.number, self.warmup_calls, "cpu-perf_counter",
+                      round_medians_ms=[Stats.of(r).median for r in rounds], timed_s=self.timed_s,
+                      cpu_s=self.cpu_s, precision=self.precision)
 
 
-def time_cuda(call: Callable, warmup_ms: float = 25.0, rep_ms: float = 100.0,
-              min_samples: int = 10, max_samples: int = 10_000) -> Timing:
-    """CUDA events around each repetition; a 256 MiB buffer is zeroed before each one so
-    that no repetition finds its data in L2.  Counts derive from a 5-call estimate."""
-    cache = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    call()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        cache.zero_()
-        call()
-    end.record()
-    torch.cuda.synchronize()
-    est = max(start.elapsed_time(end) / 5, 1e-4)
-    n_warmup = max(1, int(warmup_ms / est))
-    n_rep = min(max_samples, max(min_samples, int(rep_ms / est)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    for _ in range(n_warmup):
-        call()
-    for i in range(n_rep):
-        cache.zero_()
-        starts[i].record()
-        call()
-        ends[i].record()
-    torch.cuda.synchronize()
-    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    del cache
-    return Timing(samples, 1, n_warmup + 6, "cuda-events+l2-flush")
+class CudaTimer:
+    """CUDA events around each repetition, the L2 flushed before each one; counts derive from
+    a 5-call estimate taken in the first round."""
+
+    def __init__(self, call: Callable, warmup_ms: float = 25.0, min_samples: int = 10, max_samples: int = 10_000):
+        self.call, self.warmup_ms = call, warmup_ms
+        self.min_samples, self.max_samples = min_samples, max_samples
+        self.rounds: list[list[float]] = []
+        self.est = None
+        self.warmup_calls = 0
+        self.timed_s = 0.0
+
+    def _estimate(self, cache) -> None:
+        self.call()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            cache.zero_()
+            self.call()
+        end.record()
+        torch.cuda.synchronize()
+        self.est = max(start.elapsed_time(end) / 5, 1e-4)
+        n_warmup = max(1, int(self.warmup_ms / self.est))
+        for _ in range(n_warmup):
+            self.call()
+        self.warmup_calls = n_warmup + 6
+
+    def run_round(self, budget_ms: float, min_samples: int | None = None) -> None:
+        cache = flush_buffer()
+        if self.est is None:
+            self._estimate(cache)
+        floor = max(self.min_samples, min_samples or 0)
+        n_rep = min(self.max_samples, max(floor, int(budget_ms / self.est)))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+        for i in range(n_rep):
+            cache.zero_()
+            starts[i].record()
+            self.call()
+            ends[i].record()
+        torch.cuda.synchronize()
+        samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        self.timed_s += sum(samples) / 1e3
+        self.rounds.append(samples)
+
+    def result(self) -> Timing:
+        return Timing([x for r in self.rounds for x in r], 1, self.warmup_calls, "cuda-events+l2-flush",
+                      round_medians_ms=[Stats.of(r).median for r in self.rounds if r], timed_s=self.timed_s)
 
 
-def time_call(device: str, call: Callable, budget_ms: float) -> Timing:
+_FLUSH: list = []
+
+
+def flush_buffer():
+    """The 256 MiB L2-flush buffer, allocated once and kept until ``release_flush_buffer``."""
+    if not _FLUSH:
+        _FLUSH.append(torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda"))
+    return _FLUSH[0]
+
+
+def release_flush_buffer() -> None:
+    _FLUSH.clear()
+
+
+def make_timer(device: str, call: Callable, budget_ms: float, precision: float = DEFAULT_PRECISION):
+    if device == "cuda":
+        return CudaTimer(call, warmup_ms=min(25.0, budget_ms / 4))
+    return CpuTimer(call, precision=precision)
+
+
+def interleave(timers: dict, rounds: int, budget_ms: float, enter=None, on_error=None) -> None:
+    """Run ``timers`` (name -> timer) round-robin: every timer takes its turn in round 1,
+    then in round 2, and so on.  Each turn gets ``budget_ms / rounds``.  ``enter(name)``
+    gives a context manager held around a turn (a variant's scope); ``on_error(name, exc)``
+    takes a timer that raised out of later rounds instead of stopping the others."""
+    import contextlib
+
+    live = dict(timers)
+    per_round = budget_ms / max(1, rounds)
+    for r in range(rounds):
+        for name in list(live):
+            try:
+                with (enter(name) if enter else contextlib.nullcontext()):
+                    live[name].run_round(per_round, min_samples=MIN_ROUND_SAMPLES)
+            except Exception as exc:
+                if on_error is None:
+                    raise
+                del live[name]
+                on_error(name, exc)
+
+
+def time_cpu(call: Callable, budget_ms: float = 1000.0, precision: float = DEFAULT_PRECISION,
+             rounds: int = 1, **kw) -> Timing:
+    """One callable, ``rounds`` segments back to back (see CpuTimer)."""
+    timer = CpuTimer(call, precision=precision, **kw)
+    interleave({"call": timer}, rounds, budget_ms)
+    return timer.result()
+
+
+def time_cuda(call: Callable, warmup_ms: float = 25.0, rep_ms: float = 100.0, rounds: int = 1) -> Timing:
+    timer = CudaTimer(call, warmup_ms=warmup_ms)
+    interleave({"call": timer}, rounds, rep_ms)
+    return timer.result()
+
+
+def time_call(device: str, call: Callable, budget_ms: float, precision: float = DEFAULT_PRECISION) -> Timing:
     if device == "cuda":
         return time_cuda(call, warmup_ms=min(25.0, budget_ms / 4), rep_ms=budget_ms)
-    return time_cpu(call, budget_ms=budget_ms)
+    return time_cpu(call, budget_ms=budget_ms, precision=precision)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reports.charts import all_charts
-from reports.frames import load_runs
+from reports.frames import load_runs, speedups, with_peaks
 from reports.page import write_markdown, write_page
 from reports.scaling import crossovers, scaling_table
 from reports.tables import facet_tables, failures, status_counts, write_csvs
@@ -15,11 +15,13 @@ def build_report(run_dirs, out: Path | None = None) -> Path:
     """Write report/ (index.html, report.md, charts/, CSV tables); returns index.html's path."""
     run_dirs = [Path(d) for d in run_dirs]
     df, envs = load_runs(run_dirs)
+    df = with_peaks(df, envs)
     folder = Path(out) if out else run_dirs[0] / "report"
     folder.mkdir(parents=True, exist_ok=True)
     baseline = next((e.get("baseline") for e in envs if e.get("baseline")), "naive")
     if baseline not in set(df["variant"]):
         baseline = None
+    df = speedups(df, baseline)
     peaks = {}
     for e in envs:
         peaks.update(e.get("peaks_tflops") or {})

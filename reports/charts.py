@@ -113,8 +113,8 @@ def _x_axis(ax, ns) -> None:
 
 
 def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, baseline: str | None,
-          out: Path, peaks: dict | None = None, guides: bool = False, band: bool = False,
-          logy: bool = True, hline: float | None = None) -> list[Path]:
+          out: Path, peaks: dict | None = None, guides: bool = False, band: tuple[str, str] | None = None,
+          logy: bool = True, hline: float | None = None, band_label: str = "IQR band") -> list[Path]:
     groups = [(label, with_metrics(ran_here(g), baseline)) for label, g in facet_groups(df)]
     groups = [(label, g) for label, g in groups if not g.empty]
     if not groups:
@@ -122,7 +122,7 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     fig, axes = _subplots(len(groups))
     all_fails = failed_cells(df)
     shown = set()
-    any_fail = False
+    any_fail = any_shaky = False
     for ax, (label, g) in zip(axes, groups):
         ok = g[(g["status"] == "ok") & g[metric].notna() & (g[metric] > 0 if logy else True)]
         for name, v in ok.groupby("variant", sort=True):
@@ -130,11 +130,17 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
             ns = sorted(g.loc[g["variant"] == name, "n"].unique())
             v = v.groupby("n").first().reindex(ns).reset_index()
             st = style[name]
-            ax.plot(v["n"], v[metric], color=st["color"], marker=st["marker"], ms=4.5, lw=st["lw"],
-                    label=name, zorder=st["z"])
+            ax.plot(v["n"], v[metric], color=st["color"], lw=st["lw"], label=name, zorder=st["z"])
+            shaky = v["shaky"].fillna(False).astype(bool) if "shaky" in v else pd.Series(False, index=v.index)
+            for hollow, pts in ((False, v[~shaky]), (True, v[shaky])):
+                if len(pts):
+                    ax.plot(pts["n"], pts[metric], ls="none", marker=st["marker"], ms=5 if hollow else 4.5,
+                            color=st["color"], markerfacecolor="white" if hollow else st["color"],
+                            markeredgewidth=1.3 if hollow else 1.0, zorder=st["z"] + 0.5)
+            any_shaky = any_shaky or bool(shaky.any())
             shown.add(name)
-            if band and {"q1_ms", "q3_ms"} <= set(v):
-                ax.fill_between(v["n"], v["q1_ms"], v["q3_ms"], color=st["color"], alpha=0.18, lw=0,
+            if band and set(band) <= set(v):
+                ax.fill_between(v["n"], v[band[0]], v[band[1]], color=st["color"], alpha=0.18, lw=0,
                                 zorder=2)
         if guides and not ok.empty:
             first = ok[ok["n"] == ok["n"].min()][metric]
@@ -173,7 +179,10 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     if guides:
         extra.append(Line2D([], [], color="#9a9a9a", ls="--", lw=0.9, label="O(n), O(n²) guides"))
     if band:
-        extra.append(plt.Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label="IQR band"))
+        extra.append(plt.Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label=band_label))
+    if any_shaky:
+        extra.append(Line2D([], [], color="#555555", marker="o", markerfacecolor="white", ls="none",
+                            label="hollow: noisy or contended (not fitted)"))
     if any_fail:
         extra.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed cell (status)"))
     fig.suptitle(f"{title}\n{_subtitle(df)}", fontsize=12)
@@ -187,11 +196,12 @@ def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict
     folder.mkdir(parents=True, exist_ok=True)
     specs = {
         "time": dict(metric="time_ms", ylabel="median time per call (ms)",
-                     title="Time vs sequence length (log-log; band = IQR)", guides=True, band=True),
+                     title="Time vs sequence length (log-log; band = IQR)", guides=True, band=("q1_ms", "q3_ms")),
         "memory": dict(metric="mem_mib", ylabel="peak memory above inputs (MiB)",
                        title="Peak memory vs sequence length (log-log)", guides=True),
         "speedup": dict(metric="speedup", ylabel=f"speedup vs {baseline} (x, higher is faster)",
-                        title=f"Speedup against the baseline ({baseline})", hline=1.0),
+                        title=f"Speedup against the baseline ({baseline}), paired per interleaved round",
+                        hline=1.0, band=("speedup_lo", "speedup_hi"), band_label="spread over the rounds"),
         "tflops": dict(metric="tflops", ylabel="achieved TFLOP/s",
                        title="Achieved TFLOP/s (exact FLOPs of the kept pairs) vs the measured peak",
                        peaks=peaks),

@@ -10,7 +10,9 @@ from bench import store
 FACET_COLS = ["device", "dtype", "direction", "mask", "window", "batch", "heads", "kv_heads",
               "head_dim", "kv"]
 NUMERIC = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "peak_mem_bytes",
-           "flops", "tflops", "pct_peak", "max_abs_err", "grad_max_abs_err", "setup_ms", "compile_ms"]
+           "flops", "tflops", "pct_peak", "max_abs_err", "grad_max_abs_err", "setup_ms", "compile_ms",
+           "cpu_util", "other_cpu", "timed_s"]
+FLAGS = ["noisy", "contended"]
 
 
 def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
@@ -36,6 +38,66 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     df["n"] = df["q_len"].astype(int)
     df["status"] = df["status"].fillna("error")
     df["reason"] = df["reason"].fillna("")
+    for col in FLAGS:
+        df[col] = df[col].map(lambda x: bool(x) if isinstance(x, (bool, np.bool_)) else False) if col in df else False
+    # shaky: an ok cell whose figure is not to be trusted as it stands (drawn hollow, starred, not fitted)
+    df["shaky"] = (df["status"] == "ok") & (df["noisy"] | df["contended"])
+    if "round_medians_ms" not in df:
+        df["round_medians_ms"] = None
+    return df
+
+
+def with_peaks(df: pd.DataFrame, envs: list[dict]) -> pd.DataFrame:
+    """% of peak against the peak each run's env.json holds at its end (the better of the
+    measurements at the start and at the end of the sweep); ``peak_unreliable`` where a
+    cell still went above it."""
+    df = df.copy()
+    peaks = {e["run"]: e.get("peaks_tflops") or {} for e in envs}
+    bad = {e["run"]: e.get("peak_unreliable") or {} for e in envs}
+    df["pct_peak"] = [100.0 * t / peaks[r][d] if pd.notna(t) and peaks.get(r, {}).get(d) else np.nan
+                      for t, r, d in zip(df["tflops"], df["run"], df["dtype"])]
+    above = {(r, d) for r, d, p in zip(df["run"], df["dtype"], df["pct_peak"]) if pd.notna(p) and p > 100.0}
+    df["peak_unreliable"] = [d in bad.get(r, {}) or (r, d) in above for r, d in zip(df["run"], df["dtype"])]
+    return df
+
+
+def paired_ratio(a, b) -> tuple[float, float, float, bool]:
+    """b / a per interleaved round (a, b: rows of one case from one run): the median ratio
+    and its spread (min, max over the rounds), and whether it was paired.  Rows without
+    matching rounds fall back to the medians, with the spread from the quartiles."""
+    ra, rb = a.get("round_medians_ms"), b.get("round_medians_ms")
+    if isinstance(ra, list) and isinstance(rb, list) and len(ra) == len(rb) and len(ra) > 1:
+        ratios = sorted(y / x for x, y in zip(ra, rb) if x > 0)
+        if ratios:
+            return float(np.median(ratios)), ratios[0], ratios[-1], True
+    def q(row, key):
+        x = row.get(key)
+        return row["median_ms"] if x is None or pd.isna(x) else x
+
+    med = b["median_ms"] / a["median_ms"]
+    return med, q(b, "q1_ms") / q(a, "q3_ms"), q(b, "q3_ms") / q(a, "q1_ms"), False
+
+
+def speedups(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    """``speedup`` (baseline time / variant time, the median over the interleaved rounds),
+    ``speedup_lo`` and ``speedup_hi`` (its spread), per ok row with an ok baseline row of the
+    same case in the same run."""
+    from bench.case import CASE_FIELDS
+
+    df = df.copy()
+    df["speedup"] = df["speedup_lo"] = df["speedup_hi"] = np.nan
+    if not baseline or df.empty:
+        return df
+    ok = df[df["status"] == "ok"]
+    key = [c for c in ["run", *CASE_FIELDS] if c in df]
+    base = {tuple(r[c] for c in key): r for _, r in ok[ok["variant"] == baseline].iterrows()}
+    for i, r in ok.iterrows():
+        b = base.get(tuple(r[c] for c in key))
+        if b is None:
+            continue
+        # time ratio variant / baseline -> speedup baseline / variant: invert and swap the ends
+        med, lo, hi, _ = paired_ratio(b.to_dict(), r.to_dict())
+        df.loc[i, ["speedup", "speedup_lo", "speedup_hi"]] = [1 / med, 1 / hi, 1 / lo]
     return df
 
 

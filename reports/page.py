@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.flops import __doc__ as FLOP_DOC
-from reports.tables import METRICS
+from reports.tables import METRICS, NOTES
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -20,7 +20,7 @@ table{border-collapse:collapse;font-size:12.5px;margin:6px 0 14px;background:#ff
 th,td{border:1px solid #e0e0e0;padding:3px 8px;text-align:right;white-space:nowrap}
 td:last-child{white-space:normal;min-width:120px;max-width:640px;text-align:left;word-break:break-word}
 th{background:#f2f2f4} td:first-child,th:first-child{text-align:left}
-td.bad{color:#b22222;font-weight:600} img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
+td.bad{color:#b22222;font-weight:600} p.trust{font-size:15px;background:#fff;border-left:4px solid #4c72b0;padding:6px 10px} img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
 details{margin:6px 0} summary{cursor:pointer;font-weight:600} code{background:#f0f0f0;padding:1px 4px;border-radius:3px}
 .grid{display:block} figure{margin:0 0 22px} .tw{overflow-x:auto;max-width:100%}
 """
@@ -49,7 +49,27 @@ def _fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
         s[c] = s[c].map(lambda x: "n/a" if pd.isna(x) else f"{x:.3f}")
     return s.rename(columns={"time_exp": "time exponent", "time_r2": "time R²", "mem_exp": "memory exponent",
                              "mem_r2": "memory R²", "n_range": "n range", "largest_ok_n": "largest n ok",
-                             "first_failure": "first failure above"})
+                             "left_out": "left out (shaky)", "first_failure": "first failure above"})
+
+
+def trust_line(df, envs) -> str:
+    """One line: can these numbers be trusted?  Counts of ok, noisy and contended cells,
+    and whether every dtype's matmul peak held."""
+    ok = df[df["status"] == "ok"]
+    noisy, contended = int(ok["noisy"].sum()), int(ok["contended"].sum())
+    shaky = int(ok["shaky"].sum())
+    clean = len(ok) - shaky
+    verdict = ("trustworthy" if shaky == 0 else "mostly trustworthy" if shaky <= 0.1 * max(1, len(ok))
+               else "NOT trustworthy as a whole")
+    bad_peaks = sorted({d for e in envs for d in (e.get("peak_unreliable") or {})}
+                       | set(ok.loc[ok.get("peak_unreliable", False) == True, "dtype"]))  # noqa: E712
+    loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
+                      f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
+    text = (f"{verdict}: {len(ok)} ok cells, {clean} clean, {noisy} noisy, {contended} contended "
+            f"(shaky cells are hollow in charts, marked * in tables and left out of fits)")
+    if bad_peaks:
+        text += f"; the matmul peak is unreliable for {', '.join(bad_peaks)} (marked † in % of peak)"
+    return text + (f"; {loads}" if loads else "") + "."
 
 
 def env_summary(envs: list[dict]) -> pd.DataFrame:
@@ -71,6 +91,7 @@ def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, ch
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
              f"<style>{CSS}</style></head><body><main>",
              f"<h1>{html.escape(title)}</h1>",
+             f"<p class=trust><b>Trust:</b> {html.escape(trust_line(df, envs))}</p>",
              f"<p class=muted>{len(df)} cells, {len(variants)} variants "
              f"({len(ran)} ran here: {html.escape(', '.join(ran))}); baseline <b>{html.escape(str(baseline))}</b>.</p>",
              "<nav><a href=#charts>charts</a><a href=#scaling>scaling</a><a href=#tables>tables</a>"
@@ -90,6 +111,8 @@ def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, ch
                  "<p class=muted>No variant overtakes another within the measured range.</p>")
     parts.append("<h2 id=tables>Tables</h2><p class=muted>Per facet, sequence length by variant. "
                  "Failed cells show their status. FLOP convention: " + html.escape(flop_text) + "</p>")
+    parts.append("<p class=muted>" + "<br>".join(f"{html.escape(k)} {html.escape(v)}" for k, v in NOTES.items())
+                 + "</p>")
     for label, ts in tables:
         parts.append(f"<h3>{html.escape(label)}</h3>")
         for metric, t in ts.items():
@@ -112,13 +135,14 @@ def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, ch
 
 
 def write_markdown(folder: Path, df, envs, tables, scaling, cross, counts, fails, charts) -> Path:
-    lines = ["# attnbench report: " + ", ".join(e["run"] for e in envs), ""]
+    lines = ["# attnbench report: " + ", ".join(e["run"] for e in envs), "", "**Trust:** " + trust_line(df, envs), ""]
     for name, paths in charts.items():
         png = next(p for p in paths if p.suffix == ".png")
         lines += [f"![{name}](charts/{png.name})", ""]
     lines += ["## Scaling", "", _fmt_scaling(scaling).to_markdown(index=False) if not scaling.empty else "none",
               "", "### Crossovers", "", cross.to_markdown(index=False) if not cross.empty else "none", ""]
     lines += ["## Tables", "", "FLOP convention: " + " ".join(FLOP_DOC.split()), ""]
+    lines += [f"{k} {v}  " for k, v in NOTES.items()] + [""]
     for label, ts in tables:
         lines += [f"### {label}", ""]
         for metric, t in ts.items():

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from reports.frames import facet_groups
+from reports.frames import facet_groups, paired_ratio
 
 
 def fit_exponent(n, y) -> dict:
@@ -37,55 +37,61 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
             okv = v[v["status"] == "ok"]
             if okv.empty:
                 continue
-            t = fit_exponent(okv["n"], okv["median_ms"])
-            m = fit_exponent(okv["n"], okv["peak_mem_bytes"])
+            trusted = okv[~okv["shaky"]] if "shaky" in okv else okv
+            t = fit_exponent(trusted["n"], trusted["median_ms"])
+            m = fit_exponent(okv["n"], okv["peak_mem_bytes"])  # memory is counted, not timed: every ok cell
             largest = int(okv["n"].max())
             above = v[(v["n"] > largest) & (v["status"] != "ok")].sort_values("n")
             fail = f"{above['status'].iloc[0]} at n={int(above['n'].iloc[0])}" if len(above) else ""
             out.append({"facet": label, "variant": variant, "time_exp": t["exponent"], "time_r2": t["r2"],
                         "mem_exp": m["exponent"], "mem_r2": m["r2"],
                         "n_range": f"{int(t['n_min'])}-{int(t['n_max'])}" if t["points"] else "",
-                        "points": t["points"], "largest_ok_n": largest, "first_failure": fail})
+                        "points": t["points"], "left_out": int(len(okv) - len(trusted)),
+                        "largest_ok_n": largest, "first_failure": fail})
     return pd.DataFrame(out)
 
 
-def _side(a, b) -> int:
-    """+1 when a is slower than b beyond noise (a's q1 above b's q3), -1 when faster beyond
-    noise, 0 when their interquartile ranges overlap."""
-    if a["q1"] > b["q3"]:
+def _side(a: dict, b: dict) -> int:
+    """+1 when a is slower than b beyond noise, -1 when faster, 0 when it cannot be told.
+    Paired (both measured in the same interleaved rounds): a/b in every round on one side
+    of 1.  Otherwise: the interquartile ranges apart."""
+    ratio, lo, hi, _ = paired_ratio(b, a)  # a / b
+    if lo > 1:
         return 1
-    if a["q3"] < b["q1"]:
+    if hi < 1:
         return -1
     return 0
 
 
 def crossovers(df: pd.DataFrame) -> pd.DataFrame:
     """Where one variant overtakes another: it is slower beyond noise at one n and faster
-    beyond noise at a later n (IQRs not overlapping at either).  The crossing length is
-    where the log-log interpolation of the medians between those two n crosses."""
+    beyond noise at a later n (see _side; noisy or contended cells are left out).  The
+    crossing length is where the log-log interpolation of the paired time ratios between
+    those two n crosses 1."""
     out = []
     for label, g in facet_groups(df):
-        ok = g[g["status"] == "ok"].copy()
-        ok["q1"] = ok["q1_ms"].fillna(ok["median_ms"]) if "q1_ms" in ok else ok["median_ms"]
-        ok["q3"] = ok["q3_ms"].fillna(ok["median_ms"]) if "q3_ms" in ok else ok["median_ms"]
-        stats = {name: v.groupby("n")[["median_ms", "q1", "q3"]].median() for name, v in ok.groupby("variant")}
+        ok = g[g["status"] == "ok"]
+        if "shaky" in ok:
+            ok = ok[~ok["shaky"]]
+        stats = {name: {int(r["n"]): r.to_dict() for _, r in v.sort_values("n").iterrows()}
+                 for name, v in ok.groupby("variant")}
         names = sorted(stats)
         for i, a in enumerate(names):
             for b in names[i + 1:]:
-                common = sorted(set(stats[a].index) & set(stats[b].index))
-                last = None  # (n, side) of the last point outside noise
+                common = sorted(set(stats[a]) & set(stats[b]))
+                last = None  # (n, side, log ratio) of the last point outside noise
                 for n in common:
-                    side = _side(stats[a].loc[n], stats[b].loc[n])
+                    ra, rb = stats[a][n], stats[b][n]
+                    side = _side(ra, rb)
                     if side == 0:
                         continue
+                    d = math.log(paired_ratio(rb, ra)[0])
                     if last is not None and side != last[1]:
-                        n0, n1 = last[0], n
-                        d0 = math.log(stats[a].loc[n0, "median_ms"] / stats[b].loc[n0, "median_ms"])
-                        d1 = math.log(stats[a].loc[n1, "median_ms"] / stats[b].loc[n1, "median_ms"])
-                        f = d0 / (d0 - d1) if d0 != d1 else 0.5
-                        n_cross = math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))
+                        n0, d0 = last[0], last[2]
+                        f = d0 / (d0 - d) if d0 != d else 0.5
+                        n_cross = math.exp(math.log(n0) + f * (math.log(n) - math.log(n0)))
                         faster, slower = (b, a) if side > 0 else (a, b)
                         out.append({"facet": label, "faster_above": faster, "slower_above": slower,
-                                    "n_cross": round(n_cross), "between": f"{int(n0)}-{int(n1)}"})
-                    last = (n, side)
+                                    "n_cross": round(n_cross), "between": f"{int(n0)}-{int(n)}"})
+                    last = (n, side, d)
     return pd.DataFrame(out, columns=["facet", "faster_above", "slower_above", "n_cross", "between"])

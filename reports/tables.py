@@ -3,8 +3,6 @@ memory.  A cell that did not run shows its status (OOM, TIMEOUT, ...), never a b
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from reports.frames import facet_groups, ran_here
@@ -18,14 +16,24 @@ METRICS = {  # name: (title, formatter)
 }
 
 
+SHAKY_MARK = "*"  # noisy or contended: kept, flagged, left out of fits
+PEAK_MARK = "†"  # % of a peak that a cell exceeded: that peak is not reliable
+NOTES = {SHAKY_MARK: "noisy (the median's 95% CI reaches beyond +-5% of it) or contended (timed while the CPU was shared); kept, but left "
+                     "out of fits and crossovers",
+         PEAK_MARK: "a cell of this dtype went above the measured matmul peak, so the peak (and every % of it) "
+                    "is not reliable"}
+
+
 def with_metrics(g: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    """Display columns: time_ms, mem_mib, and the speedup (paired per round when the rows
+    carry rounds; see frames.speedups)."""
+    from reports.frames import speedups
+
     g = g.copy()
     g["time_ms"] = g["median_ms"]
     g["mem_mib"] = g["peak_mem_bytes"] / 2**20
-    g["speedup"] = math.nan
-    if baseline:
-        base = g[(g["variant"] == baseline) & (g["status"] == "ok")].groupby("n")["median_ms"].median()
-        g["speedup"] = g["n"].map(base) / g["median_ms"]
+    if "speedup" not in g:
+        g = speedups(g, baseline)
     return g
 
 
@@ -39,7 +47,9 @@ def pivot(g: pd.DataFrame, metric: str) -> pd.DataFrame:
         elif pd.isna(r[metric]):
             text = "n/a"
         else:
-            text = fmt(r[metric])
+            text = fmt(r[metric]) + (SHAKY_MARK if r.get("shaky") else "")
+            if metric == "pct_peak" and r.get("peak_unreliable"):
+                text += PEAK_MARK
         cells.append((r["variant"], int(r["n"]), text))
     t = pd.DataFrame(cells, columns=["variant", "n", "v"]).pivot_table(
         index="variant", columns="n", values="v", aggfunc="first").fillna("-")

@@ -13,7 +13,7 @@ from bench.cli import main
 from bench.store import ResultWriter, write_env
 from reports.build import build_report
 from reports.compare import compare_frames, compare_runs
-from reports.frames import tidy
+from reports.frames import paired_ratio, speedups, tidy
 from reports.scaling import crossovers, fit_exponent, scaling_table
 from tests.conftest import run_cli
 
@@ -148,4 +148,64 @@ def test_report_with_failed_cells_shows_their_statuses(tmp_path):
     assert '<td class="bad">OOM</td>' in html and '<td class="bad">ERROR</td>' in html
     assert "OutOfMemoryError" in html and "RuntimeError: boom" in html
     assert "xformers" in html and "No operator found" in html
-    assert json.loads((run / "env.json").read_text())["device"] == "cpu"
+    failures = html[html.index("Failed cells and reasons"):]
+    assert failures.count("OutOfMemoryError") == 1 and failures.count("RuntimeError: boom") == 1
+
+
+def test_fit_leaves_out_a_flagged_point_and_counts_it():
+    rows = [dict(variant="quad", q_len=n, median_ms=1e-6 * n**2, peak_mem_bytes=4.0 * n**2) for n in (256, 512, 1024, 2048)]
+    rows.append(dict(variant="quad", q_len=4096, median_ms=1e-6 * 512**2, peak_mem_bytes=4.0 * 4096**2,
+                     contended=True))  # a wild figure taken while the CPU was shared
+    s = scaling_table(_synthetic(rows)).set_index("variant")
+    assert abs(s.loc["quad", "time_exp"] - 2) < 1e-6 and s.loc["quad", "left_out"] == 1
+    assert s.loc["quad", "points"] == 4 and s.loc["quad", "largest_ok_n"] == 4096
+    rows[-1]["contended"] = False  # the same point, trusted, drags the fit down
+    s = scaling_table(_synthetic(rows)).set_index("variant")
+    assert s.loc["quad", "time_exp"] < 1.5 and s.loc["quad", "left_out"] == 0
+
+
+def _paired(variant, n, rounds, **kw):
+    med = sorted(rounds)[len(rounds) // 2]
+    return dict(variant=variant, q_len=n, median_ms=med, q1_ms=min(rounds), q3_ms=max(rounds),
+                round_medians_ms=list(rounds), **kw)
+
+
+def test_crossover_uses_paired_rounds_and_leaves_out_a_flagged_point():
+    rows = []
+    for n in (256, 512, 1024, 2048):
+        rows.append(_paired("a", n, [1.0, 1.2, 0.9]))
+        rows.append(_paired("b", n, [2.0, 2.4, 1.8]))  # b slower than a in every round
+    rows[5] = _paired("b", 1024, [0.5, 0.6, 0.45], contended=True)  # one shaky point says the opposite
+    assert crossovers(_synthetic(rows)).empty
+    rows[5]["contended"] = False
+    assert len(crossovers(_synthetic(rows))) == 2  # trusted, it would flip twice
+
+
+def test_paired_rounds_tell_apart_what_overlapping_quartiles_cannot():
+    """Drift moves both variants together: their quartiles overlap, yet b is slower in every round."""
+    a = _paired("a", 256, [1.0, 2.0, 3.0])
+    b = _paired("b", 256, [1.1, 2.2, 3.3])
+    ratio, lo, hi, paired = paired_ratio(a, b)
+    assert paired and ratio == pytest.approx(1.1) and lo == pytest.approx(1.1) and hi == pytest.approx(1.1)
+    df = speedups(_synthetic([a | {"variant": "naive"}, b]), "naive")
+    sp = df.set_index("variant").loc["b"]
+    assert sp["speedup"] == pytest.approx(1 / 1.1) and sp["speedup_lo"] == pytest.approx(1 / 1.1)
+    unpaired = paired_ratio({"median_ms": 2.0, "q1_ms": 1.0, "q3_ms": 3.0}, {"median_ms": 2.2, "q1_ms": 1.1, "q3_ms": 3.3})
+    assert not unpaired[3] and unpaired[1] < 1 < unpaired[2]  # the quartiles overlap: no verdict
+
+
+def test_pct_peak_above_100_is_marked_and_the_trust_line_counts_shaky_cells(tmp_path):
+    rows = _timed_rows("naive", 1.0, 0.02) + _timed_rows("sdpa.flash", 0.5, 0.02)
+    for r in rows:
+        r |= {"peak_mem_bytes": 4.0 * r["q_len"] ** 2, "tflops": 0.1, "noisy": False, "contended": False}
+    rows[-1] |= {"tflops": 0.5, "contended": True}  # above the 0.2 TFLOP/s peak of _run_folder
+    rows[0]["noisy"] = True
+    run = _run_folder(tmp_path / "peak", rows)
+    html = build_report([run]).read_text()
+    assert "6 ok cells, 4 clean, 1 noisy, 1 contended" in html
+    assert "the matmul peak is unreliable for float32" in html
+    pct = pd.read_csv(run / "report" / "tables.csv")
+    pct = pct[pct["metric"] == "pct_peak"].set_index("variant")
+    assert pct.loc["sdpa.flash", "n=1024"] == "250.0*†"  # shaky and above the peak
+    assert pct.loc["naive", "n=256"] == "50.0*†"  # the peak is unreliable for every float32 cell
+

@@ -1,10 +1,12 @@
+import itertools
+
 import pytest
 import torch
 
 from bench.case import Case
 from bench.inputs import make_grad_out, make_inputs
 from bench.stats import Stats, quantile
-from bench.timing import time_cpu, timed_call
+from bench.timing import CpuTimer, interleave, median_ci_ranks, timed_call
 
 
 def test_stats_against_hand_computed_figures():
@@ -23,44 +25,122 @@ def test_stats_against_hand_computed_figures():
         Stats.of([])
 
 
-def test_cpu_timer_takes_minimum_samples_and_syncs_each_block():
-    syncs = []
-    calls = []
-    timing = time_cpu(lambda: calls.append(1), budget_ms=0.001, warmup_ms=0.0, min_samples=7,
-                      sync=lambda: syncs.append(1))
-    assert len(timing.samples_ms) == 7
-    assert len(calls) == timing.warmup_calls + 7 * timing.number
-    assert len(syncs) == timing.warmup_calls + 7  # once after every warm-up call and every block
-    assert timing.threads == torch.get_num_threads()
+class FakeClock:
+    """A clock that advances only when the timed call runs (and a CPU clock beside it)."""
+
+    def __init__(self, durations, cpu_share=1.0):
+        self.now = 0.0
+        self.cpu = 0.0
+        self.durations = itertools.cycle(durations)
+        self.cpu_share = cpu_share
+        self.calls = 0
+
+    def call(self):
+        d = next(self.durations)
+        self.now += d
+        self.cpu += d * self.cpu_share * torch.get_num_threads()
+        self.calls += 1
 
 
-def test_cpu_timer_samples_are_per_call_times_from_the_clock():
-    """A fake clock that advances 2 ms per call: every per-call sample must be 2 ms."""
-    now = [0.0]
+def _timer(clock, **kw):
+    return CpuTimer(clock.call, clock=lambda: clock.now, cpu_clock=lambda: clock.cpu, **kw)
+
+
+def test_median_ci_ranks_are_the_exact_binomial_ones():
+    assert median_ci_ranks(5) is None  # [min, max] of 5 covers the median with p = 0.9375 < 0.95
+    assert median_ci_ranks(6) == (0, 5)  # 1 - 2/64 = 0.969
+    assert median_ci_ranks(10) == (1, 8)  # 1 - 2*11/1024 = 0.979; (2, 7) would be 0.891
+    lo, hi = median_ci_ranks(1000)
+    assert 468 <= lo <= 470 and hi == 1000 - 1 - lo  # normal approximation: 500 -+ 1.96 * sqrt(1000) / 2
+
+
+def test_cpu_timer_stops_once_the_median_is_precise():
+    """Constant 2 ms calls: warm after two agreeing blocks, precise at the first 95% CI (6
+    samples), long before the budget."""
+    clock = FakeClock([0.002])
+    timer = _timer(clock, precision=0.02)
+    timer.run_round(budget_ms=10_000, min_samples=3)
+    t = timer.result()
+    assert t.samples_ms == pytest.approx([2.0] * 6)
+    assert t.number == 1 and t.warmup_calls == 0  # the two agreeing blocks are kept as samples
+    assert clock.calls == 6
+    assert t.timed_s == pytest.approx(0.012) and t.cpu_util == pytest.approx(1.0)
+
+
+def test_cpu_timer_drops_cold_blocks_and_blocks_short_calls():
+    """A slow first call is warm-up, not a sample; 0.25 ms calls are timed 4 to a block."""
+    clock = FakeClock([0.010] + [0.00025] * 10_000)
+    timer = _timer(clock, precision=0.02, min_block_ms=1.0)
+    timer.run_round(budget_ms=10_000, min_samples=3)
+    t = timer.result()
+    assert t.number == 4 and t.samples_ms == pytest.approx([0.25] * 6)
+    assert t.warmup_calls >= 1 and clock.calls == t.warmup_calls + 6 * 4
+
+
+def test_cpu_timer_stops_on_budget_when_noisy_and_says_so():
+    clock = FakeClock([0.001, 0.004])  # the median's CI never narrows to +-2%
+    timer = _timer(clock, precision=0.02, min_block_ms=0.0)
+    timer.run_round(budget_ms=40, min_samples=3)
+    t = timer.result()
+    spent = sum(t.samples_ms) + t.warmup_calls * 2.5
+    assert 40 <= spent < 46
+    assert t.to_row()["noisy"] is True and t.to_row()["samples"] == len(t.samples_ms)
+
+
+def test_cpu_timer_syncs_every_block_and_keeps_gc_off_inside():
+    import gc
+
+    syncs, gc_states = [], []
+    clock = FakeClock([0.002])
 
     def call():
-        now[0] += 0.002
+        gc_states.append(gc.isenabled())
+        clock.call()
 
-    timing = time_cpu(call, budget_ms=50, warmup_ms=0.0, min_samples=5, min_block_ms=5.0,
-                      clock=lambda: now[0])
-    assert timing.number == 3  # ceil(5 ms block / 2 ms per call)
-    assert timing.samples_ms == pytest.approx([2.0] * len(timing.samples_ms))
-    assert timing.stats.iqr == pytest.approx(0.0)
+    timer = CpuTimer(call, clock=lambda: clock.now, cpu_clock=lambda: clock.cpu, sync=lambda: syncs.append(1))
+    timer.run_round(budget_ms=1000, min_samples=3)
+    assert len(syncs) == clock.calls  # one block per call here: a sync after each
+    assert gc_states and not any(gc_states) and gc.isenabled()
 
 
-def test_cpu_timer_stops_on_budget_when_noisy():
-    import itertools
+def test_cpu_util_is_cpu_time_over_wall_time_and_threads():
+    clock = FakeClock([0.002], cpu_share=0.5)  # the threads ran half of the time
+    timer = _timer(clock)
+    timer.run_round(budget_ms=1000, min_samples=3)
+    assert timer.result().cpu_util == pytest.approx(0.5)
+    assert timer.result().to_row()["cpu_util"] == pytest.approx(0.5)
 
-    durations = itertools.cycle([0.001, 0.004])  # IQR/median never small
-    now = [0.0]
 
-    def call():
-        now[0] += next(durations)
+def test_interleave_takes_turns_round_by_round():
+    order = []
 
-    timing = time_cpu(call, budget_ms=40, warmup_ms=0.0, min_samples=5, min_block_ms=0.0,
-                      threshold=0.01, clock=lambda: now[0])
-    spent = sum(timing.samples_ms)
-    assert 40 <= spent < 45 and timing.stats.noisy
+    class Logger:
+        def __init__(self, name):
+            self.name = name
+
+        def run_round(self, budget_ms, min_samples=1):
+            order.append((self.name, budget_ms))
+
+    interleave({n: Logger(n) for n in "ABC"}, rounds=3, budget_ms=90)
+    assert [n for n, _ in order] == list("ABCABCABC")
+    assert {b for _, b in order} == {30}  # each turn gets budget / rounds
+
+
+def test_interleave_drops_a_failing_timer_and_goes_on():
+    order, failed = [], []
+
+    class T:
+        def __init__(self, name):
+            self.name, self.turns = name, 0
+
+        def run_round(self, budget_ms, min_samples=1):
+            self.turns += 1
+            order.append(self.name)
+            if self.name == "B" and self.turns == 2:
+                raise RuntimeError("boom")
+
+    interleave({n: T(n) for n in "ABC"}, rounds=3, budget_ms=30, on_error=lambda n, e: failed.append((n, str(e))))
+    assert order == list("ABCABCAC") and failed == [("B", "boom")]
 
 
 def test_backward_timing_runs_forward_once_outside():
@@ -84,3 +164,33 @@ def test_backward_timing_runs_forward_once_outside():
     both()
     both()
     assert len(forwards) == 3
+
+
+def test_the_variants_of_a_case_are_timed_round_robin_in_the_worker_code():
+    """run_group, as the worker runs it: each variant is checked, then the three are timed in
+    turns over three rounds (A B C A B C A B C), then each one's memory pass."""
+    import torch.nn.functional as F
+
+    from bench.cell import CellSettings, run_group
+    from bench.registry import Variant
+
+    log = []
+
+    def make(name):
+        def factory(case):
+            def attention(q, k, v):
+                log.append(name)
+                return F.scaled_dot_product_attention(q, k, v)
+            return attention
+        return Variant(name=name, factory=factory, description=name)
+
+    case = Case("cpu", "float32", 1, 2, 2, 32, 32, 16, "none", None, "fwd")
+    rows = []
+    run_group([make("A"), make("B"), make("C")], case, CellSettings(budget_ms=30, rounds=3), rows.append)
+    turns = [name for name, _ in itertools.groupby(log)]
+    assert turns == list("ABC") + list("ABC") * 3 + list("ABC")  # check, 3 rounds, memory
+    assert [r["status"] for r in rows] == ["ok"] * 3
+    for r in rows:
+        assert r["rounds"] == 3 and len(r["round_medians_ms"]) == 3
+        assert r["samples"] >= 3 * 3 and r["budget_ms"] == 30 and r["precision"] == 0.02
+        assert 0 < r["cpu_util"] and r["contended"] in (True, False) and "other_cpu" in r

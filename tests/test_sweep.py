@@ -2,6 +2,7 @@
 only what is missing, bad input exits 2 with one line."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -144,6 +145,11 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
     (["sweep", "--resume", "/nonexistent/run"], "no such run folder"),
     (["sweep", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["sweep", "--device", "tpu"], "unknown device 'tpu'; valid: cpu, cuda"),
+    (["sweep", "--threads", "0"], "--threads takes a whole number from 1 to 4096, got 0"),
+    (["sweep", "--threads", "two"], "--threads takes a whole number from 1 to 4096, got 'two'"),
+    (["sweep", "--precision", "nan"], "--precision takes a number from 0.1 to 50, got 'nan'"),
+    (["sweep", "--rounds", "0"], "--rounds takes a whole number from 1 to 100, got 0"),
+    (["sweep", "--budget-ms", "nan"], "--timeout and --budget-ms must be positive, finite numbers"),
     (["report"], "the following arguments are required"),
     (["report", "/nonexistent/run"], "/nonexistent/run: not a run folder (no results.jsonl)"),
     (["compare", "/nonexistent/a", "/nonexistent/b"], "not a run folder"),
@@ -170,14 +176,21 @@ def test_malformed_and_unknown_config(tmp_path, capsys):
 def test_config_file_with_flag_override(tmp_path):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('[sweep]\nvariants = ["naive"]\nseq_lens = [32, 48]\nheads = [2]\nhead_dims = [8]\n'
-                   'masks = ["causal"]\nbudget_ms = 5\n')
+                   'masks = ["causal"]\nbudget_ms = 5\nthreads = 1\nprecision = 5\nrounds = 2\n')
     out = tmp_path / "run"
     proc = run_cli("sweep", "--config", cfg, "--seq-lens", "16", "--out", out, "--quiet")
     assert proc.returncode == 0, proc.stderr
     rows = read_jsonl(out / "results.jsonl")
     assert [(r["variant"], r["q_len"], r["mask"], r["status"]) for r in rows] == [
         ("naive", 16, "causal", "ok")]
+    assert (rows[0]["threads"], rows[0]["precision"], rows[0]["rounds"]) == (1, 0.05, 2)
+    env = json.loads((out / "env.json").read_text())
+    assert env["threads"] == 1 and env["spec"]["threads"] == 1
+    assert len(env["loadavg_start"]) == 3 and len(env["loadavg_end"]) == 3
+    assert set(env["peak_checks"]["float32"]) == {"start", "end"}
+    assert env["peaks_tflops"]["float32"] == max(env["peak_checks"]["float32"].values())
     assert "report: " in proc.stdout
+    assert re.search(r"timed samples: [\d.]+ s of [\d.]+ s wall \(\d+%\)", proc.stdout.splitlines()[-1])
 
 
 def test_cuda_device_refused_without_gpu(capsys):

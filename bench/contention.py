@@ -1,0 +1,114 @@
+"""Was the machine ours while we timed?  Three signs, each cheap to read on Linux:
+
+- ``cpu_util``: the worker's CPU time (all threads) over the timed blocks, divided by their
+  wall time x threads (kept by the CPU timer).  Below CPU_UTIL_MIN the threads were waiting
+  for cores more than they ran.
+- ``other_cpu``: cores' worth of CPU that *other* processes used while the case was timed,
+  from /proc/stat's machine-wide busy ticks less this process's own (/proc/self/stat).
+  The cores the worker does not use (cpu_count - threads) are free for others: the cell is
+  contended when others took more than those plus OTHER_CPU_MARGIN.  That is why
+  ``--threads`` below the core count can be the honest choice on a shared machine.
+- ``quantum_ms``: the samples sit on multiples of a scheduler time slice (QUANTA_MS), spread
+  over two multiples or more: the timings measure the scheduler, not the kernel.
+
+Thresholds (measured on a 2-core VM, README "Numbers you can trust"): a quiet quick sweep
+has cpu_util >= 0.6 in every cell at 1 thread and other_cpu <= 0.2; next to two busy
+loops every cell has other_cpu >= 0.6 or cpu_util <= 0.55.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+CPU_UTIL_MIN = 0.65
+OTHER_CPU_MARGIN = 0.5
+QUANTA_MS = (10.0, 4.0, 1.0)  # the largest slice that explains the samples
+QUANTUM_TOL = 0.05  # a sample within 5% of a quantum of a multiple of it
+QUANTUM_SHARE = 0.8  # of the samples
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _machine_ticks() -> tuple[int, int] | None:
+    """(busy, total) ticks over all CPUs since boot, or None where /proc/stat is missing."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already in user
+    return total - idle, total
+
+
+def _own_ticks() -> int | None:
+    try:
+        with open("/proc/self/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+        return int(parts[11]) + int(parts[12])  # utime + stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class LoadWindow:
+    """Cores' worth of CPU used by other processes between ``start()`` and ``stop()``."""
+
+    def __init__(self):
+        self._m0 = self._o0 = None
+        self._t0 = 0.0
+
+    def start(self) -> LoadWindow:
+        self._m0, self._o0, self._t0 = _machine_ticks(), _own_ticks(), time.monotonic()
+        return self
+
+    def stop(self) -> float | None:
+        m1, o1 = _machine_ticks(), _own_ticks()
+        if None in (self._m0, self._o0, m1, o1):
+            return None
+        total = m1[1] - self._m0[1]
+        if total <= 0:
+            return None
+        wall_ticks = total / (os.cpu_count() or 1)  # elapsed ticks of one CPU
+        others = (m1[0] - self._m0[0]) - (o1 - self._o0)
+        return max(0.0, others / wall_ticks)
+
+
+def quantum_ms(samples_ms, quanta=QUANTA_MS) -> float | None:
+    """The scheduler quantum the samples cluster on, or None.  Clustering needs at least
+    QUANTUM_SHARE of 5+ samples within QUANTUM_TOL x q of a multiple of q, over two or more
+    distinct multiples (one tight cluster is a stable kernel, not a scheduler)."""
+    xs = [float(x) for x in samples_ms]
+    if len(xs) < 5:
+        return None
+    med = sorted(xs)[len(xs) // 2]
+    for q in quanta:
+        if med < 2 * q:
+            continue
+        ks = [round(x / q) for x in xs]
+        near = [k for x, k in zip(xs, ks) if k >= 1 and abs(x - k * q) <= QUANTUM_TOL * q]
+        if len(near) >= QUANTUM_SHARE * len(xs) and len(set(near)) >= 2:
+            return q
+    return None
+
+
+def verdict(cpu_util: float | None, other_cpu: float | None, threads: int,
+            samples_ms=(), cpu_count: int | None = None) -> dict:
+    """The row's contention columns: cpu_util, other_cpu, quantum_ms, contended, and why."""
+    free = max(0, (cpu_count or os.cpu_count() or 1) - threads)
+    why = []
+    if cpu_util is not None and cpu_util < CPU_UTIL_MIN:
+        why.append(f"cpu_util {cpu_util:.2f} < {CPU_UTIL_MIN}")
+    if other_cpu is not None and other_cpu > free + OTHER_CPU_MARGIN:
+        why.append(f"other processes used {other_cpu:.2f} cores (free: {free})")
+    q = quantum_ms(samples_ms)
+    if q is not None:
+        why.append(f"samples cluster on multiples of {q:g} ms")
+    return {"cpu_util": cpu_util, "other_cpu": other_cpu, "quantum_ms": q, "contended": bool(why),
+            "contended_why": "; ".join(why)}
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
