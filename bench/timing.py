@@ -19,6 +19,7 @@ lands on all of them alike.  Raw per-call samples are kept, with the median of e
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gc
 import math
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bench.case import Case
-from bench.stats import Stats
+from bench.stats import Stats, quantile
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H100/H200: 50-60 MiB)
 CONFIDENCE = 0.95
@@ -70,14 +71,15 @@ def median_ci(samples) -> tuple[float, float] | None:
     return None if ranks is None else (xs[ranks[0]], xs[ranks[1]])
 
 
-def ci_halfwidth(samples) -> float:
+def ci_halfwidth(samples, presorted: bool = False) -> float:
     """The larger distance from the median to an end of its 95% CI, relative to the median
     (inf when there are too few samples for one)."""
-    ci = median_ci(samples)
-    if ci is None:
+    xs = samples if presorted else sorted(samples)
+    ranks = median_ci_ranks(len(xs))
+    if ranks is None:
         return math.inf
-    med = Stats.of(samples).median
-    return max(med - ci[0], ci[1] - med) / med if med > 0 else math.inf
+    med = quantile(xs, 0.5)
+    return max(med - xs[ranks[0]], xs[ranks[1]] - med) / med if med > 0 else math.inf
 
 
 @dataclass
@@ -148,10 +150,16 @@ class CpuTimer:
         self.warm = False
         self.timed_s = 0.0
         self.cpu_s = 0.0
+        self._sorted: list[float] = []  # every sample so far, kept sorted for the stopping rule
 
     @property
     def samples(self) -> list[float]:
         return [x for r in self.rounds for x in r]
+
+    def _keep(self, mine: list[float], *xs: float) -> None:
+        for x in xs:
+            mine.append(x)
+            bisect.insort(self._sorted, x)
 
     def _block(self) -> float:
         """One timed block of ``number`` calls; returns ms per call."""
@@ -167,7 +175,7 @@ class CpuTimer:
         return (t1 - t0) * 1e3 / number
 
     def precise(self) -> bool:
-        return ci_halfwidth(self.samples) <= self.precision
+        return ci_halfwidth(self._sorted, presorted=True) <= self.precision
 
     def run_round(self, budget_ms: float, min_samples: int = 1) -> None:
         """Samples until the pooled 95% CI of the median is within +-precision (and this
@@ -179,7 +187,7 @@ class CpuTimer:
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            while len(self.samples) < self.max_samples:
+            while len(self._sorted) < self.max_samples:
                 est = self._block()
                 if not self.warm:
                     self.warmup_calls += self.number
@@ -190,16 +198,16 @@ class CpuTimer:
                     if prev is not None and abs(est - prev) <= WARMUP_AGREE * max(est, prev):
                         self.warm = True  # both agreeing blocks were warm: keep them
                         self.warmup_calls -= 2 * self.number
-                        mine.extend([prev, est])
+                        self._keep(mine, prev, est)
                     else:
                         prev = est
                         if (self.clock() - start) * 1e3 < budget_ms / 2:
                             continue
                         self.warm = True  # never agreed within half the budget: take it as it is
-                        mine.append(est)
+                        self._keep(mine, est)
                         self.warmup_calls -= self.number
                 else:
-                    mine.append(est)
+                    self._keep(mine, est)
                 spent = (self.clock() - start) * 1e3
                 if spent >= budget_ms or (len(mine) >= min_samples and self.precise()):
                     break
