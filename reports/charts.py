@@ -86,6 +86,7 @@ def _save(fig, out: Path) -> list[Path]:
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
     for p in paths:
         fig.savefig(p, dpi=130)
+        fig.set_layout_engine("none")  # the layout is done: the SVG reuses it (half the drawing time)
     plt.close(fig)
     return paths
 

@@ -47,7 +47,12 @@ def mask_mod_for(case):
 
 
 def _check(case):
-    # PyTorch's refusals depend on the device, dtype, backward and GQA, not on the lengths or mask
+    """PyTorch's refusal of a backward (on the CPU), from its input validation.  A forward is
+    not probed: an eager flex_attention call costs ~3 s the first time, and a refusal there
+    still becomes the row's status and reason in the worker."""
+    if not case.needs_grad:
+        return None
+    # the refusal depends on the device, dtype and GQA, not on the lengths or the mask
     return _eager_refusal(probe_case(case).replace(mask="none", window=None))
 
 
