@@ -207,15 +207,34 @@ def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict
                        title="Achieved TFLOP/s (exact FLOPs of the kept pairs) vs the measured peak",
                        peaks=peaks),
     }
-    out = {}
-    for name, spec in specs.items():
-        paths = chart(df, style=style, baseline=baseline, out=folder / name, **spec)
-        if paths:
-            out[name] = paths
-    paths = breakdown_chart(df, folder / "breakdown")
-    if paths:
-        out["breakdown"] = paths
-    return out
+    df = df.drop(columns=["samples_ms"], errors="ignore")
+    jobs = [(name, df, dict(style=style, baseline=baseline, out=folder / name, **spec)) for name, spec in specs.items()]
+    jobs.append(("breakdown", df, dict(out=folder / "breakdown")))
+    results = _draw_all(jobs)
+    return {name: paths for (name, _, _), paths in zip(jobs, results) if paths}
+
+
+def _draw(job) -> list[Path]:
+    name, df, kw = job
+    return breakdown_chart(df, **kw) if name == "breakdown" else chart(df, **kw)
+
+
+def _draw_all(jobs) -> list[list[Path]]:
+    """Each chart is independent: draw them on every core (the sweep is over by now), one
+    process per core; in order, in this process, where a pool cannot start."""
+    import multiprocessing as mp
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers > 1:
+        try:
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+                return list(pool.map(_draw, jobs))
+        except (OSError, BrokenProcessPool):
+            pass
+    return [_draw(job) for job in jobs]
 
 
 CATEGORY_COLORS = {"matmul": "#4c72b0", "softmax": "#dd8452", "mask_elementwise": "#55a868",

@@ -60,7 +60,8 @@ def trust_line(df, envs) -> str:
     shaky = int(ok["shaky"].sum())
     clean = len(ok) - shaky
     verdict = ("trustworthy" if shaky == 0 else "mostly trustworthy" if shaky <= 0.1 * max(1, len(ok))
-               else "NOT trustworthy as a whole")
+               else f"read with care, {shaky} of {len(ok)} ok cells are shaky (a larger --budget-ms narrows "
+                    f"noisy medians; fewer --threads or a quieter machine helps contended ones)")
     bad_peaks = sorted({d for e in envs for d in (e.get("peak_unreliable") or {})}
                        | set(ok.loc[ok.get("peak_unreliable", False) == True, "dtype"]))  # noqa: E712
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
