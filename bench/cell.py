@@ -20,12 +20,12 @@ from bench.case import Case
 from bench.inputs import make_grad_out, make_inputs
 from bench.memory import peak_bytes
 from bench.reference import reference, run_and_check
-from bench.registry import Prepared, Variant, first_line
+from bench.registry import Prepared, Variant, first_line, probe_reason
 from bench.timing import DEFAULT_PRECISION, interleave, make_timer, release_flush_buffer, timed_call
 
 STATUSES = ("ok", "mismatch", "unsupported", "oom", "error", "timeout", "crash")
 UNSUPPORTED_MARKERS = ("No available kernel", "No viable backend", "No operator found",
-                       "not supported", "does not support")
+                       "not supported", "does not support", "No execution plans", "cuDNN Frontend error")
 DEFAULT_ROUNDS = 3
 
 MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")
@@ -77,8 +77,23 @@ def _free(device: str) -> None:
     torch's heap costs ~100 ms a time."""
     if device == "cuda":
         gc.collect()
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        except Exception:  # a sticky CUDA error: the row already has it; the worker restarts
+            pass
+
+
+def cuda_broken() -> bool:
+    """True when the CUDA context is unusable (a sticky error such as an illegal address):
+    the worker must not take another cell."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return False
+    try:
         torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+        return False
+    except Exception:
+        return True
 
 
 class ReferenceCache:
@@ -144,6 +159,10 @@ def _setup_and_check(var, case, settings, cache, q, k, v, grad_out) -> _Live:
     row = base_row(var.name, case) | settings.to_row()
     row["threads"] = torch.get_num_threads()
     try:
+        why = probe_reason(var, case)  # the library's own refusal, here in the worker
+        if why:
+            row.update(status="unsupported", reason=why)
+            return _Live(var, None, row)
         t0 = time.perf_counter()
         prepared = var.prepare(case)
         row["setup_ms"] = (time.perf_counter() - t0) * 1e3

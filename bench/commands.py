@@ -49,6 +49,9 @@ def add_subcommands(sub) -> None:
     sp.add_argument("--profile", action="store_true",
                     help="add a separate profiled pass per cell (category shares as columns)")
     sp.add_argument("--no-report", dest="no_report", action="store_true", help="skip the report")
+    sp.add_argument("--strict", action="store_true",
+                    help="exit 1 when any cell is error, crash, timeout, mismatch or oom, or unsupported "
+                         "without a reason")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=_sweep)
     add_report_commands(sub)
@@ -206,10 +209,20 @@ def _export(args):
 
 
 def _gpu_check(args):
-    from bench.gpucheck import run_gpu_check
+    from bench.errors import UsageError
+    from bench.gpucheck import run_gpu_check, run_quick_check
 
+    out = Path(args.out) if args.out else None
+    if args.quick:
+        return run_quick_check(out, args.device)
+    try:
+        seq_len = int(args.seq_len)
+    except ValueError:
+        raise UsageError(f"--seq-len takes a positive whole number, got {args.seq_len!r}") from None
+    if seq_len < 16:
+        raise UsageError(f"--seq-len takes a whole number of 16 or more, got {seq_len}")
     variants = [v for v in (args.variants or "").split(",") if v] or None
-    return run_gpu_check(Path(args.out), int(args.seq_len), args.device, variants)
+    return run_gpu_check(out, seq_len, args.device, variants)
 
 
 def add_tool_commands(sub) -> None:
@@ -228,8 +241,11 @@ def add_tool_commands(sub) -> None:
     ep.add_argument("--format", choices=("pytest-benchmark",), default="pytest-benchmark")
     ep.add_argument("--out", metavar="FILE", help="default: RUN/pytest-benchmark.json")
     ep.set_defaults(func=_export)
-    gp = sub.add_parser("gpu-check", help="exercise every CUDA path on one NVIDIA GPU and print a table")
-    gp.add_argument("--out", default="runs/gpu-check", metavar="DIR")
+    gp = sub.add_parser("gpu-check", help="exercise every CUDA path on one NVIDIA GPU; ends with PASS or FAIL")
+    gp.add_argument("--out", metavar="DIR",
+                    help="a new or empty folder (default: a fresh runs/<timestamp>-gpu-check-...)")
+    gp.add_argument("--quick", action="store_true",
+                    help="the device acceptance check: five verdicts in about five minutes on an H200")
     gp.add_argument("--seq-len", dest="seq_len", default="2048")
     gp.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: the same steps at a small size, a dry run of the script itself")

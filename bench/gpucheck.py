@@ -1,14 +1,32 @@
-"""``python -m bench gpu-check``: exercise every CUDA path on one NVIDIA GPU and end with a
-short table.  Every variant x mask x fwd/bwd in bf16 and fp16 (with the reference check,
-the L2-flushed CUDA-event timer, the memory pass and a profiled pass with CUDA activity),
-a cross-attention/GQA sweep, a scaling sweep, profiler traces, the timer self-check
-against torch.utils.benchmark and triton.testing.do_bench, and the reports.
+"""``python -m bench gpu-check``: exercise every CUDA path on one NVIDIA GPU.
 
-``--device cpu`` runs the same steps at a small size on the CPU: a dry run of the script
-itself, so that only the CUDA calls are left for the GPU."""
+Full (for a person with a GPU and time): every variant x mask x fwd/bwd in bf16 and fp16
+(with the reference check, the L2-flushed CUDA-event timer, the memory pass and a profiled
+pass with CUDA activity), a cross-attention/GQA sweep, scaling sweeps (causal for naive and
+SDPA, window for the windowed variants), profiler traces, the timer self-check against
+torch.utils.benchmark and triton.testing.do_bench, and the reports.
+
+``--quick``: the device acceptance check, five verdicts in about five minutes on an H200:
+
+1. every variant x mask (none, causal, window, padding), fwd and bwd, bf16, n=1024: ok, or
+   unsupported with a reason;
+2. the best SDPA backend at bf16, n=8192, d=128, h=16, b=4, fwd: at least 500 TFLOP/s;
+3. memory exponents of a causal scaling sweep over n = 1024 to 8192: naive 1.8-2.2,
+   sdpa.flash 0.85-1.15;
+4. sdpa.flash and naive at n=4096, d=128: the harness median within 3% of do_bench's;
+5. a profiler trace with CUDA kernel events.
+
+Both end with one ``PASS`` or ``FAIL: ...`` line and exit non-zero on a failure.
+``--device cpu`` runs the same steps at small sizes on the CPU: a rehearsal of the script
+itself, with the thresholds that only a GPU can meet relaxed (QUICK["cpu"]).  Every run
+writes into a fresh timestamped folder (or the ``--out`` given).
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -19,8 +37,26 @@ from bench import store
 from bench.case import Case
 from bench.errors import UsageError
 
-SCALING_VARIANTS = ["naive", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "xformers", "flex.window",
-                    "window.chunked"]
+SCALING = {"causal": ["naive", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "xformers"],
+           "window": ["flex.window", "window.chunked"]}
+GPU_TIMEOUT_S = "300"  # a cold flex forward+backward compile takes 20-35 s on its own
+
+QUICK = {  # sizes and thresholds per device
+    "cuda": dict(n=1024, big=dict(batch=4, heads=16, q_len=8192, kv_len=8192, head_dim=128), min_tflops=500.0,
+                 scaling=[1024, 2048, 4096, 8192], scaling_heads=16, scaling_dim=128,
+                 timer=dict(batch=1, heads=16, q_len=4096, kv_len=4096, head_dim=128), timer_tol=0.03,
+                 budget="50", dtype="bfloat16"),
+    "cpu": dict(n=64, big=dict(batch=1, heads=4, q_len=512, kv_len=512, head_dim=64), min_tflops=0.0,
+                scaling=[1024, 2048, 4096], scaling_heads=2, scaling_dim=64,
+                timer=dict(batch=1, heads=4, q_len=256, kv_len=256, head_dim=64), timer_tol=0.25,
+                budget="20", dtype="float32"),
+}
+MEMORY_EXPONENTS = {  # device: variant: (low, high)
+    "cuda": {"naive": (1.8, 2.2), "sdpa.flash": (0.85, 1.15)},
+    # on the CPU, flash's per-thread scratch buffers are a fixed cost that the output (linear
+    # in n) only outgrows at larger sizes: below 1 at these sizes, far below naive's 2
+    "cpu": {"naive": (1.8, 2.2), "sdpa.flash": (0.3, 1.15)},
+}
 
 
 def _gpu_banner() -> None:
@@ -33,48 +69,87 @@ def _gpu_banner() -> None:
           f"{L2_FLUSH_BYTES / 2**20:.0f} MiB{'' if L2_FLUSH_BYTES > l2 else ' - SMALLER THAN L2'})", flush=True)
 
 
-def run_gpu_check(out: Path, seq_len: int = 2048, device: str = "cuda", variants: list[str] | None = None) -> int:
-    from bench.cli import main
-    from bench.profile import profile_case
-    from bench.registry import available, discover
-    from bench.selfcheck import check_cell
-
+def _prepare(out: Path | None, device: str, label: str) -> Path:
     if device == "cuda":
         if not torch.cuda.is_available():
             raise UsageError("gpu-check needs an NVIDIA GPU; torch.cuda.is_available() is False here "
                              "(--device cpu runs the same steps on the CPU as a dry run)")
         _gpu_banner()
+    if out is None:
+        return store.new_run_dir(f"{label}-{device}", link_latest=False)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out}: exists and is not empty; gpu-check measures into a fresh folder "
+                         f"(leave --out out for a new timestamped one)")
     out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _sweep(argv: list[str]) -> tuple[int, list[dict]]:
+    from bench.cli import main
+
+    out = Path(argv[argv.index("--out") + 1])
+    rc = main(["sweep", *argv])
+    return rc, store.read_rows(out)
+
+
+def _verdict(checks: list[tuple[str, bool, str]]) -> int:
+    print(tabulate([[name, "ok" if ok else "FAIL", detail] for name, ok, detail in checks],
+                   headers=["check", "result", "detail"], maxcolwidths=[None, None, 100]))
+    failed = [name for name, ok, _ in checks if not ok]
+    print("PASS" if not failed else "FAIL: " + "; ".join(failed))
+    return 1 if failed else 0
+
+
+def _failed_cells(rows: list[dict]) -> list[str]:
+    from bench.sweep import failures
+
+    return failures(rows)
+
+
+def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
+                  variants: list[str] | None = None) -> int:
+    from bench.profile import profile_case
+    from bench.registry import available, discover
+    from bench.selfcheck import check_cell
+
+    out = _prepare(out, device, "gpu-check")
+    print(f"gpu-check folder: {out}", flush=True)
     registry = discover()
     names = variants or registry.names()
     pick = ["--variants", ",".join(names)]
     small = max(16, seq_len // 2)
     common = ["--device", device, "--heads", "8", "--head-dims", "64", "--batch", "2",
-              "--window", str(max(8, seq_len // 8)), "--quiet"]
+              "--window", str(max(8, seq_len // 8)), "--quiet", "--timeout", GPU_TIMEOUT_S]
     if device == "cpu":  # a dry run: the steps, not the numbers
         common += ["--budget-ms", "10"]
-    matrix = out / "matrix"
-    rc = main(["sweep", "--out", str(matrix), "--seq-lens", str(seq_len), "--dtypes", "bf16,fp16",
-               "--masks", "none,causal,window,padding", "--directions", "fwd,bwd", "--profile", *pick, *common])
-    rc |= main(["sweep", "--out", str(out / "cross"), "--seq-lens", str(small), "--kv-lens", str(3 * small),
-                "--kv-heads", "2", "--dtypes", "bf16", "--masks", "none,causal,padding",
-                "--directions", "fwd,bwd", *pick, *common])
-    scaling = [v for v in SCALING_VARIANTS if v in names] or names
-    rc |= main(["sweep", "--out", str(out / "scaling"), "--variants", ",".join(scaling),
-                "--seq-lens", ",".join(str(seq_len * f // 2) for f in (1, 2, 4, 8, 16)),
-                "--dtypes", "bf16", "--masks", "window", "--directions", "fwd", *common])
-    dtype = "bfloat16"
-    checks = []
+    rc, matrix = _sweep(["--out", str(out / "matrix"), "--seq-lens", str(seq_len), "--dtypes", "bf16,fp16",
+                         "--masks", "none,causal,window,padding", "--directions", "fwd,bwd", "--profile",
+                         *pick, *common])
+    rc2, cross = _sweep(["--out", str(out / "cross"), "--seq-lens", str(small), "--kv-lens", str(3 * small),
+                         "--kv-heads", "2", "--dtypes", "bf16", "--masks", "none,causal,padding",
+                         "--directions", "fwd,bwd", *pick, *common])
+    lengths = ",".join(str(seq_len * f // 2) for f in (1, 2, 4, 8, 16))
+    scaling_rows = []
+    for mask, wanted in SCALING.items():
+        chosen = [v for v in wanted if v in names]
+        if chosen:
+            _, rows = _sweep(["--out", str(out / f"scaling-{mask}"), "--variants", ",".join(chosen),
+                              "--seq-lens", lengths, "--dtypes", "bf16", "--masks", mask, "--directions", "fwd",
+                              *common])
+            scaling_rows += rows
+    checks, timer_rows = [], []
+    dims = dict(batch=1, heads=16, head_dim=128) if device == "cuda" else dict(batch=1, heads=8, head_dim=64)
+    n_timer = 4096 if device == "cuda" else seq_len  # cells of 0.5 ms and more on a GPU: a 3% verdict needs it
     for name in [n for n in ("naive", "sdpa.flash", "sdpa.math") if n in names] or names[:2]:
-        case = Case(device, dtype, 2, 8, 8, seq_len, seq_len, 64, "causal", None, "fwd")
+        case = Case(device, "bfloat16", q_len=n_timer, kv_len=n_timer, mask="causal", kv_heads=dims["heads"], **dims)
         if not available(registry[name], case)[0]:
             continue
         res = profile_case(registry[name], case, out)
         cats = ", ".join(f"{c} {s:.0f}%" for c, s in res["categories"].items() if s >= 1)
         print(f"profile {name}: {cats}; trace {res['trace'].name}")
-        checks.append(check_cell(registry[name], case, 300.0 if device == "cuda" else 30.0))
-    print(tabulate(pd.DataFrame(checks), headers="keys", showindex=False, floatfmt=".4g"))
-    df = pd.DataFrame(store.read_rows(matrix) + store.read_rows(out / "cross"))
+        timer_rows.append(check_cell(registry[name], case, 300.0 if device == "cuda" else 30.0))
+    print(tabulate(pd.DataFrame(timer_rows), headers="keys", showindex=False, floatfmt=".4g"))
+    df = pd.DataFrame(matrix + cross)
     df["cell"] = [f"{m:.3g} ms" if s == "ok" else s for m, s in zip(df["median_ms"], df["status"])]
     df["where"] = df["dtype"].str.replace("float", "f") + " " + df["direction"] + \
         df["kv_len"].ne(df["q_len"]).map({True: " cross+gqa", False: ""})
@@ -82,4 +157,95 @@ def run_gpu_check(out: Path, seq_len: int = 2048, device: str = "cuda", variants
     print(f"\nstatus and median per cell (b=2, h=8, d=64; n={seq_len}, cross: q={small} kv={3 * small}):")
     print(tabulate(table.reset_index(), headers="keys", showindex=False))
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in df["status"].value_counts().items()))
-    return rc
+    bad = _failed_cells(matrix + cross + scaling_rows)
+    checks.append(("every cell ok, or unsupported with a reason", not bad,
+                   f"{len(bad)} failed: {bad[0]}" if bad else f"{len(df) + len(scaling_rows)} cells"))
+    checks.append(("sweeps exit 0", rc == 0 and rc2 == 0, f"matrix {rc}, cross {rc2}"))
+    return _verdict(checks)
+
+
+def _fit(ns, ys) -> float:
+    pts = [(math.log(n), math.log(y)) for n, y in zip(ns, ys) if n and y and y > 0]
+    if len({x for x, _ in pts}) < 2:
+        return math.nan
+    return statistics.linear_regression([x for x, _ in pts], [y for _, y in pts]).slope
+
+
+def run_quick_check(out: Path | None, device: str = "cuda") -> int:
+    """The device acceptance check (module doc); returns the exit code."""
+    from bench.profile import profile_case
+    from bench.registry import available, discover
+    from bench.selfcheck import check_cell
+
+    q = QUICK[device]
+    out = _prepare(out, device, "gpu-quick")
+    print(f"gpu-check --quick folder: {out}", flush=True)
+    registry = discover()
+    common = ["--device", device, "--quiet", "--no-report", "--timeout", GPU_TIMEOUT_S, "--budget-ms", q["budget"],
+              "--dtypes", q["dtype"]]
+    checks = []
+
+    # 1. every variant x mask x direction at n
+    _, rows = _sweep(["--out", str(out / "matrix"), "--seq-lens", str(q["n"]), "--heads", "8", "--head-dims", "64",
+                      "--batch", "2", "--masks", "none,causal,window,padding", "--window", str(q["n"] // 4),
+                      "--directions", "fwd,bwd", *common])
+    bad = _failed_cells(rows)
+    counts = pd.Series([r["status"] for r in rows]).value_counts().to_dict() if rows else {}
+    checks.append(("1 every variant x mask x fwd/bwd: ok or unsupported with a reason", bool(rows) and not bad,
+                   (f"{len(bad)} failed, e.g. {bad[0]}" if bad else
+                    ", ".join(f"{k} {v}" for k, v in counts.items()))))
+
+    # 2. the best SDPA backend at a large size
+    big = q["big"]
+    sdpa = [v for v in ("sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn") if v in registry]
+    _, rows = _sweep(["--out", str(out / "peak"), "--variants", ",".join(sdpa), "--seq-lens", str(big["q_len"]),
+                      "--heads", str(big["heads"]), "--head-dims", str(big["head_dim"]), "--batch", str(big["batch"]),
+                      "--masks", "none", "--directions", "fwd", *common])
+    ok = sorted((r for r in rows if r["status"] == "ok" and r.get("tflops")), key=lambda r: -r["tflops"])
+    if ok:
+        best = ok[0]
+        detail = (f"best {best['variant']} {best['tflops']:.1f} TFLOP/s (threshold {q['min_tflops']:g}); "
+                  + ", ".join(f"{r['variant']} {r['tflops']:.1f}" for r in ok[1:]))
+        checks.append(("2 best SDPA backend TFLOP/s", best["tflops"] >= q["min_tflops"], detail))
+    else:
+        checks.append(("2 best SDPA backend TFLOP/s", False, "no SDPA backend ran"))
+
+    # 3. memory exponents of a causal scaling sweep
+    scaled = [v for v in MEMORY_EXPONENTS[device] if v in registry]
+    _, rows = _sweep(["--out", str(out / "scaling"), "--variants", ",".join(scaled),
+                      "--seq-lens", ",".join(map(str, q["scaling"])), "--heads", str(q["scaling_heads"]),
+                      "--head-dims", str(q["scaling_dim"]), "--batch", "1", "--masks", "causal", "--directions", "fwd",
+                      *common])
+    for name, (lo, hi) in MEMORY_EXPONENTS[device].items():
+        mine = [r for r in rows if r["variant"] == name and r["status"] == "ok" and r.get("peak_mem_bytes")]
+        exp = _fit([r["q_len"] for r in mine], [r["peak_mem_bytes"] for r in mine])
+        checks.append((f"3 memory exponent {name} in [{lo}, {hi}]", lo <= exp <= hi,
+                       f"{exp:.2f} over n={','.join(str(r['q_len']) for r in mine)}"))
+
+    # 4. the harness's median against do_bench (torch.utils.benchmark on the CPU)
+    t = q["timer"]
+    for name in ("sdpa.flash", "naive"):
+        case = Case(device, q["dtype"], kv_heads=t["heads"], mask="none", **t)
+        if name not in registry or not available(registry[name], case)[0]:
+            checks.append((f"4 timer agreement {name}", False, "not available here"))
+            continue
+        row = check_cell(registry[name], case, 300.0 if device == "cuda" else 60.0)
+        tool = "do_bench" if "ratio_do_bench" in row else "tub"
+        ratio = row[f"ratio_{tool}"]
+        checks.append((f"4 timer agreement {name} within {100 * q['timer_tol']:g}% of {tool}",
+                       abs(ratio - 1) <= q["timer_tol"],
+                       f"harness {row['harness_ms']:.4g} ms, {tool} {row[f'{tool}_ms']:.4g} ms, ratio {ratio:.3f} "
+                       f"(rounds {row[f'ratio_{tool}_lo']:.3f}-{row[f'ratio_{tool}_hi']:.3f})"))
+
+    # 5. a profiler trace with device kernels
+    case = Case(device, q["dtype"], 1, 8, 8, q["n"], q["n"], 64, "causal", None, "fwd")
+    name = "sdpa.flash" if available(registry["sdpa.flash"], case)[0] else "naive"
+    res = profile_case(registry[name], case, out)
+    events = json.loads(Path(res["trace"]).read_text()).get("traceEvents", [])
+    want = "kernel" if device == "cuda" else "cpu_op"
+    n_events = sum(1 for e in events if e.get("cat") == want)
+    checks.append((f"5 profiler trace has {want} events", n_events > 0, f"{n_events} in {Path(res['trace']).name}"))
+
+    (out / "quick-check.json").write_text(json.dumps(
+        [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks], indent=2) + "\n")
+    return _verdict(checks)

@@ -34,7 +34,7 @@ _ATEN = {  # ATen operator base names (no leading/trailing underscores)
                          "bitwise_and", "clamp", "clamp_min", "clamp_max", "mul_", "div_", "add_"},
 }
 _KERNELS = [  # substrings of CUDA kernel or compiled-graph names; first match wins
-    ("matmul", ("gemm", "cublas", "xmma", "tensorop", "sm90_", "sm80_")),
+    ("matmul", ("gemm", "cublas", "xmma", "tensorop", "sm90_", "sm80_", "nvjet", "cutlass", "gemv")),
     ("fused attention", ("flash", "fmha", "attention", "attn", "efficient", "flex", "cpp_fused",
                          "triton_", "compiled")),
     ("softmax", ("softmax",)),
@@ -80,14 +80,24 @@ def _profile(case: Case, fn: Callable, q, k, v, grad_out, trace_path: Path | Non
     return prof
 
 
+ANNOTATIONS = ("## ", "Torch-Compiled Region", "CompiledFxGraph", "CompiledFunction")
+
+
+def is_annotation(e) -> bool:
+    """A user or compiled-region annotation: it spans kernels that are counted on their own,
+    so counting it too would count their time twice (flex's compiled regions do this)."""
+    return bool(getattr(e, "is_user_annotation", False)) or any(a in e.key for a in ANNOTATIONS)
+
+
 def breakdown(prof, device: str) -> list[dict]:
     """Operators (or kernels) by self time, with their category and share of the total."""
     rows = []
     for e in prof.key_averages():
-        if e.key.startswith("ProfilerStep") or e.key.startswith("[memory]"):
+        if e.key.startswith("ProfilerStep") or e.key.startswith("[memory]") or is_annotation(e):
             continue
         if device == "cuda":
-            self_us = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
+            # self_device_time_total where it exists: self_cuda_time_total warns on every read
+            self_us = e.self_device_time_total if hasattr(e, "self_device_time_total") else e.self_cuda_time_total
             if self_us <= 0 or getattr(e, "device_type", None) == torch.autograd.DeviceType.CPU:
                 continue
         else:

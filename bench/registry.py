@@ -242,8 +242,10 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def available(v: Variant, case: Case) -> tuple[bool, str]:
-    """(True, "") when this machine can run ``v`` on ``case``, else (False, why not)."""
+def available(v: Variant, case: Case, probe: bool = True) -> tuple[bool, str]:
+    """(True, "") when this machine can run ``v`` on ``case``, else (False, why not).
+    ``probe=False`` leaves out the variant's own check (which runs library code: the sweep
+    runs it in the worker, isolated, see ``probe_reason``)."""
     reason = v.static_reason(case)
     if reason:
         return False, reason
@@ -252,11 +254,16 @@ def available(v: Variant, case: Case) -> tuple[bool, str]:
             return False, f"module {mod!r} is not installed"
     if case.device == "cuda" and not _cuda_available():
         return False, "CUDA is not available on this machine"
-    if v.check is not None:
-        reason = _checked(v.check, case)
+    if probe:
+        reason = probe_reason(v, case)
         if reason:
             return False, reason
     return True, ""
+
+
+def probe_reason(v: Variant, case: Case) -> str | None:
+    """The variant's own availability check (a library probe) for ``case``, or None."""
+    return _checked(v.check, case) if v.check is not None else None
 
 
 @functools.lru_cache(maxsize=4096)

@@ -52,7 +52,7 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
 
     import torch
 
-    from bench.cell import CellSettings, ReferenceCache, run_group
+    from bench.cell import CellSettings, ReferenceCache, cuda_broken, run_group
     from bench.registry import discover
 
     if settings.threads:
@@ -74,6 +74,9 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
         run_group([registry[n] for n in names], Case.from_dict(case_dict), cell_settings,
                   lambda row: conn.send(("row", row)), cache)
         conn.send(("done", None))
+        if cuda_broken():  # its rows are sent; a fresh worker takes the next case
+            conn.close()
+            os._exit(3)
 
 
 def _death(exitcode) -> str:

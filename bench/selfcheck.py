@@ -20,7 +20,7 @@ import torch.utils.benchmark as tub
 from bench import contention
 from bench.case import Case
 from bench.inputs import make_grad_out, make_inputs
-from bench.timing import CudaTimer, CpuTimer, interleave, timed_call
+from bench.timing import CpuTimer, CudaTimer, interleave, timed_call
 
 ROUNDS = 3
 DEFAULT_CELLS = {

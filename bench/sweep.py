@@ -82,7 +82,26 @@ def run_sweep(args) -> int:
         print(f"report: {build_report([run_dir])}")
     print(f"results: {run_dir / store.RESULTS}")
     print(f"timed samples: {timed_s:.1f} s of {elapsed:.1f} s wall ({100 * timed_s / max(elapsed, 1e-9):.0f}%)")
+    bad = failures(rows)
+    if getattr(args, "strict", False) and bad:
+        print(f"strict: {len(bad)} failed cell(s), e.g. {bad[0]}", file=sys.stderr)
+        return 1
     return 0
+
+
+FAILED = ("error", "crash", "timeout", "mismatch", "oom")
+
+
+def failures(rows: list[dict]) -> list[str]:
+    """Cells that failed: an error, crash, timeout, mismatch or oom, or 'unsupported' with no
+    reason (a capability or library refusal always gives one)."""
+    out = []
+    for r in rows:
+        status = r.get("status")
+        if status in FAILED or (status == "unsupported" and not (r.get("reason") or "").strip()):
+            out.append(f"{r.get('variant')} {status} at n={r.get('q_len')} {r.get('mask')} {r.get('direction')}"
+                       f" {r.get('dtype')}: {(r.get('reason') or 'no reason given')[:160]}")
+    return out
 
 
 def contention_warning(rows: list[dict], spec) -> str:
@@ -199,7 +218,7 @@ def _run_cells(cells, run_dir: Path, spec, registry, plugins, peaks: dict, args)
             bar.set_postfix_str(f"{case.label()}", refresh=False)
             runnable = []
             for name in names:
-                ok, why = available(registry[name], case)
+                ok, why = available(registry[name], case, probe=False)  # probes run in the worker
                 if ok:
                     runnable.append(name)
                 else:

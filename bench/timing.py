@@ -302,7 +302,7 @@ def interleave(timers: dict, rounds: int, budget_ms: float, enter=None, on_error
 
     live = dict(timers)
     per_round = budget_ms / max(1, rounds)
-    for r in range(rounds):
+    for _ in range(rounds):
         for name in list(live):
             try:
                 with (enter(name) if enter else contextlib.nullcontext()):

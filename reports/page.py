@@ -20,7 +20,9 @@ table{border-collapse:collapse;font-size:12.5px;margin:6px 0 14px;background:#ff
 th,td{border:1px solid #e0e0e0;padding:3px 8px;text-align:right;white-space:nowrap}
 td:last-child{white-space:normal;min-width:120px;max-width:640px;text-align:left;word-break:break-word}
 th{background:#f2f2f4} td:first-child,th:first-child{text-align:left}
-td.bad{color:#b22222;font-weight:600} p.trust{font-size:15px;background:#fff;border-left:4px solid #4c72b0;padding:6px 10px} img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
+td.bad{color:#b22222;font-weight:600}
+p.trust{font-size:15px;background:#fff;border-left:4px solid #4c72b0;padding:6px 10px}
+img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
 details{margin:6px 0} summary{cursor:pointer;font-weight:600} code{background:#f0f0f0;padding:1px 4px;border-radius:3px}
 .grid{display:block} figure{margin:0 0 22px} .tw{overflow-x:auto;max-width:100%}
 """

@@ -18,7 +18,8 @@ METRICS = {  # name: (title, formatter)
 
 SHAKY_MARK = "*"  # noisy or contended: kept, flagged, left out of fits
 PEAK_MARK = "†"  # % of a peak that a cell exceeded: that peak is not reliable
-NOTES = {SHAKY_MARK: "noisy (the median's 95% CI reaches beyond +-5% of it) or contended (timed while the CPU was shared); kept, but left "
+NOTES = {SHAKY_MARK: "noisy (the median's 95% CI reaches beyond +-5% of it) or contended (timed while the CPU "
+                     "was shared); kept, but left "
                      "out of fits and crossovers",
          PEAK_MARK: "a cell of this dtype went above the measured matmul peak, so the peak (and every % of it) "
                     "is not reliable"}

@@ -1,7 +1,6 @@
 """Reports from a real small CPU sweep, synthetic scaling data, compare verdicts, and runs
 holding failed cells."""
 
-import json
 import math
 import re
 
@@ -153,7 +152,8 @@ def test_report_with_failed_cells_shows_their_statuses(tmp_path):
 
 
 def test_fit_leaves_out_a_flagged_point_and_counts_it():
-    rows = [dict(variant="quad", q_len=n, median_ms=1e-6 * n**2, peak_mem_bytes=4.0 * n**2) for n in (256, 512, 1024, 2048)]
+    rows = [dict(variant="quad", q_len=n, median_ms=1e-6 * n**2, peak_mem_bytes=4.0 * n**2)
+            for n in (256, 512, 1024, 2048)]
     rows.append(dict(variant="quad", q_len=4096, median_ms=1e-6 * 512**2, peak_mem_bytes=4.0 * 4096**2,
                      contended=True))  # a wild figure taken while the CPU was shared
     s = scaling_table(_synthetic(rows)).set_index("variant")
@@ -190,7 +190,8 @@ def test_paired_rounds_tell_apart_what_overlapping_quartiles_cannot():
     df = speedups(_synthetic([a | {"variant": "naive"}, b]), "naive")
     sp = df.set_index("variant").loc["b"]
     assert sp["speedup"] == pytest.approx(1 / 1.1) and sp["speedup_lo"] == pytest.approx(1 / 1.1)
-    unpaired = paired_ratio({"median_ms": 2.0, "q1_ms": 1.0, "q3_ms": 3.0}, {"median_ms": 2.2, "q1_ms": 1.1, "q3_ms": 3.3})
+    unpaired = paired_ratio({"median_ms": 2.0, "q1_ms": 1.0, "q3_ms": 3.0},
+                            {"median_ms": 2.2, "q1_ms": 1.1, "q3_ms": 3.3})
     assert not unpaired[3] and unpaired[1] < 1 < unpaired[2]  # the quartiles overlap: no verdict
 
 

@@ -2,8 +2,8 @@
 only what is missing, bad input exits 2 with one line."""
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +15,7 @@ from bench.cli import main
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
 SMALL = ["--seq-lens", "32,64", "--heads", "2", "--head-dims", "16", "--masks", "none",
-         "--budget-ms", "5", "--no-report", "--quiet"]
+         "--budget-ms", "5", "--no-report", "--quiet", "--device", "cpu"]  # the same on a GPU machine
 
 BAD_PLUGINS = """
 import os, time
@@ -67,7 +67,7 @@ def test_failing_variants_become_rows_and_the_sweep_goes_on(tmp_path):
     assert "SIGABRT" in reasons["bad.abort"]
     assert "8 s" in reasons["bad.sleeps"]
     assert "tolerance" in reasons["bad.wrong"]
-    assert "cuda" in reasons["xformers"]
+    assert "cuda" in reasons["xformers"] or "not installed" in reasons["xformers"]
     ok = [r for r in rows if r["status"] == "ok"]
     for r in ok:
         for key in ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "flops", "tflops",
@@ -201,3 +201,42 @@ def test_cuda_device_refused_without_gpu(capsys):
     assert main(["sweep", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert "CUDA is not available on this machine; valid here: cpu" in err and "Traceback" not in err
+
+
+def test_strict_exits_1_when_a_cell_failed(tmp_path):
+    plugin = write_plugin(tmp_path, "bad", BAD_PLUGINS)
+    proc = run_cli("sweep", "--plugin", plugin, "--out", tmp_path / "run", "--variants", "naive,bad.raises",
+                   "--strict", *SMALL)
+    assert proc.returncode == 1
+    assert "strict: 2 failed cell(s), e.g. bad.raises error at n=32" in proc.stderr
+    fine = run_cli("sweep", "--out", tmp_path / "fine", "--variants", "naive,xformers", "--strict", *SMALL)
+    assert fine.returncode == 0, fine.stderr  # unsupported with a reason is not a failure
+
+
+PROBE_PLUGIN = """
+import multiprocessing
+import os
+import torch.nn.functional as F
+from bench.registry import variant
+
+def where_checked(case):
+    with open(os.environ["PROBE_LOG"], "a") as f:
+        f.write("worker\\n" if multiprocessing.parent_process() is not None else "sweep\\n")
+    return "refused by its own probe" if case.q_len > 32 else None
+
+@variant("probed", masks=("none",), check=where_checked, description="a variant with a probe")
+def probed(case):
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
+"""
+
+
+def test_availability_probes_run_in_the_worker(tmp_path):
+    plugin = write_plugin(tmp_path, "probed", PROBE_PLUGIN)
+    log = tmp_path / "probe.log"
+    proc = run_cli("sweep", "--plugin", plugin, "--out", tmp_path / "run", "--variants", "probed", *SMALL,
+                   env={"PROBE_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["q_len"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
+    assert rows[32]["status"] == "ok"
+    assert rows[64]["status"] == "unsupported" and rows[64]["reason"] == "refused by its own probe"
+    assert log.read_text().split() == ["worker", "worker"]  # never in the sweep's own process

@@ -11,7 +11,7 @@ import torch
 from bench.case import Case
 from bench.cli import main
 from bench.profile import CATEGORIES, categorize, profile_case
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, read_jsonl, run_cli
 
 
 def test_profile_naive_on_cpu_writes_trace_and_breakdown(registry, tmp_path):
@@ -148,11 +148,85 @@ def test_gpu_check_refuses_cleanly_without_gpu(capsys, tmp_path):
 
 def test_gpu_check_dry_run_on_cpu(tmp_path, capsys):
     """The GPU check's own steps (sweeps, profiles, self-check, final table) on the CPU."""
-    assert main(["gpu-check", "--device", "cpu", "--seq-len", "32", "--variants", "naive",
+    assert main(["gpu-check", "--device", "cpu", "--seq-len", "32", "--variants", "naive,window.chunked",
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "status and median per cell" in out and "statuses: ok" in out
     assert "profile naive:" in out and "ratio_tub" in out
-    for sub in ("matrix", "cross", "scaling"):
+    for sub in ("matrix", "cross", "scaling-causal", "scaling-window"):
         assert (tmp_path / sub / "report" / "index.html").exists()
+    scaled = {(r["variant"], r["mask"]) for r in read_jsonl(tmp_path / "scaling-causal" / "results.jsonl")}
+    assert scaled == {("naive", "causal")}  # causal for naive and SDPA, window for the windowed ones
+    scaled = {(r["variant"], r["mask"]) for r in read_jsonl(tmp_path / "scaling-window" / "results.jsonl")}
+    assert scaled == {("window.chunked", "window")}
     assert list(tmp_path.glob("trace_naive_*.json"))
+    assert out.strip().splitlines()[-1] == "PASS"
+
+
+def test_gpu_check_refuses_a_used_folder_and_a_bad_length(tmp_path, capsys):
+    (tmp_path / "old.txt").write_text("an earlier run")
+    assert main(["gpu-check", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert main(["gpu-check", "--device", "cpu", "--seq-len", "abc"]) == 2
+    assert "--seq-len takes a positive whole number, got 'abc'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_gpu_check_quick_rehearsal_on_cpu(tmp_path):
+    """The device acceptance check, at CPU sizes: five verdicts, one PASS or FAIL line, an
+    exit code that agrees, and the verdicts written to quick-check.json."""
+    proc = run_cli("gpu-check", "--quick", "--device", "cpu", "--out", tmp_path / "q", timeout=900)
+    lines = proc.stdout.strip().splitlines()
+    verdicts = {v["check"]: v for v in json.loads((tmp_path / "q" / "quick-check.json").read_text())}
+    assert [c[0] for c in verdicts] == ["1", "2", "3", "3", "4", "4", "5"]
+    assert (lines[-1] == "PASS") == (proc.returncode == 0) and all(v["ok"] for v in verdicts.values()) == \
+        (proc.returncode == 0)
+    for name, v in verdicts.items():
+        if not name.startswith("4"):  # timer agreement on a shared CPU is the one noisy verdict
+            assert v["ok"], (name, v["detail"])
+    assert "memory exponent naive" in proc.stdout and "best sdpa" in proc.stdout
+
+
+def test_profile_categories_for_hopper_kernels_and_annotations():
+    from bench.profile import breakdown, is_annotation
+
+    assert categorize("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_TNT") == "matmul"
+    assert categorize("cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm>") == "matmul"
+    assert categorize("gemv2T_kernel_val") == "matmul"
+    assert categorize("fmha_cutlassF_bf16_aligned_64x128_rf_sm80") == "fused attention"
+
+    class Event:  # a key_averages() row, on the device
+        def __init__(self, key, us, annotation=False):
+            self.key, self.self_device_time_total, self.count = key, us, 1
+            self.is_user_annotation = annotation
+            self.device_type = None
+
+        @property
+        def self_cuda_time_total(self):  # deprecated: reading it warns
+            raise AssertionError("read self_cuda_time_total")
+
+    class Prof:
+        def key_averages(self):
+            return [Event("nvjet_hsh_gemm", 600.0), Event("triton_per_fused_flex", 400.0),
+                    Event("## Call CompiledFxGraph abc ##", 1000.0), Event("region", 1000.0, annotation=True)]
+
+    assert is_annotation(Event("Torch-Compiled Region: 0/0", 1.0))
+    rows = breakdown(Prof(), "cuda")
+    assert [(r["name"], round(r["share_pct"])) for r in rows] == [("nvjet_hsh_gemm", 60),
+                                                                  ("triton_per_fused_flex", 40)]
+
+
+def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
+    import bench.cell as cell
+
+    def broken():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", broken)
+    monkeypatch.setattr(torch.cuda, "empty_cache", broken)
+    cell._free("cuda")  # the error is already in the row; freeing must not raise again
+    row = cell.fail({}, RuntimeError("cuDNN Frontend error: No execution plans support the graph"))
+    assert row["status"] == "unsupported"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert cell.cuda_broken()  # the worker then exits, and a fresh one takes the next case

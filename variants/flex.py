@@ -56,7 +56,7 @@ def _check(case):
     return _eager_refusal(probe_case(case).replace(mask="none", window=None))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _eager_refusal(small):
     from torch.nn.attention.flex_attention import flex_attention
 
