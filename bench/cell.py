@@ -1,6 +1,7 @@
 """The cells of one case, executed inside the worker: setup and reference check per
 variant, then timing of every variant that passed in interleaved rounds (A B C A B C ...),
-then each one's memory pass (and profiled pass).
+then each one's memory pass.  ``profile_group`` is the profiled pass of ``sweep --profile``,
+which the sweep runs after every cell is timed, so that the profiler cannot touch a timing.
 
 Every path ends in a row with a status and a reason; nothing here raises.
 """
@@ -37,7 +38,6 @@ class CellSettings:
     budget_ms: float = 1000.0
     precision: float = DEFAULT_PRECISION
     rounds: int = DEFAULT_ROUNDS
-    profile: bool = False
 
     def to_row(self) -> dict:
         return {"budget_ms": self.budget_ms, "precision": self.precision}
@@ -148,10 +148,10 @@ def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit:
 
 
 def run_cell(v: Variant, case: Case, budget_ms: float, cache: ReferenceCache | None = None,
-             profile: bool = False, precision: float = DEFAULT_PRECISION, rounds: int = 1) -> dict:
+             precision: float = DEFAULT_PRECISION, rounds: int = 1) -> dict:
     """One variant on one case (a group of one)."""
     rows = []
-    run_group([v], case, CellSettings(budget_ms, precision, rounds, profile), rows.append, cache)
+    run_group([v], case, CellSettings(budget_ms, precision, rounds), rows.append, cache)
     return rows[0]
 
 
@@ -214,13 +214,30 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, gr
             with item.prepared.scope():
                 row["peak_mem_bytes"] = peak_bytes(case.device, timed_call(whole, item.prepared.fn, q, k, v,
                                                                             grad_out))
-                if settings.profile:
-                    from bench.profile import category_shares
-
-                    row.update(category_shares(case, item.prepared.fn, q, k, v, grad_out))
             row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
             row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
             row["status"] = "ok"
         except Exception as exc:
             fail(row, exc)
         emit(row)
+
+
+def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None]) -> None:
+    """The profiled pass: category shares of profiled self time per variant, as a row keyed
+    like the cell's (``variant`` and the case fields); a failure is ``profile_error``."""
+    from bench.profile import category_shares
+
+    try:
+        q, k, v = make_inputs(case)
+        grad_out = make_grad_out(case) if case.needs_grad else None
+        for var in variants:
+            row = {"variant": var.name, **case.to_dict()}
+            try:
+                prepared = var.prepare(case)
+                with prepared.scope():
+                    row.update(category_shares(case, prepared.fn, q, k, v, grad_out))
+            except Exception as exc:
+                row["profile_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+            emit(row)
+    finally:
+        _free(case.device)

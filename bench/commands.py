@@ -47,7 +47,8 @@ def add_subcommands(sub) -> None:
     sp.add_argument("--rounds", help="interleaved rounds per case: its variants take turns, A B C A B C "
                     "(default 3)")
     sp.add_argument("--profile", action="store_true",
-                    help="add a separate profiled pass per cell (category shares as columns)")
+                    help="profile every ok cell once the timing is done (category shares in "
+                         "profile.jsonl, a breakdown chart in the report)")
     sp.add_argument("--no-report", dest="no_report", action="store_true", help="skip the report")
     sp.add_argument("--strict", action="store_true",
                     help="exit 1 when any cell is error, crash, timeout, mismatch or oom, or unsupported "

@@ -2,8 +2,10 @@
 
 ``python -m bench profile --variant NAME [case flags]`` prints the top operators (CUDA
 kernels on a GPU) by self time with their share, groups them into categories, and writes
-a Chrome/Perfetto trace and a breakdown CSV; ``sweep --profile`` adds the category shares
-of a separate profiled pass as columns.
+a Chrome/Perfetto trace and a breakdown CSV; ``sweep --profile`` writes the category
+shares of a profiled pass, run after all the cells are timed (so that no profiler runs
+just before a timed loop), to the run folder's profile.jsonl; the report puts them beside
+their cells.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ WORKER_START_TIMEOUT_S = 300.0
 class WorkerSettings:
     plugins: list[str] = field(default_factory=list)
     budget_ms: float = 1000.0
-    profile: bool = False
     threads: int | None = None
     log_path: str | None = None  # the worker's stdout and stderr go here
     precision: float = 0.02
@@ -52,13 +51,15 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
 
     import torch
 
-    from bench.cell import CellSettings, ReferenceCache, cuda_broken, run_group
+    import functools
+
+    from bench.cell import CellSettings, ReferenceCache, cuda_broken, profile_group, run_group
     from bench.registry import discover
 
     if settings.threads:
         torch.set_num_threads(settings.threads)
     registry = discover(settings.plugins)
-    cell_settings = CellSettings(settings.budget_ms, settings.precision, settings.rounds, settings.profile)
+    cell_settings = CellSettings(settings.budget_ms, settings.precision, settings.rounds)
     cache = ReferenceCache()
     gc.collect()
     gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
@@ -70,9 +71,10 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
             return
         if msg is None:
             return
-        names, case_dict = msg
-        run_group([registry[n] for n in names], Case.from_dict(case_dict), cell_settings,
-                  lambda row: conn.send(("row", row)), cache)
+        mode, names, case_dict = msg
+        run = profile_group if mode == "profile" else functools.partial(run_group, settings=cell_settings,
+                                                                         cache=cache)
+        run([registry[n] for n in names], Case.from_dict(case_dict), emit=lambda row: conn.send(("row", row)))
         conn.send(("done", None))
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()
@@ -129,7 +131,7 @@ class Worker:
             raise RuntimeError(f"the worker failed to start: {_death(code)}") from None
         assert tag == "ready"
 
-    def run_group(self, names: list[str], case: Case, timeout_s: float, on_row) -> tuple[str, str]:
+    def run_group(self, names: list[str], case: Case, timeout_s: float, on_row, mode: str = "time") -> tuple[str, str]:
         """Run the variants ``names`` on ``case``; ``on_row(row)`` for each row as it arrives.
         Returns ('done', '') or ('timeout' | 'crash', reason) when the worker overran
         ``timeout_s`` per variant still to come, or died; the rows already passed on stay."""
@@ -140,7 +142,7 @@ class Worker:
                 self._start()
             except RuntimeError as exc:
                 return "crash", str(exc)
-        self._conn.send((list(names), case.to_dict()))
+        self._conn.send((mode, list(names), case.to_dict()))
         left_names = len(names)
         deadline = time.monotonic() + timeout_s * left_names
         while True:

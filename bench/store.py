@@ -11,6 +11,7 @@ from pathlib import Path
 from bench.case import CASE_FIELDS, Case
 
 RESULTS = "results.jsonl"
+PROFILE = "profile.jsonl"  # sweep --profile: category shares per cell, from a pass after the timing
 ENV = "env.json"
 DEFAULT_ROOT = Path("runs")
 
@@ -50,10 +51,10 @@ def require_run(run_dir) -> Path:
     return path
 
 
-def read_rows(run_dir: Path, repair: bool = False) -> list[dict]:
+def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS) -> list[dict]:
     """Every complete row; a torn last line (a killed writer) is skipped, and with
     ``repair`` cut off so that appends start on a fresh line."""
-    path = Path(run_dir) / RESULTS
+    path = Path(run_dir) / name
     if not path.exists():
         return []
     rows, good_end = [], 0
@@ -76,8 +77,8 @@ def read_rows(run_dir: Path, repair: bool = False) -> list[dict]:
 
 
 class ResultWriter:
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / RESULTS
+    def __init__(self, run_dir: Path, name: str = RESULTS):
+        self.path = Path(run_dir) / name
         self._f = open(self.path, "a", encoding="utf-8")
 
     def write(self, row: dict) -> None:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from bench import store
+from bench.case import Case
 from bench.cell import STATUSES, base_row
 from bench.errors import UsageError
 from bench.registry import available, discover, plugin_module
@@ -182,12 +183,12 @@ def _run_cells(cells, run_dir: Path, spec, registry, plugins, peaks: dict, args)
     from tqdm import tqdm
 
     writer = store.ResultWriter(run_dir)
-    worker = Worker(WorkerSettings(plugins=plugins, budget_ms=spec.budget_ms,
-                                   profile=bool(getattr(args, "profile", False)), threads=spec.threads,
+    worker = Worker(WorkerSettings(plugins=plugins, budget_ms=spec.budget_ms, threads=spec.threads,
                                    precision=spec.precision / 100.0, rounds=spec.rounds,
                                    log_path=str(run_dir / "worker.log")))
     counts = dict.fromkeys(STATUSES, 0)
     timed = [0.0]
+    measured: dict = {}  # case: names of the variants measured ok in this invocation
     bar = tqdm(total=len(cells), unit="cell", dynamic_ncols=True, file=sys.stderr,
                disable=getattr(args, "quiet", False))
 
@@ -196,6 +197,8 @@ def _run_cells(cells, run_dir: Path, spec, registry, plugins, peaks: dict, args)
         if row.get("tflops") and peaks.get(dtype):
             row["pct_peak"] = 100.0 * row["tflops"] / peaks[dtype]
         writer.write(row)
+        if row["status"] == "ok":
+            measured.setdefault(Case.from_dict(row), []).append(row["variant"])
         counts[row["status"]] += 1
         timed[0] += row.get("timed_s") or 0.0
         bar.update(1)
@@ -225,11 +228,27 @@ def _run_cells(cells, run_dir: Path, spec, registry, plugins, peaks: dict, args)
                     record(base_row(name, case, "unsupported", why))
             if runnable:
                 run(runnable, case)
+        if getattr(args, "profile", False) and measured:
+            _profile_pass(worker, run_dir, measured, spec.timeout, bar)
     finally:
         bar.close()
         worker.stop()
         writer.close()
     return counts, timed[0]
+
+
+def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, bar) -> None:
+    """sweep --profile: every cell measured ok, profiled again after all the timing (a
+    profiler must not run just before a timed loop), into profile.jsonl."""
+    writer = store.ResultWriter(run_dir, store.PROFILE)
+    try:
+        for case, names in measured.items():
+            bar.set_postfix_str(f"profiling {case.label()}", refresh=False)
+            tag, why = worker.run_group(names, case, timeout, writer.write, mode="profile")
+            if tag != "done":
+                print(f"warning: the profiled pass of {case.label()} ended early: {why}", file=sys.stderr)
+    finally:
+        writer.close()
 
 
 def _by_case(cells):

@@ -22,11 +22,27 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
         d = store.require_run(d)
         env = store.read_env(d) | {"run": d.name, "path": str(d)}
         envs.append(env)
-        df = pd.DataFrame(store.read_rows(d))
+        df = with_profile(pd.DataFrame(store.read_rows(d)), store.read_rows(d, name=store.PROFILE))
         df["run"] = d.name
         frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return tidy(df), envs
+
+
+def with_profile(df: pd.DataFrame, profiled: list[dict]) -> pd.DataFrame:
+    """The share_* columns of ``sweep --profile``'s pass (profile.jsonl) beside their cells."""
+    from bench.case import CASE_FIELDS
+
+    if not profiled or df.empty:
+        return df
+    keys = ["variant", *CASE_FIELDS]
+    prof = pd.DataFrame(profiled).drop_duplicates(keys, keep="last")
+    cols = [c for c in prof if c.startswith("share_") or c == "profile_error"]
+    df = df.drop(columns=[c for c in cols if c in df])
+    for k in keys:  # window is None (NaN) for most masks: merge on a comparable form
+        prof[k] = prof[k].astype(object).where(prof[k].notna(), None) if k in prof else None
+        df[k] = df[k].astype(object).where(df[k].notna(), None)
+    return df.merge(prof[keys + cols], on=keys, how="left")
 
 
 def tidy(df: pd.DataFrame) -> pd.DataFrame:

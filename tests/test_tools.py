@@ -57,10 +57,15 @@ def test_sweep_profile_adds_shares_and_breakdown_chart(tmp_path):
                    "--head-dims", "16", "--masks", "none", "--budget-ms", "5", "--profile", "--out", out,
                    "--quiet")
     assert proc.returncode == 0, proc.stderr
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    for r in rows:
+    rows = read_jsonl(out / "results.jsonl")
+    assert not any(k.startswith("share_") for r in rows for k in r)  # timed rows: no profiler near them
+    profiled = read_jsonl(out / "profile.jsonl")  # the profiled pass, after all the timing
+    assert {(r["variant"], r["q_len"]) for r in profiled} == {(r["variant"], r["q_len"]) for r in rows}
+    for r in profiled:
         shares = [v for k, v in r.items() if k.startswith("share_")]
         assert len(shares) == len(CATEGORIES) and abs(sum(shares) - 100) < 1
+    merged = pd.read_csv(out / "report" / "results.csv")
+    assert merged["share_matmul"].notna().all()  # the report puts them beside their cells
     assert (out / "report" / "charts" / "breakdown.png").exists()
 
 
