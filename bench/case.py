@@ -30,9 +30,17 @@ def normalize_dtype(name: str) -> str:
     return DTYPE_ALIASES.get(name, name)
 
 
+MAX_LEN = 1 << 24  # q_len, kv_len and window: 16,777,216 tokens
+MAX_DIM = 1 << 16  # batch, heads, kv_heads and head_dim
+LIMITS = {"q_len": MAX_LEN, "kv_len": MAX_LEN, "window": MAX_LEN, "batch": MAX_DIM, "heads": MAX_DIM,
+          "kv_heads": MAX_DIM, "head_dim": MAX_DIM}
+
+
 def _positive(field: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise CaseError(field, value, "must be a positive integer")
+    if value > LIMITS[field]:
+        raise CaseError(field, value, f"must be at most {LIMITS[field]:,}")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,33 @@ def kv_lengths(case: Case) -> list[int]:
     return [case.kv_len - ((b + 1) * case.kv_len) // b2 for b in range(case.batch)]
 
 
+def _ramp(n: int, cap: int) -> int:
+    """sum of min(m, cap) for m = 1..n (0 when n <= 0), in closed form."""
+    if n <= 0:
+        return 0
+    if n <= cap:
+        return n * (n + 1) // 2
+    return cap * (cap + 1) // 2 + (n - cap) * cap
+
+
+def kept_pairs(case: Case) -> int:
+    """(query, key) pairs the mask keeps, summed over the batch, for one head: exact, in
+    closed form (no per-token memory, whatever the lengths).  Query i keeps
+    clamp(hi_i, 0, kv_len) - clamp(lo_i, 0, kv_len) keys with the ranges of key_range."""
+    lq, lk = case.q_len, case.kv_len
+    if case.mask == "none":
+        per_batch = lq * lk
+    elif case.mask == "causal":
+        per_batch = _ramp(lq, lk)  # query i keeps min(i + 1, kv_len)
+    elif case.mask == "window":
+        per_batch = _ramp(lq, lk) - _ramp(lq - case.window, lk)  # less the keys before i - window + 1
+    elif case.mask == "padding":
+        return lq * sum(kv_lengths(case))
+    else:
+        raise ValueError(f"unknown mask {case.mask!r}")
+    return per_batch * case.batch
+
+
 def key_range(case: Case, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """(lo, hi) int64 tensors of shape (B or 1, q_len): query i keeps keys lo <= j < hi."""
     i = torch.arange(case.q_len, device=device).unsqueeze(0)  # (1, Lq)

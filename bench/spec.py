@@ -8,12 +8,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.case import DIRECTIONS, DTYPES, MASKS, Case, CaseError, normalize_dtype
+from bench.case import DIRECTIONS, DTYPES, MASKS, MAX_DIM, MAX_LEN, Case, CaseError, normalize_dtype
 from bench.errors import UsageError
 
 AXES = ("variants", "seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes",
         "masks", "window", "directions")
 INT_AXES = ("seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "window")
+AXIS_LIMITS = {"seq_lens": MAX_LEN, "kv_lens": MAX_LEN, "window": MAX_LEN, "heads": MAX_DIM, "kv_heads": MAX_DIM,
+               "head_dims": MAX_DIM, "batch": MAX_DIM}
 SETTINGS = ("device", "timeout", "budget_ms", "preset", "threads", "precision", "rounds")
 
 PRESETS = {
@@ -105,15 +107,17 @@ def as_list(key, value):
     if not items:
         raise UsageError(f"--{key.replace('_', '-')} is empty; give at least one value")
     if key in INT_AXES:
-        try:
-            ints = [int(x) for x in items]
-        except (TypeError, ValueError):
-            raise UsageError(f"--{key.replace('_', '-')} takes positive integers, got {value!r}") from None
-        bad = [x for x in ints if x < 1]
+        flag, limit = f"--{key.replace('_', '-')}", AXIS_LIMITS[key]
+        ints = []
+        for x in items:  # 64.5 and true are not lengths: no silent conversion
+            if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.lstrip("+-").isdigit())):
+                raise UsageError(f"{flag} takes positive integers up to {limit:,}, got {x!r}")
+            ints.append(int(x))
+        bad = [x for x in ints if not 1 <= x <= limit]
         if bad:
-            raise UsageError(f"--{key.replace('_', '-')} takes positive integers, got {bad[0]}")
-        return ints
-    return [str(x) for x in items]
+            raise UsageError(f"{flag} takes positive integers up to {limit:,}, got {bad[0]}")
+        return list(dict.fromkeys(ints))
+    return list(dict.fromkeys(str(x) for x in items))  # a value given twice is one cell, not two
 
 
 def _check_choice(key, values, valid):
@@ -136,6 +140,9 @@ def load_config(path: str) -> dict:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"--config {path}: malformed TOML: {exc}") from None
     data = data.get("sweep", data)  # keys at top level or under [sweep]
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: 'sweep' must be a table ([sweep] with keys under it), "
+                         f"got {type(data).__name__}")
     norm = {k.replace("-", "_"): v for k, v in data.items()}
     valid = AXES + SETTINGS + ("plugins",)
     unknown = sorted(set(norm) - set(valid))
@@ -160,7 +167,7 @@ def build_spec(given: dict, registry) -> Spec:
     for key in AXES:
         raw = values.get(key)
         axes[key] = None if raw is None else as_list(key, raw)
-    axes["dtypes"] = [normalize_dtype(d) for d in axes["dtypes"]]
+    axes["dtypes"] = list(dict.fromkeys(normalize_dtype(d) for d in axes["dtypes"]))
     _check_choice("dtype", axes["dtypes"], DTYPES)
     _check_choice("mask", axes["masks"], MASKS)
     _check_choice("direction", axes["directions"], DIRECTIONS)

@@ -28,7 +28,12 @@ def collect_given(args) -> dict:
     for key in AXES:  # lists from here on, whether from a flag ("a,b") or the file
         if given.get(key) is not None:
             given[key] = as_list(key, given[key])
-    plugins = list(given.get("plugins") or []) + list(args.plugin)
+    listed = given.get("plugins") or []
+    if isinstance(listed, str):
+        listed = [listed]  # plugins = "x.py" is one file, not four characters
+    if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+        raise UsageError(f"--config: plugins takes a list of paths, got {listed!r}")
+    plugins = list(listed) + list(args.plugin)
     given["plugins"] = list(dict.fromkeys(str(Path(p).expanduser().resolve()) for p in plugins))
     return given
 

@@ -139,8 +139,11 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
     (["sweep", "--masks", "diag"], "unknown mask 'diag'; valid: none, causal, window, padding"),
     (["sweep", "--preset", "huge"], "unknown preset 'huge'; valid: quick, default, full"),
     (["sweep", "--heads", "8", "--kv-heads", "3"], "heads 8 is not divisible by kv_heads 3"),
-    (["sweep", "--seq-lens", "0,128"], "--seq-lens takes positive integers, got 0"),
-    (["sweep", "--seq-lens", "-5"], "--seq-lens takes positive integers, got -5"),
+    (["sweep", "--seq-lens", "0,128"], "--seq-lens takes positive integers up to 16,777,216, got 0"),
+    (["sweep", "--seq-lens", "-5"], "--seq-lens takes positive integers up to 16,777,216, got -5"),
+    (["sweep", "--seq-lens", "1000000000"], "--seq-lens takes positive integers up to 16,777,216, got 1000000000"),
+    (["sweep", "--seq-lens", str(10**20)], f"--seq-lens takes positive integers up to 16,777,216, got {10**20}"),
+    (["sweep", "--seq-lens", "64.5"], "--seq-lens takes positive integers up to 16,777,216, got '64.5'"),
     (["sweep", "--directions", "up"], "unknown direction 'up'; valid: fwd, bwd, fwd+bwd"),
     (["sweep", "--resume", "/nonexistent/run"], "no such run folder"),
     (["sweep", "--frobnicate"], "unrecognized arguments: --frobnicate"),
@@ -160,6 +163,34 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     err = capsys.readouterr().err
     assert words in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("toml, words", [
+    ("sweep = 5\n", "'sweep' must be a table"),
+    ("seq_lens = [64.5]\n", "--seq-lens takes positive integers up to 16,777,216, got 64.5"),
+    ("seq_lens = [true]\n", "--seq-lens takes positive integers up to 16,777,216, got True"),
+    ("plugins = 5\n", "plugins takes a list of paths, got 5"),
+    ('plugins = "/nonexistent/x.py"\n', "--plugin /nonexistent/x.py: not a Python file"),
+])
+def test_config_values_are_not_converted_silently(tmp_path, capsys, toml, words):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    assert main(["sweep", "--config", str(cfg), "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_repeated_values_are_one_cell_and_huge_lengths_cost_nothing():
+    from bench import masks
+    from bench.case import Case
+    from bench.registry import discover
+    from bench.spec import build_spec
+
+    spec = build_spec({"variants": "naive,naive", "dtypes": "bf16,bfloat16", "seq_lens": "64,64"}, discover())
+    assert (spec.variants, spec.dtypes, spec.seq_lens) == (["naive"], ["bfloat16"], [64])
+    n = 1 << 24  # the largest length: its pairs in closed form, no per-token tensor
+    big = Case(batch=2, q_len=n, kv_len=n, mask="window", window=4096)
+    assert masks.kept_pairs(big) == 2 * (4096 * 4097 // 2 + (n - 4096) * 4096)  # min(i + 1, w) keys per query
 
 
 def test_malformed_and_unknown_config(tmp_path, capsys):
