@@ -17,7 +17,7 @@ import torch
 
 from bench import contention
 from bench import flops as flopcount
-from bench.case import Case
+from bench.case import CASE_FIELDS, Case
 from bench.inputs import make_grad_out, make_inputs
 from bench.memory import peak_bytes
 from bench.reference import reference, run_and_check
@@ -113,6 +113,29 @@ class ReferenceCache:
         return self._value
 
 
+CORE_COLUMNS = frozenset({  # what a row says about itself: a variant's figures never replace these
+    "variant", *CASE_FIELDS, "status", "reason", "flops", "bytes", *MEASURED, "setup_ms", "threads", "budget_ms",
+    "precision", "iqr_ms", "mean_ms", "q1_ms", "q3_ms", "rel_iqr", "ci_halfwidth", "noisy", "ci_lo_ms", "ci_hi_ms",
+    "number", "warmup_calls", "timer", "samples_ms", "round_medians_ms", "rounds", "timed_s", "cpu_util",
+    "other_cpu", "quantum_ms", "contended", "contended_why", "max_rel_err", "grad_max_abs_err", "gbps", "pct_peak"})
+
+
+def _info_columns(info: dict, row: dict) -> dict:
+    """Prepared.info as columns: a name that a row already has goes under ``info_<name>``;
+    a value that cannot be sent to the sweep is an error that names its key."""
+    import pickle
+
+    out = {}
+    for key, value in info.items():
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            raise TypeError(f"Prepared.info[{key!r}] cannot be sent to the sweep ({type(exc).__name__}: "
+                            f"{first_line(exc)}); report plain numbers or strings") from None
+        out[f"info_{key}" if key in CORE_COLUMNS or key in row else key] = value
+    return out
+
+
 @dataclass
 class _Live:
     """A variant that passed its check and waits for its timing."""
@@ -166,7 +189,7 @@ def _setup_and_check(var, case, settings, cache, q, k, v, grad_out) -> _Live:
         t0 = time.perf_counter()
         prepared = var.prepare(case)
         row["setup_ms"] = (time.perf_counter() - t0) * 1e3
-        row.update(prepared.info)
+        row.update(_info_columns(prepared.info, row))
         with prepared.scope():
             result = run_and_check(case, prepared.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out))
         row.update(result.to_row())

@@ -37,6 +37,12 @@ def add_subcommands(sub) -> None:
     sp.add_argument("--config", metavar="FILE.toml", help="axis values and settings; flags override it")
     sp.add_argument("--out", metavar="DIR", help="run folder (default: runs/<timestamp>-<device>)")
     sp.add_argument("--resume", metavar="DIR", help="run only the cells DIR lacks, appending to it")
+    sp.add_argument("--retry", metavar="STATUSES",
+                    help="with --resume: measure again the cells whose row has one of these statuses, e.g. "
+                         "crash,timeout,oom (the old rows stay in the file; reports use the newest)")
+    sp.add_argument("--allow-env-change", dest="allow_env_change", action="store_true",
+                    help="with --resume: go on although this machine's fingerprint differs from the run's "
+                         "(the report marks the run mixed)")
     sp.add_argument("--timeout", help="seconds per cell before it is killed (default: 300 CPU, 120 GPU)")
     sp.add_argument("--budget-ms", dest="budget_ms",
                     help="timing budget per cell in ms (default: the preset's)")

@@ -171,6 +171,11 @@ def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None 
     if grad_out is not None:
         grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
     ref = ref if ref is not None else reference(case, q, k, v, grad_out)
+    wrong = [f"{what} {got}, expected {want}" for what, got, want in (
+        ("dtype", out.dtype, case.torch_dtype), ("device", out.device.type, case.device),
+        ("layout", out.layout, torch.strided)) if got != want]
+    if wrong:
+        return CheckResult(False, float("inf"), float("inf"), reason="output " + "; ".join(wrong))
     if out.shape != (case.batch, case.heads, case.q_len, case.head_dim):
         return CheckResult(False, float("inf"), float("inf"),
                            reason=f"output shape {tuple(out.shape)} != expected "

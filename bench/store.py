@@ -3,8 +3,11 @@ env.json, and report/.  ``runs/latest`` points at the newest run under runs/."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -51,29 +54,66 @@ def require_run(run_dir) -> Path:
     return path
 
 
+REQUIRED = {RESULTS: ("variant", "status", *CASE_FIELDS), PROFILE: ("variant", *CASE_FIELDS)}
+_WARNED: set = set()
+
+
 def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS) -> list[dict]:
-    """Every complete row; a torn last line (a killed writer) is skipped, and with
-    ``repair`` cut off so that appends start on a fresh line."""
+    """Every valid row.  A torn last line (a killed writer: no newline at the end) is left
+    out, and with ``repair`` cut off so that appends start on a fresh line; it is the only
+    line ever removed.  Any other line that is not a JSON object holding the row's columns
+    (garbage, NULs, an array, a row missing its case) is skipped with a warning naming its
+    line number, and stays in the file: a valid row is never rewritten or dropped."""
     path = Path(run_dir) / name
     if not path.exists():
         return []
-    rows, good_end = [], 0
     with open(path, "rb") as f:
         data = f.read()
-    pos = 0
-    for line in data.splitlines(keepends=True):
-        pos += len(line)
-        if not line.endswith(b"\n"):
-            break
-        try:
-            rows.append(json.loads(line))
-            good_end = pos
-        except json.JSONDecodeError:
-            break
-    if repair and good_end != len(data):
+    lines = data.split(b"\n")
+    torn = lines.pop()  # b"" when the file ends with a newline
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        row, why = _parse(line, REQUIRED.get(name, ()))
+        if row is None:
+            _warn(path, number, why)
+        else:
+            rows.append(row)
+    if torn and repair:
         with open(path, "r+b") as f:
-            f.truncate(good_end)
+            f.truncate(len(data) - len(torn))
     return rows
+
+
+def _parse(line: bytes, required) -> tuple[dict | None, str]:
+    try:
+        row = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None, "not valid JSON" + (" (NUL bytes)" if b"\x00" in line else "")
+    if not isinstance(row, dict):
+        return None, f"a JSON {type(row).__name__}, not an object"
+    missing = [k for k in required if k not in row]
+    if missing:
+        return None, f"a row without {', '.join(missing)}"
+    return row, ""
+
+
+def _warn(path: Path, number: int, why: str) -> None:
+    if (str(path), number) not in _WARNED:
+        _WARNED.add((str(path), number))
+        print(f"warning: {path}:{number}: skipped, {why}; the line is left in the file", file=sys.stderr)
+
+
+def _finite(value):
+    """NaN and infinities as null (strict JSON has neither); the reason column says why."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 class ResultWriter:
@@ -82,7 +122,7 @@ class ResultWriter:
         self._f = open(self.path, "a", encoding="utf-8")
 
     def write(self, row: dict) -> None:
-        self._f.write(json.dumps(row, default=str) + "\n")
+        self._f.write(json.dumps(_finite(row), default=str, allow_nan=False) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
 
@@ -91,9 +131,51 @@ class ResultWriter:
 
 
 def write_env(run_dir: Path, env: dict) -> None:
-    (Path(run_dir) / ENV).write_text(json.dumps(env, indent=2, default=str) + "\n")
+    """env.json, atomically: a new file renamed over the old one, so a kill never leaves half."""
+    path = Path(run_dir) / ENV
+    tmp = path.with_name(f".{ENV}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(_finite(env), indent=2, default=str, allow_nan=False) + "\n")
+    os.replace(tmp, path)
 
 
 def read_env(run_dir: Path) -> dict:
+    """env.json as a dict ({} when there is none); a UsageError when it is not one."""
+    from bench.errors import UsageError
+
     p = Path(run_dir) / ENV
-    return json.loads(p.read_text()) if p.exists() else {}
+    if not p.exists():
+        return {}
+    try:
+        env = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}); it is the run's "
+                         f"environment record: restore it, or remove it to rebuild without it") from None
+    if not isinstance(env, dict):
+        raise UsageError(f"{p}: a JSON {type(env).__name__}, not the object env.json holds")
+    return env
+
+
+LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path):
+    """Hold the run folder for one sweep: a second sweep into it exits 2 and names the
+    process that holds it (filelock: released by the OS when the holder dies)."""
+    from filelock import FileLock, Timeout
+
+    from bench.errors import UsageError
+
+    run_dir = Path(run_dir)
+    lock = FileLock(str(run_dir / LOCK))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        holder = (run_dir / (LOCK + ".pid")).read_text().strip() if (run_dir / (LOCK + ".pid")).exists() else "?"
+        raise UsageError(f"{run_dir}: another sweep is writing to this run folder (process {holder}); wait for it "
+                         f"to end, or choose another --out") from None
+    try:
+        (run_dir / (LOCK + ".pid")).write_text(f"{os.getpid()}\n")
+        yield run_dir
+    finally:
+        lock.release()

@@ -63,10 +63,55 @@ def run_sweep(args) -> int:
         added = [v.name for v in registry if v.module in new_modules]
         given["variants"] = list(dict.fromkeys(list(given["variants"]) + added))
     spec = build_spec(given, registry)
-    cases = spec.cases()
+    retry = _retry_statuses(args, resume)
+    run_dir = _run_folder(resume, args.out, spec.device)
+    with store.locked(run_dir):
+        return _sweep_in(run_dir, resume, spec, given, registry, retry, args)
 
-    run_dir, env = _open_run(resume, args.out, spec, given, registry)
-    done = {store.cell_key(r["variant"], r) for r in store.read_rows(run_dir, repair=True)}
+
+def _retry_statuses(args, resume) -> set:
+    raw = getattr(args, "retry", None)
+    if raw is None:
+        return set()
+    if resume is None:
+        raise UsageError("--retry re-measures cells of an earlier run: give it with --resume RUN")
+    valid = [s for s in STATUSES if s not in ("ok", "unsupported")]
+    wanted = [s.strip() for s in str(raw).split(",") if s.strip()]
+    bad = [s for s in wanted if s not in valid]
+    if bad or not wanted:
+        raise UsageError(f"--retry takes statuses from {', '.join(valid)}, got {raw!r}")
+    return set(wanted)
+
+
+def _run_folder(resume: Path | None, out: str | None, device: str) -> Path:
+    """The folder to write: the resumed one, a new --out, or a new timestamped one.  An
+    existing run is never written to without --resume (its env.json holds its history)."""
+    if resume is not None:
+        return resume
+    if not out:
+        return store.new_run_dir(device)
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {out}: a file is there; give a folder")
+    if (path / store.RESULTS).exists() or (path / store.ENV).exists():
+        raise UsageError(f"--out {out}: already a run folder; --resume {out} measures only the cells it lacks "
+                         f"(or choose a new --out)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    return path
+
+
+def _sweep_in(run_dir: Path, resume, spec, given: dict, registry, retry: set, args) -> int:
+    cases = spec.cases()
+    run_dir, env = _open_run(run_dir, resume is not None, spec, given, registry,
+                             getattr(args, "allow_env_change", False))
+    done = {store.cell_key(r["variant"], r) for r in store.read_rows(run_dir, repair=True)
+            if r.get("status") not in retry}
     cells = [(name, case) for case in cases for name in spec.variants
              if store.cell_key(name, case) not in done]
     print(f"run folder: {run_dir}  ({len(cells)} cells to run, {len(done)} already there; "
@@ -123,25 +168,44 @@ def contention_warning(rows: list[dict], spec) -> str:
             f"their own.")
 
 
-def _open_run(resume: Path | None, out: str | None, spec, given: dict, registry) -> tuple[Path, dict]:
-    """The run folder (new, --out, or resumed) with its env.json written: the fingerprint,
-    the spec, the load average, and the matmul peak of every dtype the spec uses (measured
-    once per run, at the sweep's thread count)."""
+FINGERPRINT_KEYS = ("torch", "xformers", "cuda", "python", "device", "device_name", "cpu", "cpu_count", "threads")
+
+
+def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_env_change: bool = False):
+    """The run folder with its env.json written: the fingerprint, the spec, the load
+    average, the matmul peak of every dtype the spec uses (measured once per run, at the
+    sweep's thread count), and a history entry for this invocation.  A resume on a machine
+    whose fingerprint differs is refused unless ``allow_env_change``; then env.json says
+    the run is mixed."""
     from bench.contention import load_average
     from bench.envinfo import fingerprint, measure_peak_tflops
 
-    run_dir = resume or (Path(out) if out else store.new_run_dir(spec.device))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    env = store.read_env(run_dir) if resume else {}
+    here = fingerprint(spec.device)
+    here["threads"] = spec.threads or here["threads"]
+    env = store.read_env(run_dir) if resumed else {}
     if env:
+        before = (env.get("history") or [{}])[-1].get("fingerprint") or {k: env.get(k) for k in FINGERPRINT_KEYS}
+        changed = [f"{k}: {before.get(k)} -> {here.get(k)}" for k in FINGERPRINT_KEYS if before.get(k) != here.get(k)]
+        if changed and not allow_env_change:
+            raise UsageError(f"--resume {run_dir}: this machine differs from the run's ({'; '.join(changed)}); its "
+                             f"rows would not compare. --allow-env-change resumes anyway and marks the run mixed")
+        if changed:
+            env.setdefault("mixed_env", []).extend(changed)
+        old = env.get("spec") or {}
+        differs = sorted(k for k, v in spec.to_dict().items() if k in old and old[k] != v)
+        if differs:
+            print(f"note: the spec differs from the run's in {', '.join(differs)}; both stay in env.json's "
+                  f"history, and every row records its own settings", file=sys.stderr)
         env.setdefault("resumed", []).append(" ".join(["python", "-m", "bench"] + sys.argv[1:]))
     else:
-        env = fingerprint(spec.device) | {"peaks_tflops": {}}
-    if spec.threads:
-        env["threads"] = spec.threads
+        env = here | {"peaks_tflops": {}}
+    env["threads"] = here["threads"]
     baseline = registry.baseline()
     env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None,
             "loadavg_start": load_average()}
+    env.setdefault("history", []).append({
+        "command": " ".join(["python", "-m", "bench"] + sys.argv[1:]), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in FINGERPRINT_KEYS}})
     for dtype in spec.dtypes:
         if dtype not in env["peaks_tflops"]:
             env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, spec.threads)

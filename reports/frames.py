@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from bench import store
+from bench.case import CASE_FIELDS
 
 FACET_COLS = ["device", "dtype", "direction", "mask", "window", "batch", "heads", "kv_heads",
               "head_dim", "kv"]
@@ -23,6 +24,8 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
         env = store.read_env(d) | {"run": d.name, "path": str(d)}
         envs.append(env)
         df = with_profile(pd.DataFrame(store.read_rows(d)), store.read_rows(d, name=store.PROFILE))
+        if not df.empty:  # a cell measured again (--retry) is its newest row; the file keeps both
+            df = df.drop_duplicates(["variant", *CASE_FIELDS], keep="last")
         df["run"] = d.name
         frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -72,6 +72,9 @@ def trust_line(df, envs) -> str:
             f"(shaky cells are hollow in charts, marked * in tables and left out of fits)")
     if bad_peaks:
         text += f"; the matmul peak is unreliable for {', '.join(bad_peaks)} (marked † in % of peak)"
+    mixed = [f"{e['run']}: {', '.join(e['mixed_env'])}" for e in envs if e.get("mixed_env")]
+    if mixed:
+        text += "; MIXED RUN, resumed on a machine that differs (" + "; ".join(mixed) + ")"
     return text + (f"; {loads}" if loads else "") + "."
 
 

@@ -1,0 +1,167 @@
+"""A hostile user's sweeps: two into one folder, a killed parent, a variant that spawns
+processes, provenance on resume, rows that lie about themselves."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
+
+S = ["--heads", "2", "--head-dims", "16", "--dtypes", "float32", "--directions", "fwd", "--masks", "none",
+     "--quiet", "--no-report", "--device", "cpu", "--budget-ms", "5"]
+
+HANGING = """
+import os, subprocess, time
+from pathlib import Path
+from bench.registry import variant
+
+@variant("hang.busy", masks=("none",), description="spins forever, telling where it runs")
+def busy(case):
+    def attention(q, k, v):
+        Path(os.environ["HANG_PID"]).write_text(str(os.getpid()))
+        while True:
+            pass
+    return attention
+
+@variant("hang.spawner", masks=("none",), description="starts a process, then hangs")
+def spawner(case):
+    def attention(q, k, v):
+        child = subprocess.Popen(["sleep", "600"])
+        Path(os.environ["HANG_PID"]).write_text(str(child.pid))
+        time.sleep(600)
+    return attention
+"""
+
+
+def _popen_sweep(*args, env=None):
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.Popen([sys.executable, "-m", "bench", "sweep", *map(str, args)], cwd=ROOT, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path, timeout=120.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never appeared")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal and /proc")
+def test_a_killed_sweep_takes_its_worker_with_it_and_a_second_sweep_is_locked_out(tmp_path):
+    plugin = write_plugin(tmp_path, "hang", HANGING)
+    pidfile = tmp_path / "pid"
+    out = tmp_path / "run"
+    proc = _popen_sweep("--plugin", plugin, "--variants", "hang.busy", "--seq-lens", "16", "--out", out,
+                        "--timeout", "600", *S, env={"HANG_PID": str(pidfile)})
+    try:
+        worker = _wait_for(pidfile)
+        second = run_cli("sweep", "--resume", out, *S)
+        assert second.returncode == 2
+        assert f"another sweep is writing to this run folder (process {proc.pid})" in second.stderr
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert _gone(worker), "the worker outlived its sweep"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and /proc")
+def test_a_timeout_kills_what_the_variant_spawned(tmp_path):
+    plugin = write_plugin(tmp_path, "hang", HANGING)
+    pidfile = tmp_path / "pid"
+    proc = run_cli("sweep", "--plugin", plugin, "--variants", "hang.spawner", "--seq-lens", "16",
+                   "--out", tmp_path / "run", "--timeout", "3", *S, env={"HANG_PID": str(pidfile)})
+    assert proc.returncode == 0, proc.stderr
+    rows = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert [r["status"] for r in rows] == ["timeout"]
+    assert _gone(int(pidfile.read_text())), "the variant's child process survived the timeout"
+
+
+def test_prepared_info_never_shadows_a_core_column_and_must_travel(tmp_path):
+    plugin = write_plugin(tmp_path, "liar", """
+        import threading
+        import torch.nn.functional as F
+        from bench.registry import Prepared, variant
+
+        @variant("liar", masks=("none",), description="claims to be another cell")
+        def liar(case):
+            return Prepared(lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                            info={"variant": "naive", "q_len": 999, "compile_ms": 1.5})
+
+        @variant("lockbox", masks=("none",), description="reports a figure that cannot be sent")
+        def lockbox(case):
+            return Prepared(lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                            info={"handle": threading.Lock()})
+    """)
+    proc = run_cli("sweep", "--plugin", plugin, "--variants", "liar,lockbox", "--seq-lens", "16",
+                   "--out", tmp_path / "run", *S)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["variant"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
+    assert set(rows) == {"liar", "lockbox"}
+    liar = rows["liar"]
+    assert liar["q_len"] == 16 and liar["status"] == "ok" and liar["compile_ms"] == 1.5
+    assert liar["info_variant"] == "naive" and liar["info_q_len"] == 999  # kept, under its own name
+    assert rows["lockbox"]["status"] == "error" and "'handle'" in rows["lockbox"]["reason"]
+
+
+def test_a_wrong_dtype_or_device_is_a_mismatch():
+    from bench.case import Case
+    from bench.inputs import make_inputs
+    from bench.reference import run_and_check
+
+    case = Case("cpu", "float32", 1, 2, 2, 16, 16, 8, "none", None, "fwd")
+    q, k, v = make_inputs(case)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    assert run_and_check(case, sdpa, q, k, v).ok
+    wide = run_and_check(case, lambda q, k, v: sdpa(q.double(), k.double(), v.double()), q, k, v)
+    assert not wide.ok and "dtype torch.float64" in wide.reason and "float32" in wide.reason
+
+
+def test_resume_retry_measures_crashed_cells_again_and_the_report_uses_the_newest(tmp_path):
+    from reports.frames import load_runs
+
+    out = tmp_path / "run"
+    first = run_cli("sweep", "--out", out, "--variants", "naive", "--seq-lens", "16,32", *S)
+    assert first.returncode == 0, first.stderr
+    lines = (out / "results.jsonl").read_text().splitlines()
+    crashed = json.loads(lines[0]) | {"status": "crash", "reason": "worker died with SIGKILL"}
+    (out / "results.jsonl").write_text("\n".join([json.dumps(crashed), lines[1]]) + "\n")
+    plain = run_cli("sweep", "--resume", out, *S)
+    assert "0 cells to run" in plain.stderr  # kept as it is without --retry
+    again = run_cli("sweep", "--resume", out, "--retry", "crash,timeout,oom", *S)
+    assert again.returncode == 0, again.stderr and "1 cells to run" in again.stderr
+    rows = read_jsonl(out / "results.jsonl")
+    assert [r["status"] for r in rows] == ["crash", "ok", "ok"]  # both stay in the file
+    df, _ = load_runs([out])
+    assert sorted(df["status"]) == ["ok", "ok"]  # the report uses the newest
+    bad = run_cli("sweep", "--resume", out, "--retry", "happy", *S)
+    assert bad.returncode == 2 and "--retry takes statuses from" in bad.stderr

@@ -1,0 +1,75 @@
+"""The run folder's files under damage: a bad line never costs a valid row, a torn last
+line is the only one repaired, env.json is written whole or not at all."""
+
+import json
+
+import pytest
+
+from bench import store
+from bench.cli import main
+from tests.conftest import run_cli
+
+S = ["--heads", "2", "--head-dims", "16", "--dtypes", "float32", "--directions", "fwd", "--quiet", "--no-report",
+     "--device", "cpu", "--budget-ms", "5"]
+
+
+def _row(i):
+    return {"variant": "naive", "status": "ok", "device": "cpu", "dtype": "float32", "batch": 1, "heads": 2,
+            "kv_heads": 2, "q_len": 16 * (i + 1), "kv_len": 16 * (i + 1), "head_dim": 16, "mask": "none",
+            "window": None, "direction": "fwd", "median_ms": float(i + 1)}
+
+
+@pytest.mark.parametrize("bad", [b'{"variant": "naive", "broken', b"\x00" * 40, b"[1, 2, 3]",
+                                 b'{"variant": "naive", "status": "ok"}', b"null"])
+def test_a_bad_line_in_the_middle_is_skipped_with_its_number(tmp_path, capsys, bad):
+    good = [json.dumps(_row(i)).encode() for i in range(4)]
+    (tmp_path / store.RESULTS).write_bytes(b"\n".join(good[:2] + [bad] + good[2:]) + b"\n")
+    rows = store.read_rows(tmp_path, repair=True)
+    assert [r["median_ms"] for r in rows] == [1.0, 2.0, 3.0, 4.0]
+    assert f"{store.RESULTS}:3: skipped" in capsys.readouterr().err
+    assert (tmp_path / store.RESULTS).read_bytes().count(b"\n") == 5  # nothing rewritten or cut
+
+
+def test_only_a_torn_last_line_is_repaired(tmp_path):
+    good = b"\n".join(json.dumps(_row(i)).encode() for i in range(3)) + b"\n"
+    (tmp_path / store.RESULTS).write_bytes(good + b'{"variant": "na')
+    assert len(store.read_rows(tmp_path)) == 3
+    assert (tmp_path / store.RESULTS).read_bytes().endswith(b'"na')  # reading alone changes nothing
+    assert len(store.read_rows(tmp_path, repair=True)) == 3
+    assert (tmp_path / store.RESULTS).read_bytes() == good
+
+
+def test_non_finite_figures_are_written_as_null(tmp_path):
+    w = store.ResultWriter(tmp_path)
+    w.write(_row(0) | {"max_abs_err": float("inf"), "x": [float("nan"), 1.0], "status": "mismatch"})
+    w.close()
+    line = (tmp_path / store.RESULTS).read_text()
+    assert "Infinity" not in line and "NaN" not in line
+    assert json.loads(line)["max_abs_err"] is None and json.loads(line)["x"] == [None, 1.0]
+
+
+@pytest.mark.parametrize("content", ["", '{"device": "cpu", "thr', "[1, 2]"])
+def test_a_damaged_env_json_is_one_clear_line(tmp_path, capsys, content):
+    w = store.ResultWriter(tmp_path)
+    w.write(_row(0))
+    w.close()
+    (tmp_path / store.ENV).write_text(content)
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "env.json" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_resume_after_a_bad_line_keeps_every_valid_row(tmp_path):
+    out = tmp_path / "run"
+    first = run_cli("sweep", "--out", out, "--variants", "naive,sdpa.math", "--seq-lens", "16,32,48",
+                    "--masks", "none,causal", *S)
+    assert first.returncode == 0, first.stderr
+    path = out / store.RESULTS
+    lines = path.read_bytes().split(b"\n")
+    assert len(lines) == 13  # 12 rows and the final newline
+    path.write_bytes(b"\n".join(lines[:5] + [b'{"variant": "naive", "broken'] + lines[5:]))
+    again = run_cli("sweep", "--resume", out, *S)
+    assert again.returncode == 0, again.stderr
+    assert "0 cells to run, 12 already there" in again.stderr and "results.jsonl:6: skipped" in again.stderr
+    kept = [x for x in path.read_text().splitlines() if x != '{"variant": "naive", "broken']
+    assert len(kept) == 12 and all(json.loads(x)["status"] == "ok" for x in kept)  # none re-measured or lost
