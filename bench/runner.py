@@ -47,11 +47,10 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    import functools
     import gc
 
     import torch
-
-    import functools
 
     from bench.cell import CellSettings, ReferenceCache, cuda_broken, profile_group, run_group
     from bench.registry import discover
