@@ -80,17 +80,40 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
             os._exit(3)
 
 
-def _death(exitcode) -> str:
+OOM_EVENTS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+def oom_kills() -> int | None:
+    """The kernel's count of OOM kills in this cgroup (v2 memory.events, or v1), or None."""
+    for path in OOM_EVENTS:
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _death(exitcode, kills_before: int | None = None) -> tuple[str, str]:
+    """(status, reason) for a worker that died: 'oom' when the kernel's OOM killer took it
+    (its SIGKILL and a rise in the cgroup's oom_kill count), else 'crash'."""
     if exitcode is None:
-        return "worker vanished"
+        return "crash", "worker vanished"
     if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
-        hint = " (the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
-        return f"worker died with {name}{hint}"
-    return f"worker exited with code {exitcode}"
+        if name == "SIGKILL":
+            after = oom_kills()
+            if kills_before is not None and after is not None and after > kills_before:
+                return "oom", f"the kernel's OOM killer ended the worker (SIGKILL; oom_kill {kills_before} -> {after})"
+            return "crash", "worker died with SIGKILL (probably out of memory: the kernel's OOM killer sends SIGKILL)"
+        return "crash", f"worker died with {name}"
+    return "crash", f"worker exited with code {exitcode}"
 
 
 def _kill_group(pid: int) -> None:
@@ -127,7 +150,7 @@ class Worker:
         except EOFError:
             code = self._proc.exitcode
             self.stop()
-            raise RuntimeError(f"the worker failed to start: {_death(code)}") from None
+            raise RuntimeError(f"the worker failed to start: {_death(code)[1]}") from None
         assert tag == "ready"
 
     def run_group(self, names: list[str], case: Case, timeout_s: float, on_row, mode: str = "time") -> tuple[str, str]:
@@ -142,13 +165,17 @@ class Worker:
             except RuntimeError as exc:
                 return "crash", str(exc)
         self._conn.send((mode, list(names), case.to_dict()))
+        kills_before = oom_kills()
         left_names = len(names)
+        # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget
+        timeout_s = timeout_s + self.settings.budget_ms / 1e3
         deadline = time.monotonic() + timeout_s * left_names
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                return "timeout", f"no result within the {timeout_s:g} s cell timeout"
+                return "timeout", (f"no result within the cell timeout ({timeout_s - self.settings.budget_ms / 1e3:g} s "
+                                   f"beyond the {self.settings.budget_ms:g} ms timing budget)")
             try:
                 if self._conn.poll(min(left, 0.5)):
                     tag, row = self._conn.recv()
@@ -162,12 +189,12 @@ class Worker:
                 pass
             if not self._proc.is_alive():
                 self._proc.join()
-                reason = _death(self._proc.exitcode)
+                status, reason = _death(self._proc.exitcode, kills_before)
                 if self.settings.log_path:
                     reason += f"; its output is in {self.settings.log_path}"
                 self._proc = None
                 self.restarts += 1
-                return "crash", reason
+                return status, reason
 
     def run(self, variant: str, case: Case, timeout_s: float) -> tuple[str, str, dict | None]:
         """One variant on one case: ('row', '', row) or ('timeout' | 'crash', reason, None)."""

@@ -185,6 +185,9 @@ def build_spec(given: dict, registry) -> Spec:
         raise UsageError("--timeout and --budget-ms take numbers") from None
     if not (timeout > 0 and budget > 0) or math.isinf(timeout) or math.isinf(budget):
         raise UsageError("--timeout and --budget-ms must be positive, finite numbers")
+    if timeout * 1e3 < budget:
+        raise UsageError(f"--timeout {timeout:g} s is shorter than the timing budget (--budget-ms {budget:g}): no cell "
+                         f"could finish; give a timeout of at least {math.ceil(budget / 1e3)} s")
     threads = _setting_int(given, "threads", None, 1, 4096)
     rounds = _setting_int(given, "rounds", 3, 1, 100)
     precision = _setting_float(given, "precision", 2.0, 0.1, 50.0)

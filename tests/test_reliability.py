@@ -165,3 +165,27 @@ def test_resume_retry_measures_crashed_cells_again_and_the_report_uses_the_newes
     assert sorted(df["status"]) == ["ok", "ok"]  # the report uses the newest
     bad = run_cli("sweep", "--resume", out, "--retry", "happy", *S)
     assert bad.returncode == 2 and "--retry takes statuses from" in bad.stderr
+
+
+def test_an_oom_kill_is_told_apart_from_a_crash(monkeypatch):
+    import bench.runner as runner
+
+    counts = iter([4])
+    monkeypatch.setattr(runner, "oom_kills", lambda: next(counts))
+    status, reason = runner._death(-signal.SIGKILL, kills_before=3)  # the cgroup's count rose
+    assert status == "oom" and "OOM killer" in reason
+    monkeypatch.setattr(runner, "oom_kills", lambda: None)  # no cgroup counter to read
+    status, reason = runner._death(-signal.SIGKILL, kills_before=None)
+    assert status == "crash" and "probably out of memory" in reason
+    assert runner._death(-signal.SIGSEGV)[0] == "crash" and runner._death(3) == ("crash", "worker exited with code 3")
+
+
+def test_the_timeout_is_the_cells_own_work_beyond_its_budget(tmp_path, capsys):
+    from bench.cli import main
+
+    proc = run_cli("sweep", "--out", tmp_path / "run", "--variants", "sdpa", "--seq-lens", "16", "--timeout", "1",
+                   *S[:-1], "900")  # a 0.05 ms cell, a 0.9 s budget: 1 s beyond it is plenty
+    assert proc.returncode == 0, proc.stderr
+    assert [r["status"] for r in read_jsonl(tmp_path / "run" / "results.jsonl")] == ["ok"]
+    assert main(["sweep", "--timeout", "0.5", "--budget-ms", "1000"]) == 2
+    assert "--timeout 0.5 s is shorter than the timing budget" in capsys.readouterr().err
