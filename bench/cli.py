@@ -24,13 +24,17 @@ def _cmd_list(args) -> int:
     rows = []
     for v in reg:
         ok, why = availability_on_this_machine(v, args.device)
-        rows.append(v.capabilities() | {"available": ok, "reason": why})
+        bwd_ok, bwd_why = availability_on_this_machine(v, args.device, direction="bwd") if v.backward else (False, "")
+        # what a sweep here would record: the declared backward only where it runs here
+        rows.append(v.capabilities() | {"available": ok, "reason": why, "backward_here": ok and bwd_ok,
+                                        "backward_reason": "" if bwd_ok else bwd_why})
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
     table = [[r["name"] + (" *" if r["baseline"] else ""), ",".join(r["devices"]),
               ",".join(d.replace("float", "f") for d in r["dtypes"]),
-              ",".join(r["masks"]), _yn(r["cross"]), _yn(r["gqa"]), _yn(r["backward"]),
+              ",".join(r["masks"]), _yn(r["cross"]), _yn(r["gqa"]),
+              _yn(r["backward_here"]) if r["backward"] == r["backward_here"] or not r["available"] else "not here",
               "yes" if r["available"] else "no", r["reason"] or r["description"]]
              for r in rows]
     print(tabulate(table, headers=["variant", "devices", "dtypes", "masks", "cross", "gqa", "bwd",

@@ -66,10 +66,31 @@ def add_subcommands(sub) -> None:
 
 
 def _report(args):
+    from bench.store import DEFAULT_ROOT, writable_dir
     from reports.build import build_report
 
-    print(f"report: {build_report(args.runs, Path(args.out) if args.out else None)}")
+    runs = args.runs or [str(DEFAULT_ROOT / "latest")]
+    out = writable_dir(args.out) if args.out else None
+    print(f"report: {build_report(runs, out)}")
     return 0
+
+
+def parse_regression(text: str | None) -> tuple[str, float] | None:
+    """``--fail-on-regression``: ``PCT``, ``PCT%`` or ``METRIC:PCT%`` (metric median or min)."""
+    from bench.errors import UsageError
+
+    if text is None:
+        return None
+    metric, _, pct = str(text).rpartition(":")
+    metric = metric or "median"
+    try:
+        value = float(pct.strip().removesuffix("%"))
+    except ValueError:
+        value = float("nan")
+    if metric not in ("median", "min") or not (value >= 0 and value < float("inf")):
+        raise UsageError(f"--fail-on-regression takes PCT, PCT% or METRIC:PCT% with METRIC median or min and "
+                         f"PCT a number >= 0 (e.g. median:5%), got {text!r}")
+    return metric, value
 
 
 def _compare(args):
@@ -77,37 +98,45 @@ def _compare(args):
 
     from tabulate import tabulate
 
+    from bench.store import require_run, writable_dir
     from reports.compare import compare_runs
 
-    out = Path(args.out) if args.out else Path(args.run_b) / "compare"
-    m, regressions, warnings, chart = compare_runs(args.run_a, args.run_b, out, args.fail_on_regression)
+    rule = parse_regression(args.fail_on_regression)
+    require_run(args.run_b)
+    out = writable_dir(args.out if args.out else Path(args.run_b) / "compare")
+    m, regressions, warnings, chart = compare_runs(args.run_a, args.run_b, out, rule)
     for w in warnings:
         print(f"warning: the environments differ: {w}", file=sys.stderr)
     if m.empty:
-        print("no matching ok cells between the two runs")
-        return 0
+        print("no matching ok cells between the two runs: no cell has the same variant and case, "
+              "with status ok, in both", file=sys.stderr)
+        return 3 if rule else 0
     cols = ["variant", "dtype", "mask", "direction", "q_len", "median_ms_a", "median_ms_b", "ratio", "verdict"]
     print(tabulate(m[cols], headers=["variant", "dtype", "mask", "dir", "n", "A ms", "B ms", "B/A", "verdict"],
                    showindex=False, floatfmt=".4g"))
     counts = m["verdict"].value_counts()
-    print(", ".join(f"{k} {v}" for k, v in counts.items()) + f"  (chart: {chart})")
-    if args.fail_on_regression is not None and len(regressions):
-        print(f"{len(regressions)} cell(s) slower by more than {args.fail_on_regression:g}% beyond noise",
-              file=sys.stderr)
+    print(f"Better {counts.get('faster', 0)}, Same {counts.get('within noise', 0)}, Worse {counts.get('slower', 0)} "
+          f"(of {len(m)} matching cells; chart: {chart})")
+    if rule and len(regressions):
+        beyond = "beyond noise" if rule[0] == "median" else "in their fastest sample"
+        print(f"{len(regressions)} cell(s) slower by more than {rule[1]:g}% {beyond} ({rule[0]})", file=sys.stderr)
         return 1
     return 0
 
 
 def add_report_commands(sub) -> None:
     rp = sub.add_parser("report", help="(re)build the report of one or more run folders")
-    rp.add_argument("runs", nargs="+", metavar="RUN")
+    rp.add_argument("runs", nargs="*", metavar="RUN",
+                    help="run folders, one report for all of them (default: runs/latest)")
     rp.add_argument("--out", metavar="DIR", help="report folder (default: RUN/report)")
     rp.set_defaults(func=_report)
     cp = sub.add_parser("compare", help="B/A time ratio per matching cell of two runs")
-    cp.add_argument("run_a", metavar="RUN_A")
-    cp.add_argument("run_b", metavar="RUN_B")
-    cp.add_argument("--fail-on-regression", dest="fail_on_regression", type=float, metavar="PCT",
-                    help="exit 1 when a cell is slower by more than PCT%% beyond noise")
+    cp.add_argument("run_a", metavar="RUN_A", help="the reference run folder")
+    cp.add_argument("run_b", metavar="RUN_B", help="the run folder compared with it (B/A)")
+    cp.add_argument("--fail-on-regression", dest="fail_on_regression", metavar="RULE",
+                    help="exit 1 when a cell regressed: PCT, or median:PCT%% (B's first quartile more than "
+                         "PCT%% above A's third), or min:PCT%% (B's fastest sample more than PCT%% above A's); "
+                         "exit 3 when no cell matches")
     cp.add_argument("--out", metavar="DIR", help="where the table and chart go (default: RUN_B/compare)")
     cp.set_defaults(func=_compare)
 
@@ -131,20 +160,29 @@ def _case_spec(args, defaults: dict):
 
 
 def _profile(args):
+    from bench import store
+    from bench.errors import UsageError
+
+    names = [args.variant] if args.variant else [v for v in (args.variants or "").split(",") if v]
+    if not names:
+        raise UsageError("profile: give --variant NAME (or --variants A,B); `python -m bench list` names them")
+    args.variants = ",".join(names)
+    registry, spec = _case_spec(args, {"seq_lens": "1024", "heads": "8", "head_dims": "64", "batch": "1",
+                                       "masks": None, "window": "256", "directions": "fwd"})
+    out = store.writable_dir(args.out) if args.out else store.new_run_dir(f"{spec.device}-profile", link_latest=False)
+    for name in spec.variants:
+        _profile_variant(registry[name], spec, args, out)
+    return 0
+
+
+def _profile_variant(variant, spec, args, out) -> None:
     from tabulate import tabulate
 
-    from bench import store
     from bench.profile import profile_case
     from bench.registry import available
 
-    args.variants = args.variant
-    registry, spec = _case_spec(args, {"seq_lens": "1024", "heads": "8", "head_dims": "64", "batch": "1",
-                                       "masks": None, "window": "256", "directions": "fwd"})
-    variant = registry[args.variant]
     if args.masks is None:
         spec.masks = ["none" if "none" in variant.masks else variant.masks[0]]
-    out = Path(args.out) if args.out else store.new_run_dir(f"{spec.device}-profile", link_latest=False)
-    out.mkdir(parents=True, exist_ok=True)
     for case in spec.cases():
         ok, why = available(variant, case)
         if not ok:
@@ -159,14 +197,22 @@ def _profile(args):
         print("by category: " + ", ".join(f"{c} {s:.1f}%" for c, s in res["categories"].items() if s > 0))
         print(f"trace: {res['trace']}  (open in https://ui.perfetto.dev or chrome://tracing)")
         print(f"breakdown: {res['csv']}")
-    return 0
 
 
 def _selfcheck(args):
+    import math
     import sys
 
     from tabulate import tabulate
 
+    from bench.errors import UsageError
+
+    try:
+        budget = float(args.budget_ms)
+    except ValueError:
+        budget = math.nan
+    if not 0 < budget < math.inf:
+        raise UsageError(f"--budget-ms takes a positive number of milliseconds, got {args.budget_ms!r}")
     from bench.registry import available
     from bench.selfcheck import check_cell, default_cases
 
@@ -186,7 +232,7 @@ def _selfcheck(args):
         if not ok:
             print(f"{name} {case.label()}: unsupported: {why}")
             continue
-        rows.append(check_cell(registry[name], case, float(args.budget_ms)))
+        rows.append(check_cell(registry[name], case, budget))
     for r in rows:
         for tool in ("tub", "do_bench"):
             if f"ratio_{tool}" in r:
@@ -234,7 +280,7 @@ def _gpu_check(args):
 
 def add_tool_commands(sub) -> None:
     pp = sub.add_parser("profile", help="torch.profiler breakdown of one variant: top ops, categories, trace")
-    pp.add_argument("--variant", required=True, help="the variant to profile")
+    pp.add_argument("--variant", help="the variant to profile (or --variants A,B for several)")
     add_case_flags(pp)
     pp.add_argument("--out", metavar="DIR", help="folder for the trace and CSV (default: a new run folder)")
     pp.add_argument("--top", type=int, default=15, help="operators to print (default 15)")
@@ -244,7 +290,7 @@ def add_tool_commands(sub) -> None:
     sc.add_argument("--budget-ms", dest="budget_ms", default="1000", help="timing budget per tool (ms)")
     sc.set_defaults(func=_selfcheck)
     ep = sub.add_parser("export", help="write a run in another tool's format")
-    ep.add_argument("run", metavar="RUN")
+    ep.add_argument("run", metavar="RUN", help="the run folder to export")
     ep.add_argument("--format", choices=("pytest-benchmark",), default="pytest-benchmark")
     ep.add_argument("--out", metavar="FILE", help="default: RUN/pytest-benchmark.json")
     ep.set_defaults(func=_export)

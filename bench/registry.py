@@ -151,6 +151,10 @@ def _load_plugin(path: str):
     except RegistryError:
         del sys.modules[modname]
         raise
+    except SystemExit as exc:
+        del sys.modules[modname]
+        raise RegistryError(f"--plugin {path}: called sys.exit({exc.code!r}) while being imported; a plugin "
+                            f"file defines variants and must not exit") from None
     except Exception as exc:
         del sys.modules[modname]
         raise RegistryError(f"--plugin {path}: import failed: {type(exc).__name__}: {exc}") from exc

@@ -174,8 +174,9 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                return "timeout", (f"no result within the cell timeout ({timeout_s - self.settings.budget_ms / 1e3:g} s "
-                                   f"beyond the {self.settings.budget_ms:g} ms timing budget)")
+                own = timeout_s - self.settings.budget_ms / 1e3
+                return "timeout", (f"no result within the cell timeout ({own:g} s beyond the "
+                                   f"{self.settings.budget_ms:g} ms timing budget)")
             try:
                 if self._conn.poll(min(left, 0.5)):
                     tag, row = self._conn.recv()

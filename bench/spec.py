@@ -228,9 +228,9 @@ def _setting_float(given: dict, key: str, default, lo: float, hi: float):
     return value
 
 
-def availability_on_this_machine(v, device: str | None = None) -> tuple[bool, str]:
+def availability_on_this_machine(v, device: str | None = None, direction: str = "fwd") -> tuple[bool, str]:
     """Availability for a representative case of ``v`` on ``device``: the variant's own
-    first mask, dtype and direction, at a modest size."""
+    first mask and dtype, ``direction``, at a modest size."""
     from bench.registry import available
 
     device = device or default_device()
@@ -239,5 +239,5 @@ def availability_on_this_machine(v, device: str | None = None) -> tuple[bool, st
         dtype = v.dtypes[0]
     mask = "none" if "none" in v.masks else v.masks[0]
     case = Case(device=device, dtype=dtype, batch=1, heads=8, kv_heads=8, q_len=256, kv_len=256,
-                head_dim=64, mask=mask, window=64 if mask == "window" else None)
+                head_dim=64, mask=mask, window=64 if mask == "window" else None, direction=direction)
     return available(v, case)

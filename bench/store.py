@@ -44,6 +44,23 @@ def new_run_dir(device: str, root: Path = DEFAULT_ROOT, link_latest: bool = True
     return path
 
 
+def writable_dir(path, flag: str = "--out") -> Path:
+    """``path`` as a folder that exists and can be written, or a UsageError that says why."""
+    from bench.errors import UsageError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path}: a file is there; give a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+    return path
+
+
 def require_run(run_dir) -> Path:
     """``run_dir`` as a Path, or a UsageError when it holds no results.jsonl."""
     from bench.errors import UsageError

@@ -63,6 +63,9 @@ def run_sweep(args) -> int:
         added = [v.name for v in registry if v.module in new_modules]
         given["variants"] = list(dict.fromkeys(list(given["variants"]) + added))
     spec = build_spec(given, registry)
+    if flags.get("window") is not None and "window" not in spec.masks:
+        print(f"warning: --window {','.join(map(str, flags['window']))} has no effect: no window mask in --masks "
+              f"({','.join(spec.masks)}); add window to --masks to use it", file=sys.stderr)
     retry = _retry_statuses(args, resume)
     run_dir = _run_folder(resume, args.out, spec.device)
     with store.locked(run_dir):
@@ -91,19 +94,10 @@ def _run_folder(resume: Path | None, out: str | None, device: str) -> Path:
     if not out:
         return store.new_run_dir(device)
     path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {out}: a file is there; give a folder")
-    if (path / store.RESULTS).exists() or (path / store.ENV).exists():
+    if path.is_dir() and ((path / store.RESULTS).exists() or (path / store.ENV).exists()):
         raise UsageError(f"--out {out}: already a run folder; --resume {out} measures only the cells it lacks "
                          f"(or choose a new --out)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
-    return path
+    return store.writable_dir(path)
 
 
 def _sweep_in(run_dir: Path, resume, spec, given: dict, registry, retry: set, args) -> int:
@@ -130,7 +124,12 @@ def _sweep_in(run_dir: Path, resume, spec, given: dict, registry, retry: set, ar
     if not getattr(args, "no_report", False):
         from reports.build import build_report
 
-        print(f"report: {build_report([run_dir])}")
+        try:
+            print(f"report: {build_report([run_dir])}")
+        except Exception as exc:  # the rows are measured and kept: a report is rebuilt from them
+            print(f"warning: the report could not be built ({type(exc).__name__}: {exc}); the rows are in "
+                  f"{run_dir / store.RESULTS}, and `python -m bench report {run_dir}` builds it again",
+                  file=sys.stderr)
     print(f"results: {run_dir / store.RESULTS}")
     print(f"timed samples: {timed_s:.1f} s of {elapsed:.1f} s wall ({100 * timed_s / max(elapsed, 1e-9):.0f}%)")
     bad = failures(rows)

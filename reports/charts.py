@@ -4,6 +4,7 @@ colour per variant across every chart, failed cells marked at their n with their
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -23,20 +24,35 @@ FAIL_MARK = {"oom": "OOM", "timeout": "TIMEOUT", "error": "ERROR", "crash": "CRA
              "mismatch": "MISMATCH", "unsupported": "UNSUPP."}
 
 
+PALETTE = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
+# every built-in variant has its own slot of PALETTE, in this order, in every chart of every run
+# (the baseline is drawn in near-black); a plugin's variant takes a slot from its name's CRC-32
+BUILTIN_ORDER = ["flex.causal", "flex.padding", "flex.window", "sdpa.cudnn", "sdpa", "sdpa.efficient",
+                 "sdpa.math", "sdpa.flash", "window.chunked", "xformers", "naive"]
+
+
+def _slot(name: str) -> int:
+    import zlib
+
+    if name in BUILTIN_ORDER:
+        return BUILTIN_ORDER.index(name)
+    return len(BUILTIN_ORDER) + zlib.crc32(name.encode()) % (len(PALETTE) - len(BUILTIN_ORDER))
+
+
 def variant_style(variants, baseline: str | None) -> dict:
-    """A fixed colour and marker per variant, shared by every chart of the report."""
+    """A colour and marker per variant that depend on its name alone (the same in every chart
+    of every run, whatever else is drawn beside it)."""
     names = sorted(set(variants))
-    palette = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
-    style, k = {}, 0
+    style = {}
     for i, name in enumerate(names):
         # earlier names are drawn wider and lower, so identical curves stay visible as an outline
         width = 1.4 + 1.6 * (len(names) - 1 - i) / max(1, len(names) - 1)
         if name == baseline:
             style[name] = {"color": "#222222", "marker": "o", "lw": width, "z": 3 + i / 100}
             continue
-        style[name] = {"color": palette[k % len(palette)], "marker": MARKERS[k % len(MARKERS)], "lw": width,
+        k = _slot(name)
+        style[name] = {"color": PALETTE[k % len(PALETTE)], "marker": MARKERS[k % len(MARKERS)], "lw": width,
                        "z": 3 + i / 100}
-        k += 1
     return style
 
 
@@ -44,11 +60,11 @@ def _grid_cols(n_facets: int) -> int:
     return 2 if n_facets == 4 else min(3, n_facets)
 
 
-def _subplots(n_facets: int):
+def _subplots(n_facets: int, sharex: bool = True):
     cols = _grid_cols(n_facets)
     rows = math.ceil(n_facets / cols)
     width = max(5.4 * cols, 10.0)
-    fig, axes = plt.subplots(rows, cols, figsize=(width, 3.9 * rows + 1.4), sharex=True,
+    fig, axes = plt.subplots(rows, cols, figsize=(width, 3.9 * rows + 1.4), sharex=sharex,
                              sharey=True, squeeze=False, layout="constrained")
     for ax in axes.flat[n_facets:]:
         ax.set_visible(False)
@@ -118,9 +134,11 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
           logy: bool = True, hline: float | None = None, band_label: str = "IQR band") -> list[Path]:
     groups = [(label, with_metrics(ran_here(g), baseline)) for label, g in facet_groups(df)]
     groups = [(label, g) for label, g in groups if not g.empty]
-    if not groups:
-        return []
-    fig, axes = _subplots(len(groups))
+    measured = [g[(g["status"] == "ok") & g[metric].notna() & ((g[metric] > 0) if logy else True)] for _, g in groups]
+    if not any(len(m) for m in measured):
+        return []  # nothing measured to draw: the failures are listed in the tables
+    same_x = len({tuple(sorted(g["n"].unique())) for _, g in groups}) == 1  # else each panel its own n axis
+    fig, axes = _subplots(len(groups), sharex=same_x)
     all_fails = failed_cells(df)
     shown = set()
     any_fail = any_shaky = False
@@ -164,12 +182,12 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
             ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
-        ax.set_title("" if label == "all cells" else label, fontsize=10)
+        ax.set_title("" if label == "all cells" else "\n".join(textwrap.wrap(label, 60)), fontsize=10)
         ax.grid(True, which="major", color="#e6e6e6", lw=0.7)
         ax.set_axisbelow(True)
     cols = _grid_cols(len(axes))
     for i, ax in enumerate(axes):
-        if i + cols >= len(axes):  # lowest plot of its column
+        if i + cols >= len(axes) or not same_x:  # lowest plot of its column, or every plot of its own axis
             ax.set_xlabel("sequence length n (tokens)", fontsize=9)
             ax.tick_params(labelbottom=True)
         if i % cols == 0:

@@ -32,7 +32,7 @@ def verdict(a: dict, b: dict) -> str:
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     keys = ["variant", *CASE_FIELDS]
-    cols = ["median_ms", "q1_ms", "q3_ms", "iqr_ms", "status"]
+    cols = ["median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms", "status"]
     a = a[a["status"] == "ok"][keys + cols].drop_duplicates(keys, keep="last")
     b = b[b["status"] == "ok"][keys + cols].drop_duplicates(keys, keep="last")
     m = a.merge(b, on=keys, suffixes=("_a", "_b"))
@@ -49,15 +49,21 @@ def env_differences(env_a: dict, env_b: dict) -> list[str]:
     return [f"{k}: {env_a.get(k)} vs {env_b.get(k)}" for k in ENV_KEYS if env_a.get(k) != env_b.get(k)]
 
 
-def compare_runs(run_a, run_b, out: Path | None = None, fail_pct: float | None = None):
-    """Returns (table, regressions, warnings, chart path)."""
+def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None):
+    """Returns (table, regressions, warnings, chart path).  ``fail_pct``: a percentage (the
+    median rule) or (metric, percentage) with metric 'median' (B's q1 over A's q3, beyond
+    noise) or 'min' (B's fastest sample over A's)."""
     da, (env_a,) = load_runs([run_a])
     db, (env_b,) = load_runs([run_b])
     m = compare_frames(da, db)
     warnings = env_differences(env_a, env_b)
     regressions = m.iloc[0:0]
     if fail_pct is not None and not m.empty:
-        regressions = m[(m["verdict"] == "slower") & (m["slowdown_beyond_noise"] > fail_pct / 100.0)]
+        metric, pct = fail_pct if isinstance(fail_pct, tuple) else ("median", float(fail_pct))
+        if metric == "min":
+            regressions = m[m["min_ms_b"] / m["min_ms_a"] - 1.0 > pct / 100.0]
+        else:
+            regressions = m[(m["verdict"] == "slower") & (m["slowdown_beyond_noise"] > pct / 100.0)]
     chart = None
     if out is not None and not m.empty:
         out.mkdir(parents=True, exist_ok=True)

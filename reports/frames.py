@@ -8,7 +8,7 @@ import pandas as pd
 from bench import store
 from bench.case import CASE_FIELDS
 
-FACET_COLS = ["device", "dtype", "direction", "mask", "window", "batch", "heads", "kv_heads",
+FACET_COLS = ["run", "device", "dtype", "direction", "mask", "window", "batch", "heads", "kv_heads",
               "head_dim", "kv"]
 NUMERIC = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "peak_mem_bytes",
            "flops", "tflops", "pct_peak", "max_abs_err", "grad_max_abs_err", "setup_ms", "compile_ms",
@@ -21,12 +21,13 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
     frames, envs = [], []
     for d in run_dirs:
         d = store.require_run(d)
-        env = store.read_env(d) | {"run": d.name, "path": str(d)}
+        name = d.resolve().name  # runs/latest is the run it points at
+        env = store.read_env(d) | {"run": name, "path": str(d)}
         envs.append(env)
         df = with_profile(pd.DataFrame(store.read_rows(d)), store.read_rows(d, name=store.PROFILE))
         if not df.empty:  # a cell measured again (--retry) is its newest row; the file keeps both
             df = df.drop_duplicates(["variant", *CASE_FIELDS], keep="last")
-        df["run"] = d.name
+        df["run"] = name
         frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return tidy(df), envs
@@ -50,6 +51,9 @@ def with_profile(df: pd.DataFrame, profiled: list[dict]) -> pd.DataFrame:
 
 def tidy(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
+    for col in ("variant", *CASE_FIELDS, "status", "reason"):  # an empty run still has its columns
+        if col not in df:
+            df[col] = pd.Series(dtype=object)
     for col in NUMERIC:
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df else np.nan
     df["window"] = df["window"].map(lambda w: "-" if pd.isna(w) else str(int(w)))

@@ -85,7 +85,7 @@ def failed_cells(df: pd.DataFrame) -> pd.DataFrame:
 def failures(df: pd.DataFrame) -> pd.DataFrame:
     """The failed cells for a table: one line per variant, status and reason."""
     cols = ["variant", "status", "n", "dtype", "mask", "direction", "reason"]
-    return failed_cells(df)[cols].drop_duplicates(["variant", "status", "reason"]).sort_values(["variant", "n"])
+    return failed_cells(df)[cols].sort_values(["variant", "n", "dtype", "mask", "direction"])  # every cell its row
 
 
 def write_csvs(df: pd.DataFrame, tables, folder) -> None:

@@ -137,3 +137,17 @@ def test_pinned_sdpa_backend_runs_that_kernel_only(registry):
         assert any("_scaled_dot_product_attention_math" in n for n in math)
         assert not any("flash_attention" in n for n in math)
     assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+
+
+def test_list_backward_here_agrees_with_what_a_sweep_records(tmp_path):
+    from tests.conftest import read_jsonl
+
+    listed = {r["name"]: r for r in json.loads(run_cli("list", "--format", "json", "--device", "cpu").stdout)}
+    assert listed["flex.causal"]["backward"] and not listed["flex.causal"]["backward_here"]
+    assert listed["naive"]["backward_here"] and not listed["xformers"]["available"]
+    proc = run_cli("sweep", "--out", tmp_path / "run", "--variants", "flex.causal,naive", "--seq-lens", "16",
+                   "--heads", "2", "--head-dims", "16", "--masks", "causal", "--directions", "bwd", "--device", "cpu",
+                   "--budget-ms", "5", "--quiet", "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    status = {r["variant"]: r["status"] for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
+    assert status == {"flex.causal": "unsupported", "naive": "ok"}

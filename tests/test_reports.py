@@ -210,3 +210,72 @@ def test_pct_peak_above_100_is_marked_and_the_trust_line_counts_shaky_cells(tmp_
     assert pct.loc["sdpa.flash", "n=1024"] == "250.0*†"  # shaky and above the peak
     assert pct.loc["naive", "n=256"] == "50.0*†"  # the peak is unreliable for every float32 cell
 
+
+
+def test_reports_of_runs_with_no_good_rows_list_the_failures(tmp_path):
+    empty = _run_folder(tmp_path / "empty", [])
+    assert build_report([empty]).exists()
+    base = dict(device="cpu", dtype="float32", batch=1, heads=8, kv_heads=8, head_dim=64, mask="none", window=None,
+                direction="fwd")
+    rows = [base | dict(variant="naive", q_len=n, kv_len=n, status="mismatch", reason="output max abs err 0.5 > "
+                        "tolerance (atol 0.0001, rtol 0.0001)") for n in (64, 128, 256, 512, 1024)]
+    rows += [base | dict(variant="sdpa", q_len=n, kv_len=n, status=s, reason=r) for n, s, r in
+             [(64, "timeout", "no result"), (128, "error", "RuntimeError: boom")] + [
+                 (n, "mismatch", "output max abs err 0.5 > tolerance (atol 0.0001, rtol 0.0001)")
+                 for n in (256, 512, 1024)]]
+    html = build_report([_run_folder(tmp_path / "failed", rows)]).read_text()
+    failures = html[html.index("Failed cells and reasons"):]
+    assert failures.count("output max abs err 0.5") == 8  # every failed cell its row, none collapsed
+    assert "0 ok cells" in html
+
+
+def test_compare_says_when_nothing_matches_and_reads_a_rule(tmp_path, capsys):
+    a = _run_folder(tmp_path / "a", _timed_rows("naive", 1.0, 0.03))
+    b = _run_folder(tmp_path / "b", _timed_rows("sdpa", 1.0, 0.03))
+    assert main(["compare", str(a), str(b), "--fail-on-regression", "5"]) == 3
+    assert "no matching ok cells" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b)]) == 0
+    c = _run_folder(tmp_path / "c", _timed_rows("naive", 1.2, 0.03))
+    assert main(["compare", str(a), str(c), "--fail-on-regression", "median:5%"]) == 1
+    out = capsys.readouterr()
+    assert "Better 0, Same 0, Worse 3 (of 3 matching cells" in out.out
+    assert "3 cell(s) slower by more than 5% beyond noise (median)" in out.err
+    assert main(["compare", str(a), str(c), "--fail-on-regression", "min:25%"]) == 0
+
+
+def test_variant_colours_depend_on_the_name_alone():
+    from reports.charts import variant_style
+
+    one = variant_style(["naive", "sdpa", "flex.causal"], "naive")
+    other = variant_style(["sdpa", "my.plugin", "window.chunked", "sdpa.flash"], None)
+    assert one["sdpa"]["color"] == other["sdpa"]["color"] and one["sdpa"]["marker"] == other["sdpa"]["marker"]
+    assert len({tuple(s["color"]) for n, s in other.items()}) == 4
+
+
+def test_a_merged_report_gives_each_run_its_panels_and_each_panel_its_n(tmp_path, monkeypatch):
+    import reports.charts as charts
+
+    a = _run_folder(tmp_path / "a", _timed_rows("naive", 1.0, 0.02, ns=(128, 256)))
+    b = _run_folder(tmp_path / "b", _timed_rows("naive", 1.0, 0.02, ns=(256, 1024, 4096)))
+    seen = {}
+
+    def keep(fig, out):
+        if out.name == "time":
+            seen["ticks"] = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes if ax.get_visible()]
+            seen["titles"] = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+        return []
+
+    monkeypatch.setattr(charts, "_save", keep)
+    monkeypatch.setattr(charts, "_draw_all", lambda jobs: [charts._draw(j) for j in jobs])
+    build_report([a, b], tmp_path / "merged")
+    assert seen["titles"] == ["run=a", "run=b"]
+    assert seen["ticks"] == [["128", "256"], ["256", "1024", "4096"]]
+
+
+def test_report_defaults_to_the_latest_run_and_names_it(tmp_path, monkeypatch):
+    run = _run_folder(tmp_path / "runs" / "20260101-000000-cpu", _timed_rows("naive", 1.0, 0.02))
+    (tmp_path / "runs" / "latest").symlink_to(run.name)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report"]) == 0
+    html = (run / "report" / "index.html").read_text()
+    assert "<title>attnbench report: 20260101-000000-cpu</title>" in html

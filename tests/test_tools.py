@@ -235,3 +235,10 @@ def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert cell.cuda_broken()  # the worker then exits, and a fresh one takes the next case
+
+
+def test_profile_takes_several_variants(tmp_path):
+    proc = run_cli("profile", "--variants", "naive,sdpa.math", "--seq-lens", "64", "--heads", "2",
+                   "--head-dims", "16", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name.split("_")[1] for p in tmp_path.glob("trace_*.json")} == {"naive", "sdpa.math"}
