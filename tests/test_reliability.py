@@ -189,3 +189,53 @@ def test_the_timeout_is_the_cells_own_work_beyond_its_budget(tmp_path, capsys):
     assert [r["status"] for r in read_jsonl(tmp_path / "run" / "results.jsonl")] == ["ok"]
     assert main(["sweep", "--timeout", "0.5", "--budget-ms", "1000"]) == 2
     assert "--timeout 0.5 s is shorter than the timing budget" in capsys.readouterr().err
+
+
+def test_provenance_is_kept_and_a_changed_machine_is_refused_or_marked(tmp_path):
+    out = tmp_path / "run"
+    first = run_cli("sweep", "--out", out, "--variants", "naive", "--seq-lens", "16", "--threads", "2", *S)
+    assert first.returncode == 0, first.stderr
+    again = run_cli("sweep", "--out", out, "--variants", "naive", "--seq-lens", "32", *S)
+    assert again.returncode == 2 and "already a run folder; --resume" in again.stderr
+    moved = run_cli("sweep", "--resume", out, "--threads", "1", "--seq-lens", "16,32", *S)
+    assert moved.returncode == 2 and "threads: 2 -> 1" in moved.stderr and "--allow-env-change" in moved.stderr
+    mixed = run_cli("sweep", "--resume", out, "--threads", "1", "--seq-lens", "16,32", "--allow-env-change", *S[:-2],
+                    "--budget-ms", "7")
+    assert mixed.returncode == 0, mixed.stderr
+    env = json.loads((out / "env.json").read_text())
+    assert [h["spec"]["seq_lens"] for h in env["history"]] == [[16], [16, 32]]  # the first spec is kept
+    assert env["history"][0]["fingerprint"]["threads"] == 2 and env["mixed_env"] == ["threads: 2 -> 1"]
+    rows = read_jsonl(out / "results.jsonl")
+    assert [(r["q_len"], r["threads"], r["budget_ms"]) for r in rows] == [(16, 2, 5.0), (32, 1, 7.0)]
+    report = run_cli("report", out)
+    assert report.returncode == 0 and "MIXED RUN" in (out / "report" / "index.html").read_text()
+
+
+def test_a_report_that_fails_does_not_fail_the_sweep(tmp_path, monkeypatch, capsys):
+    import reports.build
+    from bench.cli import main
+
+    def broken(*a, **k):
+        raise ValueError("a chart library bug")
+
+    monkeypatch.setattr(reports.build, "build_report", broken)
+    with_report = [x for x in S if x != "--no-report"]
+    assert main(["sweep", "--out", str(tmp_path / "run"), "--variants", "naive", "--seq-lens", "16",
+                 *with_report]) == 0
+    err = capsys.readouterr().err
+    assert "the report could not be built (ValueError: a chart library bug)" in err
+    assert len(read_jsonl(tmp_path / "run" / "results.jsonl")) == 1
+
+
+@pytest.mark.parametrize("argv, words", [(["sweep", "--timeout", "nan"], "must be positive, finite numbers"),
+                                         (["report", "--help"], "(default: runs/latest)"),
+                                         (["compare", "--help"], "the reference run folder")])
+def test_numbers_and_help(capsys, argv, words):
+    from bench.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # --help
+        code = exc.code
+    out = capsys.readouterr()
+    assert words in out.out + out.err and code in (0, 2)
