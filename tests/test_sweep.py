@@ -153,7 +153,7 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
     (["sweep", "--precision", "nan"], "--precision takes a number from 0.1 to 50, got 'nan'"),
     (["sweep", "--rounds", "0"], "--rounds takes a whole number from 1 to 100, got 0"),
     (["sweep", "--budget-ms", "nan"], "--timeout and --budget-ms must be positive, finite numbers"),
-    (["report"], "the following arguments are required"),
+    (["compare", "/nonexistent/a"], "the following arguments are required"),
     (["report", "/nonexistent/run"], "/nonexistent/run: not a run folder (no results.jsonl)"),
     (["compare", "/nonexistent/a", "/nonexistent/b"], "not a run folder"),
     (["export", "/nonexistent/run"], "not a run folder"),
