@@ -6,6 +6,9 @@ from pathlib import Path
 
 
 def _sweep(args):
+    from bench.runner import prestart
+
+    prestart()  # the worker imports torch while this process does the same
     from bench.sweep import run_sweep
 
     return run_sweep(args)

@@ -34,7 +34,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_main(conn, settings: WorkerSettings) -> None:
+def _worker_main(conn, settings: WorkerSettings | None) -> None:
     import os
 
     _die_with_parent()
@@ -42,6 +42,17 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
         os.setpgid(0, 0)  # its own process group: a timeout kills whatever the variant spawned too
     except OSError:
         pass
+    import torch
+    import torch._dynamo  # noqa: F401  (torch.profiler's first use imports it: ~1.5 s, paid here)
+
+    if settings is None:  # started ahead (prestart): imports done, now the sweep's settings
+        conn.send(("imported", None))
+        try:
+            settings = conn.recv()
+        except EOFError:
+            return
+        if settings is None:
+            return
     if settings.log_path:  # native libraries write straight to fd 1 and 2
         fd = os.open(settings.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
@@ -49,8 +60,6 @@ def _worker_main(conn, settings: WorkerSettings) -> None:
         os.close(fd)
     import functools
     import gc
-
-    import torch
 
     from bench.cell import CellSettings, ReferenceCache, cuda_broken, profile_group, run_group
     from bench.registry import discover
@@ -126,6 +135,48 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+_PRESTARTED: list = []  # [(process, connection, imported)] of a worker spawned ahead of its settings
+
+
+def prestart() -> None:
+    """Spawn a worker now, before the sweep knows its settings, so that its imports (torch,
+    dynamo) run beside the sweep's own start-up instead of after it.  The first Worker to
+    start takes it over; call ``wait_prestarted`` before measuring anything."""
+    if _PRESTARTED:
+        return
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_worker_main, args=(child, None), daemon=True)
+    proc.start()
+    child.close()
+    _PRESTARTED.append([proc, parent, False])
+
+
+def wait_prestarted(timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
+    """Block until a prestarted worker has finished its imports (it is idle from then on,
+    so a measurement taken next has the cores to itself)."""
+    if not _PRESTARTED or _PRESTARTED[0][2]:
+        return
+    proc, conn, _ = _PRESTARTED[0]
+    try:
+        if conn.poll(timeout_s) and conn.recv()[0] == "imported":
+            _PRESTARTED[0][2] = True
+            return
+    except (EOFError, OSError):
+        pass
+    _PRESTARTED.clear()  # it failed: a worker is started the ordinary way when needed
+    if proc.is_alive():
+        proc.kill()
+
+
+def _take_prestarted():
+    wait_prestarted()
+    if not _PRESTARTED:
+        return None
+    proc, conn, _ = _PRESTARTED.pop()
+    return (proc, conn) if proc.is_alive() else None
+
+
 class Worker:
     """One worker process, restarted on demand after a crash or a timeout."""
 
@@ -137,10 +188,15 @@ class Worker:
         self.restarts = 0
 
     def _start(self) -> None:
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_worker_main, args=(child, self.settings), daemon=True)
-        self._proc.start()
-        child.close()
+        ahead = _take_prestarted()
+        if ahead is not None:  # its imports are done: it only needs the settings
+            self._proc, parent = ahead
+            parent.send(self.settings)
+        else:
+            parent, child = self._ctx.Pipe()
+            self._proc = self._ctx.Process(target=_worker_main, args=(child, self.settings), daemon=True)
+            self._proc.start()
+            child.close()
         self._conn = parent
         if not parent.poll(WORKER_START_TIMEOUT_S):
             self.stop()

@@ -205,6 +205,9 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     env.setdefault("history", []).append({
         "command": " ".join(["python", "-m", "bench"] + sys.argv[1:]), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in FINGERPRINT_KEYS}})
+    from bench.runner import wait_prestarted
+
+    wait_prestarted()  # no import running beside the peak measurement
     for dtype in spec.dtypes:
         if dtype not in env["peaks_tflops"]:
             env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, spec.threads)
