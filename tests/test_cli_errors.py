@@ -51,6 +51,7 @@ def test_a_plugin_that_exits_at_import_is_named(capsys, tmp_path):
               argv=["list", "--plugin", str(plugin)])
 
 
+@pytest.mark.slow
 def test_window_without_the_window_mask_warns(tmp_path):
     proc = run_cli("sweep", "--out", tmp_path / "run", "--variants", "naive", "--seq-lens", "16", "--heads", "2",
                    "--head-dims", "16", "--masks", "causal", "--window", "8", "--budget-ms", "5", "--device", "cpu",

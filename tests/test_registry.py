@@ -30,6 +30,7 @@ def test_builtin_families_are_registered(registry):
     assert registry["naive"].source == os.path.join("variants", "naive.py")
 
 
+@pytest.mark.slow
 def test_plugin_file_is_discovered(tmp_path):
     path = write_plugin(tmp_path, "myplug", PLUGIN.format(name="plug.sdpa"))
     reg = discover([str(path)], entry_points=False)
@@ -44,6 +45,7 @@ def test_plugin_file_is_discovered(tmp_path):
     assert rows["plug.sdpa"]["masks"] == ["none", "causal"]
 
 
+@pytest.mark.slow
 def test_duplicate_name_is_refused_with_both_sources(tmp_path):
     path = write_plugin(tmp_path, "dup", PLUGIN.format(name="naive"))
     with pytest.raises(DuplicateVariantError) as info:
@@ -55,6 +57,7 @@ def test_duplicate_name_is_refused_with_both_sources(tmp_path):
     assert "defined twice" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_broken_plugin_is_a_clear_error(tmp_path):
     path = write_plugin(tmp_path, "broken", "raise ImportError('needs frobnicate')\n")
     with pytest.raises(RegistryError, match="needs frobnicate"):
@@ -63,6 +66,7 @@ def test_broken_plugin_is_a_clear_error(tmp_path):
     assert proc.returncode == 2 and "not a Python file" in proc.stderr
 
 
+@pytest.mark.slow
 def test_entry_point_package_is_discovered(tmp_path):
     """An installed distribution exposing the attnbench.variants group."""
     pkg = tmp_path / "ep_variants"
@@ -77,6 +81,7 @@ def test_entry_point_package_is_discovered(tmp_path):
     assert "ep.sdpa" in {r["name"] for r in json.loads(proc.stdout)}
 
 
+@pytest.mark.slow
 def test_list_json_reports_availability_with_reasons():
     proc = run_cli("list", "--format", "json", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
@@ -139,6 +144,7 @@ def test_pinned_sdpa_backend_runs_that_kernel_only(registry):
     assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
 
 
+@pytest.mark.slow
 def test_list_backward_here_agrees_with_what_a_sweep_records(tmp_path):
     from tests.conftest import read_jsonl
 

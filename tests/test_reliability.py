@@ -106,6 +106,7 @@ def test_a_timeout_kills_what_the_variant_spawned(tmp_path):
     assert _gone(int(pidfile.read_text())), "the variant's child process survived the timeout"
 
 
+@pytest.mark.slow
 def test_prepared_info_never_shadows_a_core_column_and_must_travel(tmp_path):
     plugin = write_plugin(tmp_path, "liar", """
         import threading
@@ -146,6 +147,7 @@ def test_a_wrong_dtype_or_device_is_a_mismatch():
     assert not wide.ok and "dtype torch.float64" in wide.reason and "float32" in wide.reason
 
 
+@pytest.mark.slow
 def test_resume_retry_measures_crashed_cells_again_and_the_report_uses_the_newest(tmp_path):
     from reports.frames import load_runs
 
@@ -180,6 +182,7 @@ def test_an_oom_kill_is_told_apart_from_a_crash(monkeypatch):
     assert runner._death(-signal.SIGSEGV)[0] == "crash" and runner._death(3) == ("crash", "worker exited with code 3")
 
 
+@pytest.mark.slow
 def test_the_timeout_is_the_cells_own_work_beyond_its_budget(tmp_path, capsys):
     from bench.cli import main
 
@@ -191,6 +194,7 @@ def test_the_timeout_is_the_cells_own_work_beyond_its_budget(tmp_path, capsys):
     assert "--timeout 0.5 s is shorter than the timing budget" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_provenance_is_kept_and_a_changed_machine_is_refused_or_marked(tmp_path):
     out = tmp_path / "run"
     first = run_cli("sweep", "--out", out, "--variants", "naive", "--seq-lens", "16", "--threads", "2", *S)
@@ -211,6 +215,7 @@ def test_provenance_is_kept_and_a_changed_machine_is_refused_or_marked(tmp_path)
     assert report.returncode == 0 and "MIXED RUN" in (out / "report" / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_a_report_that_fails_does_not_fail_the_sweep(tmp_path, monkeypatch, capsys):
     import reports.build
     from bench.cli import main

@@ -27,6 +27,7 @@ def small_run(tmp_path_factory):
     return out, proc
 
 
+@pytest.mark.slow
 def test_sweep_writes_report_naming_every_variant(small_run):
     out, proc = small_run
     page = out / "report" / "index.html"
@@ -47,6 +48,7 @@ def test_sweep_writes_report_naming_every_variant(small_run):
     assert {"time_ms", "speedup", "tflops", "pct_peak", "mem_mib"} <= set(csv["metric"])
 
 
+@pytest.mark.slow
 def test_report_command_rebuilds_from_the_folder(small_run, tmp_path):
     out, _ = small_run
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0

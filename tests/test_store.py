@@ -59,6 +59,7 @@ def test_a_damaged_env_json_is_one_clear_line(tmp_path, capsys, content):
     assert "env.json" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_resume_after_a_bad_line_keeps_every_valid_row(tmp_path):
     out = tmp_path / "run"
     first = run_cli("sweep", "--out", out, "--variants", "naive,sdpa.math", "--seq-lens", "16,32,48",

@@ -47,6 +47,7 @@ def sleeps(case):
 """
 
 
+@pytest.mark.slow
 def test_failing_variants_become_rows_and_the_sweep_goes_on(tmp_path):
     plugin = write_plugin(tmp_path, "bad", BAD_PLUGINS)
     out = tmp_path / "run"
@@ -84,6 +85,7 @@ def _line_count(path):
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumes_with_every_cell_exactly_once(tmp_path):
     out = tmp_path / "run"
     args = ["sweep", "--out", str(out), "--variants", "naive,sdpa.math,sdpa.flash",
@@ -110,6 +112,7 @@ def test_killed_sweep_resumes_with_every_cell_exactly_once(tmp_path):
     assert f"{24 - partial} cells to run, {partial} already there" in resumed.stderr
 
 
+@pytest.mark.slow
 def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
     out = tmp_path / "run"
     first = run_cli("sweep", "--out", out, "--variants", "naive", *SMALL)
@@ -172,6 +175,7 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     ("plugins = 5\n", "plugins takes a list of paths, got 5"),
     ('plugins = "/nonexistent/x.py"\n', "--plugin /nonexistent/x.py: not a Python file"),
 ])
+@pytest.mark.slow
 def test_config_values_are_not_converted_silently(tmp_path, capsys, toml, words):
     cfg = tmp_path / "c.toml"
     cfg.write_text(toml)
@@ -193,6 +197,7 @@ def test_repeated_values_are_one_cell_and_huge_lengths_cost_nothing():
     assert masks.kept_pairs(big) == 2 * (4096 * 4097 // 2 + (n - 4096) * 4096)  # min(i + 1, w) keys per query
 
 
+@pytest.mark.slow
 def test_malformed_and_unknown_config(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text("seq_lens = [128,\n")
@@ -204,6 +209,7 @@ def test_malformed_and_unknown_config(tmp_path, capsys):
     assert "unknown key 'seq_lenz'; valid: variants, seq_lens" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_config_file_with_flag_override(tmp_path):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('[sweep]\nvariants = ["naive"]\nseq_lens = [32, 48]\nheads = [2]\nhead_dims = [8]\n'
@@ -224,6 +230,7 @@ def test_config_file_with_flag_override(tmp_path):
     assert re.search(r"timed samples: [\d.]+ s of [\d.]+ s wall \(\d+%\)", proc.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_cuda_device_refused_without_gpu(capsys):
     import torch
 
@@ -234,6 +241,7 @@ def test_cuda_device_refused_without_gpu(capsys):
     assert "CUDA is not available on this machine; valid here: cpu" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_strict_exits_1_when_a_cell_failed(tmp_path):
     plugin = write_plugin(tmp_path, "bad", BAD_PLUGINS)
     proc = run_cli("sweep", "--plugin", plugin, "--out", tmp_path / "run", "--variants", "naive,bad.raises",
@@ -261,6 +269,7 @@ def probed(case):
 """
 
 
+@pytest.mark.slow
 def test_availability_probes_run_in_the_worker(tmp_path):
     plugin = write_plugin(tmp_path, "probed", PROBE_PLUGIN)
     log = tmp_path / "probe.log"

@@ -29,6 +29,7 @@ def test_profile_naive_on_cpu_writes_trace_and_breakdown(registry, tmp_path):
     assert set(csv["category"]) <= set(CATEGORIES)
 
 
+@pytest.mark.slow
 def test_profile_command_prints_breakdown(tmp_path):
     proc = run_cli("profile", "--variant", "sdpa.flash", "--seq-lens", "256", "--heads", "2",
                    "--out", tmp_path)
@@ -51,6 +52,7 @@ def test_categories(name, category):
     assert categorize(name) == category
 
 
+@pytest.mark.slow
 def test_sweep_profile_adds_shares_and_breakdown_chart(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("sweep", "--variants", "naive,sdpa.flash", "--seq-lens", "64,128", "--heads", "2",
@@ -69,6 +71,7 @@ def test_sweep_profile_adds_shares_and_breakdown_chart(tmp_path):
     assert (out / "report" / "charts" / "breakdown.png").exists()
 
 
+@pytest.mark.slow
 def test_export_is_read_by_pytest_benchmark(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("sweep", "--variants", "naive,sdpa.math", "--seq-lens", "64", "--heads", "2",
@@ -97,6 +100,7 @@ def test_export_is_read_by_pytest_benchmark(tmp_path):
     assert "naive" in cli.stdout and "sdpa.math" in cli.stdout
 
 
+@pytest.mark.slow
 def test_selfcheck_pairs_the_tools_round_by_round(monkeypatch):
     """The two tools take turns (harness, tub, harness, tub, ...), and the ratio is the median
     of the per-round ratios, with its spread."""
@@ -123,6 +127,7 @@ def test_selfcheck_pairs_the_tools_round_by_round(monkeypatch):
     assert sc._ratio([2.0, 4.0, 3.0], [1.0, 2.0, 2.0]) == (2.0, 1.5, 2.0)
 
 
+@pytest.mark.slow
 def test_selfcheck_command_prints_a_paired_ratio_per_cell():
     proc = run_cli("selfcheck", "--variants", "naive,sdpa.math", "--seq-lens", "128", "--heads", "2",
                    "--budget-ms", "50")
@@ -144,6 +149,7 @@ def test_benchmark_suite_runs_under_pytest_benchmark(tmp_path):
     assert any(n.startswith("test_variant[sdpa.math-") for n in names)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
 def test_gpu_check_refuses_cleanly_without_gpu(capsys, tmp_path):
     assert main(["gpu-check", "--out", str(tmp_path)]) == 2
@@ -151,6 +157,7 @@ def test_gpu_check_refuses_cleanly_without_gpu(capsys, tmp_path):
     assert "needs an NVIDIA GPU" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_gpu_check_dry_run_on_cpu(tmp_path, capsys):
     """The GPU check's own steps (sweeps, profiles, self-check, final table) on the CPU."""
     assert main(["gpu-check", "--device", "cpu", "--seq-len", "32", "--variants", "naive,window.chunked",
@@ -168,6 +175,7 @@ def test_gpu_check_dry_run_on_cpu(tmp_path, capsys):
     assert out.strip().splitlines()[-1] == "PASS"
 
 
+@pytest.mark.slow
 def test_gpu_check_refuses_a_used_folder_and_a_bad_length(tmp_path, capsys):
     (tmp_path / "old.txt").write_text("an earlier run")
     assert main(["gpu-check", "--device", "cpu", "--out", str(tmp_path)]) == 2
@@ -237,6 +245,7 @@ def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
     assert cell.cuda_broken()  # the worker then exits, and a fresh one takes the next case
 
 
+@pytest.mark.slow
 def test_profile_takes_several_variants(tmp_path):
     proc = run_cli("profile", "--variants", "naive,sdpa.math", "--seq-lens", "64", "--heads", "2",
                    "--head-dims", "16", "--out", tmp_path)
