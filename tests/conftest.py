@@ -10,8 +10,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+CPU_BY_DEFAULT = ("sweep", "profile", "selfcheck")
+
+
 def run_cli(*args, timeout=600, env=None, cwd=None):
-    """``python -m bench ARGS`` in a subprocess; returns CompletedProcess (text)."""
+    """``python -m bench ARGS`` in a subprocess; returns CompletedProcess (text).  The suite
+    describes CPU behaviour: on a machine with a GPU (where the default device is CUDA) a
+    measuring command stays on the CPU unless the test names a --device (or resumes a run,
+    whose saved spec has one)."""
+    args = list(args)
+    if args and args[0] in CPU_BY_DEFAULT and "--device" not in args and "--resume" not in args:
+        args += ["--device", "cpu"]
     full_env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "bench", *map(str, args)], capture_output=True,
