@@ -188,43 +188,28 @@ def build_spec(given: dict, registry) -> Spec:
     if timeout * 1e3 < budget:
         raise UsageError(f"--timeout {timeout:g} s is shorter than the timing budget (--budget-ms {budget:g}): no cell "
                          f"could finish; give a timeout of at least {math.ceil(budget / 1e3)} s")
-    threads = _setting_int(given, "threads", None, 1, 4096)
-    rounds = _setting_int(given, "rounds", 3, 1, 100)
-    precision = _setting_float(given, "precision", 2.0, 0.1, 50.0)
+    threads = _setting(given, "threads", None, 1, 4096, whole=True)
+    rounds = _setting(given, "rounds", 3, 1, 100, whole=True)
+    precision = _setting(given, "precision", 2.0, 0.1, 50.0, whole=False)
     return Spec(device=device, preset=preset, timeout=timeout, budget_ms=budget,
                 plugins=list(given.get("plugins") or []), threads=threads, precision=precision,
                 rounds=rounds, **axes)
 
 
-def _setting_int(given: dict, key: str, default, lo: int, hi: int):
+def _setting(given: dict, key: str, default, lo, hi, whole: bool):
+    """A numeric setting from flags or TOML, checked against [lo, hi] (nan and booleans refused)."""
     raw = given.get(key)
     if raw is None:
         return default
-    flag = "--" + key.replace("_", "-")
+    what = f"--{key.replace('_', '-')} takes {'a whole number' if whole else 'a number'} from {lo:g} to {hi:g}"
     try:
-        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+        if isinstance(raw, bool) or (whole and isinstance(raw, float) and not raw.is_integer()):
             raise ValueError
-        value = int(raw)
+        value = int(raw) if whole else float(raw)
     except (TypeError, ValueError):
-        raise UsageError(f"{flag} takes a whole number from {lo} to {hi}, got {raw!r}") from None
-    if not lo <= value <= hi:
-        raise UsageError(f"{flag} takes a whole number from {lo} to {hi}, got {value}")
-    return value
-
-
-def _setting_float(given: dict, key: str, default, lo: float, hi: float):
-    raw = given.get(key)
-    if raw is None:
-        return default
-    flag = "--" + key.replace("_", "-")
-    try:
-        if isinstance(raw, bool):
-            raise ValueError
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise UsageError(f"{flag} takes a number from {lo:g} to {hi:g}, got {raw!r}") from None
+        raise UsageError(f"{what}, got {raw!r}") from None
     if not lo <= value <= hi:  # also refuses nan
-        raise UsageError(f"{flag} takes a number from {lo:g} to {hi:g}, got {raw!r}")
+        raise UsageError(f"{what}, got {value if whole else repr(raw)}")
     return value
 
 
