@@ -170,14 +170,6 @@ def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit:
         _free(case.device)
 
 
-def run_cell(v: Variant, case: Case, budget_ms: float, cache: ReferenceCache | None = None,
-             precision: float = DEFAULT_PRECISION, rounds: int = 1) -> dict:
-    """One variant on one case (a group of one)."""
-    rows = []
-    run_group([v], case, CellSettings(budget_ms, precision, rounds), rows.append, cache)
-    return rows[0]
-
-
 def _setup_and_check(var, case, settings, cache, q, k, v, grad_out) -> _Live:
     row = base_row(var.name, case) | settings.to_row()
     row["threads"] = torch.get_num_threads()

@@ -312,23 +312,3 @@ def interleave(timers: dict, rounds: int, budget_ms: float, enter=None, on_error
                     raise
                 del live[name]
                 on_error(name, exc)
-
-
-def time_cpu(call: Callable, budget_ms: float = 1000.0, precision: float = DEFAULT_PRECISION,
-             rounds: int = 1, **kw) -> Timing:
-    """One callable, ``rounds`` segments back to back (see CpuTimer)."""
-    timer = CpuTimer(call, precision=precision, **kw)
-    interleave({"call": timer}, rounds, budget_ms)
-    return timer.result()
-
-
-def time_cuda(call: Callable, warmup_ms: float = 25.0, rep_ms: float = 100.0, rounds: int = 1) -> Timing:
-    timer = CudaTimer(call, warmup_ms=warmup_ms)
-    interleave({"call": timer}, rounds, rep_ms)
-    return timer.result()
-
-
-def time_call(device: str, call: Callable, budget_ms: float, precision: float = DEFAULT_PRECISION) -> Timing:
-    if device == "cuda":
-        return time_cuda(call, warmup_ms=min(25.0, budget_ms / 4), rep_ms=budget_ms)
-    return time_cpu(call, budget_ms=budget_ms, precision=precision)
