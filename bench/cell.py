@@ -148,23 +148,29 @@ class _Live:
     extra: dict = field(default_factory=dict)
 
 
+def _nowhere(name: str) -> None:
+    pass
+
+
 def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit: Callable[[dict], None],
-              cache: ReferenceCache | None = None) -> None:
+              cache: ReferenceCache | None = None, at: Callable[[str], None] = _nowhere) -> None:
     """Measure ``variants`` on ``case``; ``emit(row)`` for each as soon as its row is final
-    (failures at once, timed rows after the rounds)."""
+    (failures at once, timed rows after the rounds).  ``at(name)`` is called whenever a
+    variant's own code is about to run, so that a crash or a hang is put on the right one."""
     cache = cache or ReferenceCache()
     try:
         q, k, v = make_inputs(case)
         grad_out = make_grad_out(case) if case.needs_grad else None
         live = []
         for var in variants:
+            at(var.name)
             item = _setup_and_check(var, case, settings, cache, q, k, v, grad_out)
             if item.row["status"]:
                 emit(item.row)
             else:
                 live.append(item)
         if live:
-            _time_all(live, case, settings, q, k, v, grad_out, emit)
+            _time_all(live, case, settings, q, k, v, grad_out, emit, at)
     finally:
         release_flush_buffer()
         _free(case.device)
@@ -192,10 +198,11 @@ def _setup_and_check(var, case, settings, cache, q, k, v, grad_out) -> _Live:
         return _Live(var, None, fail(row, exc))
 
 
-def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, grad_out, emit) -> None:
+def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, grad_out, emit, at) -> None:
     by_name = {item.variant.name: item for item in live}
 
     def enter(name):
+        at(name)
         return by_name[name].prepared.scope()
 
     def on_error(name, exc):
@@ -204,6 +211,7 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, gr
 
     for item in list(live):
         try:
+            at(item.variant.name)
             with item.prepared.scope():
                 item.call = timed_call(case, item.prepared.fn, q, k, v, grad_out)
             item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision)
@@ -219,6 +227,7 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, gr
             continue
         row = item.row
         try:
+            at(item.variant.name)
             timing = item.timer.result()
             row.update(timing.to_row())
             if case.device == "cpu":
@@ -237,7 +246,8 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, gr
         emit(row)
 
 
-def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None]) -> None:
+def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None],
+                  at: Callable[[str], None] = _nowhere) -> None:
     """The profiled pass: category shares of profiled self time per variant, as a row keyed
     like the cell's (``variant`` and the case fields); a failure is ``profile_error``."""
     from bench.profile import category_shares
@@ -246,6 +256,7 @@ def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], No
         q, k, v = make_inputs(case)
         grad_out = make_grad_out(case) if case.needs_grad else None
         for var in variants:
+            at(var.name)
             row = {"variant": var.name, **case.to_dict()}
             try:
                 prepared = var.prepare(case)

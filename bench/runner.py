@@ -82,7 +82,8 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
         mode, names, case_dict = msg
         run = profile_group if mode == "profile" else functools.partial(run_group, settings=cell_settings,
                                                                          cache=cache)
-        run([registry[n] for n in names], Case.from_dict(case_dict), emit=lambda row: conn.send(("row", row)))
+        run([registry[n] for n in names], Case.from_dict(case_dict), emit=lambda row: conn.send(("row", row)),
+            at=lambda name: conn.send(("at", name)))
         conn.send(("done", None))
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()
@@ -186,6 +187,7 @@ class Worker:
         self._proc = None
         self._conn = None
         self.restarts = 0
+        self.last_started: str | None = None  # the variant that ran when the worker died or hung
 
     def _start(self) -> None:
         ahead = _take_prestarted()
@@ -211,8 +213,10 @@ class Worker:
 
     def run_group(self, names: list[str], case: Case, timeout_s: float, on_row, mode: str = "time") -> tuple[str, str]:
         """Run the variants ``names`` on ``case``; ``on_row(row)`` for each row as it arrives.
-        Returns ('done', '') or ('timeout' | 'crash', reason) when the worker overran
-        ``timeout_s`` per variant still to come, or died; the rows already passed on stay."""
+        Returns ('done', '') or ('timeout' | 'crash' | 'oom', reason) when a variant's step
+        (its check, a timing turn, its memory pass) overran ``timeout_s`` beyond the timing
+        budget, or the worker died; ``last_started`` names the variant that was running.
+        The rows already passed on stay."""
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1
@@ -221,11 +225,11 @@ class Worker:
             except RuntimeError as exc:
                 return "crash", str(exc)
         self._conn.send((mode, list(names), case.to_dict()))
+        self.last_started = None
         kills_before = oom_kills()
-        left_names = len(names)
         # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget
         timeout_s = timeout_s + self.settings.budget_ms / 1e3
-        deadline = time.monotonic() + timeout_s * left_names
+        deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -236,11 +240,14 @@ class Worker:
             try:
                 if self._conn.poll(min(left, 0.5)):
                     tag, row = self._conn.recv()
+                    if tag == "at":  # the variant whose code runs now: its step has the timeout
+                        self.last_started = row
+                        deadline = time.monotonic() + timeout_s
+                        continue
                     if tag == "done":
                         return "done", ""
                     on_row(row)
-                    left_names -= 1
-                    deadline = time.monotonic() + timeout_s * max(1, left_names)
+                    deadline = time.monotonic() + timeout_s
                     continue
             except (EOFError, ConnectionResetError, OSError):
                 pass

@@ -281,11 +281,17 @@ def _run_cells(cells, run_dir: Path, spec, registry, plugins, peaks: dict, args)
         missing = [n for n in names if n not in got]
         if tag == "done" or not missing:
             return
-        if len(missing) == 1 and len(names) == 1:
-            record(base_row(missing[0], case, tag, why))
+        culprit = worker.last_started if worker.last_started in missing else None
+        if culprit is None and len(missing) == 1:
+            culprit = missing[0]
+        if culprit is None:
+            for name in missing:  # find the culprit: one at a time
+                run([name], case)
             return
-        for name in missing:  # find the culprit: one at a time
-            run([name], case)
+        record(base_row(culprit, case, tag, why))  # it was running when the worker died or hung
+        rest = [n for n in missing if n != culprit]
+        if rest:
+            run(rest, case)
 
     try:
         for case, names in _by_case(cells):
