@@ -145,8 +145,9 @@ FAILED = ("error", "crash", "timeout", "mismatch", "oom")
 def failures(rows: list[dict]) -> list[str]:
     """Cells that failed: an error, crash, timeout, mismatch or oom, or 'unsupported' with no
     reason (a capability or library refusal always gives one)."""
+    newest = {store.cell_key(r.get("variant"), r): r for r in rows}  # a cell measured again is its newest row
     out = []
-    for r in rows:
+    for r in newest.values():
         status = r.get("status")
         if status in FAILED or (status == "unsupported" and not (r.get("reason") or "").strip()):
             out.append(f"{r.get('variant')} {status} at n={r.get('q_len')} {r.get('mask')} {r.get('direction')}"
