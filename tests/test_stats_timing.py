@@ -192,5 +192,5 @@ def test_the_variants_of_a_case_are_timed_round_robin_in_the_worker_code():
     assert [r["status"] for r in rows] == ["ok"] * 3
     for r in rows:
         assert r["rounds"] == 3 and len(r["round_medians_ms"]) == 3
-        assert r["samples"] >= 3 * 3 and r["budget_ms"] == 30 and r["precision"] == 0.02
+        assert r["samples"] >= 3 and r["budget_ms"] == 30 and r["precision"] == 0.02  # one a round at least
         assert 0 < r["cpu_util"] and r["contended"] in (True, False) and "other_cpu" in r

@@ -74,7 +74,10 @@ def test_failing_variants_become_rows_and_the_sweep_goes_on(tmp_path):
         for key in ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "flops", "tflops",
                     "max_abs_err", "threads", "samples_ms"):
             assert r.get(key) is not None, key
-        assert r["samples"] >= 5 and len(r["samples_ms"]) == r["samples"]
+        # a sample in each of the 3 rounds at least (the 5 ms budget decides the rest, and a busy machine
+        # takes fewer): the count is the raw samples kept
+        assert r["samples"] >= r["rounds"] == 3 and len(r["samples_ms"]) == r["samples"]
+        assert len(r["round_medians_ms"]) == 3
     env = json.loads((out / "env.json").read_text())
     assert env["torch"] and env["threads"] >= 1 and env["peaks_tflops"]["float32"] > 0
     assert "bad.sleeps" in env["spec"]["variants"]

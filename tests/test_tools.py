@@ -123,7 +123,7 @@ def test_selfcheck_pairs_the_tools_round_by_round(monkeypatch):
     assert order == ["harness", "tub"] * 3
     assert row["ratio_tub_lo"] <= row["ratio_tub"] <= row["ratio_tub_hi"]
     assert 0.5 < row["ratio_tub"] < 2.0  # the same call, timed by two tools
-    assert row["harness_samples"] >= 9 and {"cpu_util", "other_cpu", "contended"} <= set(row)
+    assert row["harness_samples"] >= 3 and {"cpu_util", "other_cpu", "contended"} <= set(row)
     assert sc._ratio([2.0, 4.0, 3.0], [1.0, 2.0, 2.0]) == (2.0, 1.5, 2.0)
 
 
