@@ -11,9 +11,10 @@
 - ``quantum_ms``: the samples sit on multiples of a scheduler time slice (QUANTA_MS), spread
   over two multiples or more: the timings measure the scheduler, not the kernel.
 
-Thresholds (measured on a 2-core VM, README "Numbers you can trust"): a quiet quick sweep
-has cpu_util >= 0.6 in every cell at 1 thread and other_cpu <= 0.2; next to two busy
-loops every cell has other_cpu >= 0.6 or cpu_util <= 0.55.
+Thresholds (measured on a 2-core VM, README "Numbers you can trust"): quiet quick sweeps
+had cpu_util >= 0.77 and other_cpu <= 0.06 in every cell; next to two busy loops every
+cell had cpu_util <= 0.54 and other_cpu >= 0.98.  CPU_UTIL_MIN and OTHER_CPU_MARGIN sit
+between the two.
 """
 
 from __future__ import annotations

@@ -112,9 +112,9 @@ def _sweep_in(run_dir: Path, resume, spec, given: dict, registry, retry: set, ar
           f"device {spec.device}, {env['threads']} threads)", file=sys.stderr)
     t0 = time.perf_counter()
     counts, timed_s = _run_cells(cells, run_dir, spec, registry, given["plugins"], env["peaks_tflops"], args)
-    _close_run(run_dir, spec)
-    elapsed = time.perf_counter() - t0
     rows = store.read_rows(run_dir)
+    _close_run(run_dir, spec, rows)
+    elapsed = time.perf_counter() - t0
     print(summary_table(rows))
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
           + f"  ({len(cells)} cells in {elapsed:.0f} s)")
@@ -216,7 +216,7 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     return run_dir, env
 
 
-def _close_run(run_dir: Path, spec) -> None:
+def _close_run(run_dir: Path, spec, rows: list[dict]) -> None:
     """The end of a sweep in env.json: the load average, and the matmul peak measured again.
     The peak kept is the higher of the two; a cell above it means the peak is still wrong,
     and env.json says so (``peak_unreliable``) for the report to show."""
@@ -227,7 +227,7 @@ def _close_run(run_dir: Path, spec) -> None:
     env["loadavg_end"] = load_average()
     checks = env.setdefault("peak_checks", {})
     best_cell = {}
-    for r in store.read_rows(run_dir):
+    for r in rows:
         if r.get("status") == "ok" and r.get("tflops"):
             best_cell[r["dtype"]] = max(best_cell.get(r["dtype"], 0.0), float(r["tflops"]))
     unreliable = env.setdefault("peak_unreliable", {})
