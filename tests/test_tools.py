@@ -1,6 +1,7 @@
 """profile, export, selfcheck, the pytest-benchmark suite and gpu-check, as a user runs them."""
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -8,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from bench import store
 from bench.case import Case
 from bench.cli import main
 from bench.profile import CATEGORIES, categorize, profile_case
@@ -92,7 +94,12 @@ def test_export_is_read_by_pytest_benchmark(tmp_path):
     loaded = list(storage.load_benchmarks(str(path)))
     assert len(loaded) == 4
     assert {b["name"].split("[")[0] for b in loaded} == {"naive", "sdpa.math"}
-    assert all(b["rounds"] >= 5 and b["median"] > 0 for b in loaded)  # the loader flattens stats
+    rows = {f"{r['variant']}[{Case.from_dict(r).label().replace(' ', '-')}]": r for r in store.read_rows(out)}
+    for b in loaded:  # the loader flattens stats: each benchmark carries its cell's own samples, in seconds
+        samples = rows[b["name"]]["samples_ms"]
+        assert b["rounds"] == len(samples) >= 1
+        assert b["median"] == pytest.approx(statistics.median(samples) / 1e3)
+        assert b["min"] == pytest.approx(min(samples) / 1e3)
     cli = subprocess.run([sys.executable, "-c", "from pytest_benchmark.cli import main; main()",
                           "compare", str(path), "--columns", "min,median,rounds"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
