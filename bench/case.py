@@ -7,13 +7,16 @@ are (batch, kv_heads, kv_len, head_dim).  Mask semantics live in ``bench.masks``
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "fp16": "float16", "half": "float16",
                  "f16": "float16", "bf16": "bfloat16"}
-MASKS = ("none", "causal", "window", "padding")
+MASKS = ("none", "causal", "window", "padding")  # the four basic masks (a variant's default masks=)
+# a mask spelling: terms joined by '+', each a name with ':'-separated parameters (bench.masks)
+MASK_SPELLING = re.compile(r"^[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*(\+[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*)*$")
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 
 
@@ -68,8 +71,9 @@ class Case:
         if self.heads % self.kv_heads:
             raise CaseError("kv_heads", self.kv_heads,
                             f"heads ({self.heads}) must be divisible by kv_heads")
-        if self.mask not in MASKS:
-            raise CaseError("mask", self.mask, f"valid: {', '.join(MASKS)}")
+        if not isinstance(self.mask, str) or not MASK_SPELLING.match(self.mask):
+            raise CaseError("mask", self.mask, "a mask name with its parameters, terms joined by '+' "
+                                               "(python -m bench list --masks)")
         if self.mask == "window":
             _positive("window", self.window)
         elif self.window is not None:

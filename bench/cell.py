@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bench import contention
+from bench import contention, masks
 from bench import flops as flopcount
 from bench.case import CASE_FIELDS, Case
 from bench.inputs import make_grad_out, make_inputs
@@ -45,7 +45,7 @@ class CellSettings:
 
 def base_row(variant: str, case: Case, status: str = "", reason: str = "") -> dict:
     """The columns every row has, measured or not (None until measured)."""
-    return {"variant": variant, **case.to_dict(), "status": status, "reason": reason,
+    return {"variant": variant, **case.to_dict(), "status": status, "reason": reason, **masks.row_columns(case),
             "flops": flopcount.flops(case), "bytes": flopcount.min_bytes(case)} | dict.fromkeys(MEASURED)
 
 
@@ -114,7 +114,8 @@ class ReferenceCache:
 
 
 CORE_COLUMNS = frozenset({  # what a row says about itself: a variant's figures never replace these
-    "variant", *CASE_FIELDS, "status", "reason", "flops", "bytes", *MEASURED, "setup_ms", "threads", "budget_ms",
+    "variant", *CASE_FIELDS, "status", "reason", "mask_params", "density", "flops", "bytes", *MEASURED, "setup_ms",
+    "threads", "budget_ms",
     "precision", "iqr_ms", "mean_ms", "q1_ms", "q3_ms", "rel_iqr", "ci_halfwidth", "noisy", "ci_lo_ms", "ci_hi_ms",
     "number", "warmup_calls", "timer", "samples_ms", "round_medians_ms", "rounds", "timed_s", "cpu_util",
     "other_cpu", "quantum_ms", "contended", "contended_why", "max_rel_err", "grad_max_abs_err", "gbps", "pct_peak"})

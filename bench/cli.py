@@ -21,6 +21,8 @@ def _cmd_list(args) -> int:
     from bench.spec import availability_on_this_machine
 
     reg = discover(args.plugin)
+    if args.masks:
+        return _list_masks(args, reg)
     rows = []
     for v in reg:
         ok, why = availability_on_this_machine(v, args.device)
@@ -33,7 +35,7 @@ def _cmd_list(args) -> int:
         return 0
     table = [[r["name"] + (" *" if r["baseline"] else ""), ",".join(r["devices"]),
               ",".join(d.replace("float", "f") for d in r["dtypes"]),
-              ",".join(r["masks"]), _yn(r["cross"]), _yn(r["gqa"]),
+              ",".join(r["masks"] + [f"+{m}" for m in r["score_mods"]]), _yn(r["cross"]), _yn(r["gqa"]),
               _yn(r["backward_here"]) if r["backward"] == r["backward_here"] or not r["available"] else "not here",
               "yes" if r["available"] else "no", r["reason"] or r["description"]]
              for r in rows]
@@ -42,6 +44,32 @@ def _cmd_list(args) -> int:
                    maxcolwidths=[None] * 8 + [70]))
     print(f"\n{len(rows)} variants, {sum(r['available'] for r in rows)} available on "
           f"{rows and _device_label(args.device)}; * marks the baseline")
+    return 0
+
+
+def _list_masks(args, reg) -> int:
+    """The masks and score mods a sweep can use (built-in, then plugins'), and who computes them."""
+    from tabulate import tabulate
+
+    from bench import masks
+
+    rows = []
+    for d in masks.catalogue().values():
+        takes = [v.name for v in reg if (d.kind == "mask" and (masks.ANY in v.masks or d.name in v.masks))
+                 or (d.kind == "score_mod" and (masks.ANY in v.score_mods or d.name in v.score_mods
+                                                or (d.additive and masks.ADDITIVE in v.score_mods)))]
+        rows.append({"name": d.name, "kind": d.kind.replace("_", " "), "params": d.params,
+                     "spelling": d.signature(), "variants": takes, "description": d.description,
+                     "source": d.module})
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, default=list))
+        return 0
+    print(tabulate([[r["spelling"], r["kind"], r["description"], ", ".join(r["variants"])] for r in rows],
+                   headers=["name:parameters (defaults)", "kind", "definition", "variants"],
+                   maxcolwidths=[34, None, 60, 30]))
+    print("\nSpell one in --masks as name:value (positional) or name:key=value; join terms with +: masks "
+          "joined are unioned, score mods apply in order, e.g. --masks causal,document:4,sink:4+window:256,"
+          "causal+softcap:50")
     return 0
 
 
@@ -66,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="check availability on this device (default: cuda if present, else cpu)")
     lp.add_argument("--plugin", action="append", default=[], metavar="PATH",
                     help="a Python file with more variants (repeatable)")
+    lp.add_argument("--masks", action="store_true",
+                    help="list the masks and score mods (built-in and plugins') instead of the variants")
     lp.set_defaults(func=_cmd_list)
     commands.add_subcommands(sub)
     return p

@@ -25,8 +25,9 @@ def add_case_flags(p, with_lists: bool = True) -> None:
     a("--head-dims", dest="head_dims", help="head dimensions")
     a("--batch", help="batch sizes")
     a("--dtypes", help="float32, float16, bfloat16 (fp32, fp16, bf16 accepted)")
-    a("--masks", help="none, causal, window, padding")
-    a("--window", help="sliding-window sizes for the window mask")
+    a("--masks", help="masks with their parameters, e.g. none,causal,window:256,document:4,causal+softcap:50 "
+                      "(python -m bench list --masks)")
+    a("--window", help="sliding-window sizes for a bare window mask (window:256 names its own)")
     a("--directions", help="fwd, bwd, fwd+bwd")
     a("--device", help="cpu or cuda (default: cuda when present, else cpu)")
     a("--plugin", action="append", default=[], metavar="PATH",

@@ -1,6 +1,7 @@
 """Exact work per case.
 
-FLOPs count the two matmuls over the (query, key) pairs the mask keeps:
+FLOPs count the two matmuls over the (query, key) pairs the mask keeps, counted exactly
+from the mask's definition (bench.masks):
 forward = 4 * batch * heads * pairs * head_dim (2 for QK^T, 2 for PV, multiply-add = 2);
 backward = 2.5x forward (five matmuls against the forward's two); fwd+bwd = 3.5x.
 Softmax and masking are not counted.  Bytes are the minimum traffic: each input read
@@ -18,12 +19,12 @@ ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def kept_pairs(case: Case) -> int:
-    """(query, key) pairs the mask keeps, summed over the batch, for one head (closed form)."""
+    """(query, key) pairs the mask keeps, summed over the batch, for one head (exact)."""
     return masks.kept_pairs(case)
 
 
 def flops(case: Case) -> float:
-    fwd = 4 * case.heads * kept_pairs(case) * case.head_dim
+    fwd = 4 * masks.bind(case).counts[0] * case.head_dim  # pairs summed over batch and heads
     return fwd * DIRECTION_FACTOR[case.direction]
 
 

@@ -38,7 +38,7 @@ from bench.case import Case
 from bench.errors import UsageError
 
 SCALING = {"causal": ["naive", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "xformers"],
-           "window": ["flex.window", "window.chunked"]}
+           "window": ["flex", "window.chunked"]}
 GPU_TIMEOUT_S = "300"  # a cold flex forward+backward compile takes 20-35 s on its own
 
 QUICK = {  # sizes and thresholds per device

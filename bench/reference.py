@@ -1,6 +1,7 @@
 """The float64 reference and the correctness check every cell passes before timing.
 
-The reference is attention written from the definition in ``bench.masks``, computed on
+The reference is attention written from the definition in ``bench.masks`` (the score mods
+applied to the scaled scores, then the mask, then the softmax), computed on
 the CPU in float64 from the very tensors a variant was given, query block by query
 block so that memory stays bounded at long sequence lengths.  Past FULL_CHECK_LIMIT
 score elements it covers an exact slice (first and last batch element, first key/value
@@ -77,12 +78,7 @@ def reference(case: Case, q, k, v, grad_out=None) -> Reference:
     q, k, v = (t.to("cpu", torch.float64) for t in (q, k, v))
     B, H, Lk = q.shape[0], q.shape[1], k.shape[2]
     group = H // k.shape[1]
-    lo, hi = masks.key_range(case)  # (B|1, Lq)
-    if lo.shape[0] > 1:
-        lo, hi = lo[batches], hi[batches]
-    lo, hi = lo[:, None, :, None], hi[:, None, :, None]  # (B|1, 1, Lq, 1)
-    j = torch.arange(Lk)
-    empty = masks.has_empty_rows(case)
+    bound = masks.bind(case)
     with_grad = grad_out is not None
     if with_grad:
         grad_out = grad_out.detach()[batches][:, hs].to("cpu", torch.float64)
@@ -95,11 +91,13 @@ def reference(case: Case, q, k, v, grad_out=None) -> Reference:
     for s in range(0, case.q_len, rows):
         e = min(case.q_len, s + rows)
         qc = q[:, :, s:e].clone().requires_grad_(with_grad)
-        keep = None if case.mask == "none" else (j >= lo[:, :, s:e]) & (j < hi[:, :, s:e])
+        keep = bound.keep("cpu", (s, e), batches=batches, heads=hs)  # (B|1, H|1, rows, Lk) or None
+        empty = keep is not None and bool((~keep.any(-1)).any())
         with torch.set_grad_enabled(with_grad):
             kk = k.repeat_interleave(group, dim=1)
             vv = v.repeat_interleave(group, dim=1)
             scores = (qc @ kk.transpose(-2, -1)) * case.scale
+            scores = bound.apply_mods(scores, (s, e), batches=batches, heads=hs)
             oc = masks.masked_softmax(scores, keep, empty) @ vv
         if with_grad:
             gq, gk, gv = torch.autograd.grad(oc, (qc, k, v), grad_out[:, :, s:e])

@@ -52,6 +52,7 @@ class Variant:
     devices: tuple[str, ...] = DEVICES
     dtypes: tuple[str, ...] = DTYPES
     masks: tuple[str, ...] = MASKS
+    score_mods: tuple[str, ...] = ()
     cross: bool = True
     gqa: bool = True
     backward: bool = True
@@ -71,8 +72,9 @@ class Variant:
             return f"device {case.device} not supported (supports {', '.join(self.devices)})"
         if case.dtype not in self.dtypes:
             return f"dtype {case.dtype} not supported (supports {', '.join(self.dtypes)})"
-        if case.mask not in self.masks:
-            return f"mask {case.mask} not supported (supports {', '.join(self.masks)})"
+        why = self.mask_reason(case.mask)
+        if why:
+            return why
         if case.is_cross and not self.cross:
             return "cross-attention (q_len != kv_len) not supported"
         if case.is_gqa and not self.gqa:
@@ -81,9 +83,34 @@ class Variant:
             return "backward not supported"
         return None
 
+    def mask_reason(self, spelling: str) -> str | None:
+        """Why the declared masks and score mods exclude a mask spelling (None when they admit it)."""
+        from bench import masks
+
+        try:
+            ms, mods = masks.parse(spelling, window=1)
+        except masks.MaskError as exc:
+            return str(exc)
+        for t in ms:
+            if masks.ANY not in self.masks and t.d.name not in self.masks:
+                return f"mask {t.d.name} not supported (supports {', '.join(self.masks)})"
+        for t in mods:
+            if masks.ANY in self.score_mods or t.d.name in self.score_mods:
+                continue
+            if masks.ADDITIVE in self.score_mods and t.d.additive:
+                continue
+            if masks.ADDITIVE in self.score_mods:
+                return (f"score mod {t.d.name} not supported: {self.name} takes only score mods that add a bias "
+                        f"to the scores ({', '.join(n for n, d in masks.catalogue().items() if d.additive)}); "
+                        f"{t.d.name} is not one")
+            takes = ", ".join(self.score_mods) if self.score_mods else "none"
+            return f"score mod {t.d.name} not supported (takes score mods: {takes})"
+        return None
+
     def capabilities(self) -> dict:
         return {"name": self.name, "description": self.description, "devices": list(self.devices),
-                "dtypes": list(self.dtypes), "masks": list(self.masks), "cross": self.cross,
+                "dtypes": list(self.dtypes), "masks": list(self.masks), "score_mods": list(self.score_mods),
+                "cross": self.cross,
                 "gqa": self.gqa, "backward": self.backward, "requires": list(self.requires),
                 "baseline": self.baseline, "source": self.source}
 
@@ -94,20 +121,31 @@ _CATALOG: dict[str, list[Variant]] = {}
 
 
 def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
-            dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, cross: bool = True,
-            gqa: bool = True, backward: bool = True, requires: Iterable[str] = (),
+            dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, score_mods: Iterable[str] = (),
+            cross: bool = True, gqa: bool = True, backward: bool = True, requires: Iterable[str] = (),
             baseline: bool = False, check: Callable[[Case], str | None] | None = None):
-    """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``."""
+    """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
+
+    ``masks`` names the masks the variant computes (``bench.masks.ANY``: every registered one,
+    through ``bench.masks``); ``score_mods`` the score mods it applies (``ANY``, or
+    ``bench.masks.ADDITIVE`` for every mod that is a bias added to the scores)."""
+    from bench import masks as mask_defs
+
     for label, given, valid in (("devices", devices, DEVICES), ("dtypes", dtypes, DTYPES),
-                                ("masks", masks, MASKS)):
+                                ("masks", masks, [mask_defs.ANY, *mask_defs.names("mask")]),
+                                ("score_mods", score_mods,
+                                 [mask_defs.ANY, mask_defs.ADDITIVE, *mask_defs.names("score_mod")])):
+        if isinstance(given, str):
+            raise RegistryError(f"variant {name!r}: {label} takes a tuple of names, got the string {given!r}")
         bad = set(given) - set(valid)
         if bad:
-            raise RegistryError(f"variant {name!r}: unknown {label} {sorted(bad)}; valid: {', '.join(valid)}")
+            raise RegistryError(f"variant {name!r}: unknown {label} {sorted(bad)}; valid: {', '.join(valid)} "
+                                f"(define a mask before the variants that use it)")
 
     def deco(factory):
         mod = sys.modules.get(factory.__module__)
         entry = Variant(name=name, factory=factory, description=description, devices=tuple(devices),
-                        dtypes=tuple(dtypes), masks=tuple(masks), cross=cross, gqa=gqa,
+                        dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods), cross=cross, gqa=gqa,
                         backward=backward, requires=tuple(requires), baseline=baseline, check=check,
                         module=factory.__module__, source=_source_of(mod, factory.__module__))
         entries = _CATALOG.setdefault(factory.__module__, [])

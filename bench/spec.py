@@ -79,17 +79,24 @@ class Spec:
     def cases(self) -> list[Case]:
         """Every case, grouped so that cells sharing inputs run back to back, and ordered
         from small to large n within a group."""
+        from bench import masks
+
         out, seen = [], set()
-        for dtype, direction, mask, batch, heads, head_dim in itertools.product(
+        for dtype, direction, spelling, batch, heads, head_dim in itertools.product(
                 self.dtypes, self.directions, self.masks, self.batch, self.heads, self.head_dims):
             for kv_heads in self.kv_heads or [heads]:
-                for window in (self.window if mask == "window" else [None]):
+                for size in (self.window if masks.uses_window_flag(spelling) else [None]):
+                    try:
+                        mask, window = masks.canonical(spelling, size)
+                    except masks.MaskError as exc:
+                        raise UsageError(f"--masks {spelling}: {exc}") from None
                     for q_len in sorted(self.seq_lens):
                         for kv_len in self.kv_lens or [q_len]:
                             try:
                                 case = Case(self.device, dtype, batch, heads, kv_heads, q_len, kv_len,
                                             head_dim, mask, window, direction)
-                            except CaseError as exc:
+                                masks.bind(case)  # parameters that do not fit the lengths are refused here
+                            except (CaseError, masks.MaskError) as exc:
                                 raise UsageError(str(exc)) from None
                             if case not in seen:
                                 seen.add(case)
@@ -118,6 +125,16 @@ def as_list(key, value):
             raise UsageError(f"{flag} takes positive integers up to {limit:,}, got {bad[0]}")
         return list(dict.fromkeys(ints))
     return list(dict.fromkeys(str(x) for x in items))  # a value given twice is one cell, not two
+
+
+def _check_masks(spellings) -> None:
+    from bench import masks
+
+    for text in spellings:
+        try:
+            masks.parse(str(text), window=1)
+        except masks.MaskError as exc:
+            raise UsageError(f"--masks {text}: {exc}") from None
 
 
 def _check_choice(key, values, valid):
@@ -169,7 +186,7 @@ def build_spec(given: dict, registry) -> Spec:
         axes[key] = None if raw is None else as_list(key, raw)
     axes["dtypes"] = list(dict.fromkeys(normalize_dtype(d) for d in axes["dtypes"]))
     _check_choice("dtype", axes["dtypes"], DTYPES)
-    _check_choice("mask", axes["masks"], MASKS)
+    _check_masks(axes["masks"])
     _check_choice("direction", axes["directions"], DIRECTIONS)
     if axes["variants"] is None:
         axes["variants"] = registry.names()
@@ -222,7 +239,7 @@ def availability_on_this_machine(v, device: str | None = None, direction: str = 
     dtype = "float32" if device == "cpu" else "bfloat16"
     if dtype not in v.dtypes:
         dtype = v.dtypes[0]
-    mask = "none" if "none" in v.masks else v.masks[0]
+    mask = "none" if "none" in v.masks or "any" in v.masks else v.masks[0]
     case = Case(device=device, dtype=dtype, batch=1, heads=8, kv_heads=8, q_len=256, kv_len=256,
                 head_dim=64, mask=mask, window=64 if mask == "window" else None, direction=direction)
     return available(v, case)

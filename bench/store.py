@@ -149,10 +149,28 @@ class ResultWriter:
 
 def write_env(run_dir: Path, env: dict) -> None:
     """env.json, atomically: a new file renamed over the old one, so a kill never leaves half."""
-    path = Path(run_dir) / ENV
-    tmp = path.with_name(f".{ENV}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_finite(env), indent=2, default=str, allow_nan=False) + "\n")
+    write_json(run_dir, ENV, env, indent=2)
+
+
+def write_json(run_dir: Path, name: str, obj, indent: int | None = None) -> None:
+    """A JSON file of the run folder, atomically (written beside it, then renamed over it)."""
+    path = Path(run_dir) / name
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(_finite(obj), indent=indent, default=str, allow_nan=False) + "\n")
     os.replace(tmp, path)
+
+
+MASKS = "masks.json"  # each mask of the sweep: its definition, parameters and keep pattern at n = 256
+
+
+def read_masks(run_dir: Path) -> dict:
+    """masks.json as {label: entry}; {} when the run has none or it cannot be read (it only feeds pictures)."""
+    p = Path(run_dir) / MASKS
+    try:
+        data = json.loads(p.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def read_env(run_dir: Path) -> dict:

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import store
+from bench import masks, store
 from bench.case import Case
 from bench.cell import STATUSES, base_row
 from bench.errors import UsageError
@@ -63,7 +63,7 @@ def run_sweep(args) -> int:
         added = [v.name for v in registry if v.module in new_modules]
         given["variants"] = list(dict.fromkeys(list(given["variants"]) + added))
     spec = build_spec(given, registry)
-    if flags.get("window") is not None and "window" not in spec.masks:
+    if flags.get("window") is not None and not any(masks.uses_window_flag(m) for m in spec.masks):
         print(f"warning: --window {','.join(map(str, flags['window']))} has no effect: no window mask in --masks "
               f"({','.join(spec.masks)}); add window to --masks to use it", file=sys.stderr)
     retry = _retry_statuses(args, resume)
@@ -213,7 +213,18 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
         if dtype not in env["peaks_tflops"]:
             env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, spec.threads)
     store.write_env(run_dir, env)
+    _write_mask_pictures(run_dir, spec)
     return run_dir, env
+
+
+def _write_mask_pictures(run_dir: Path, spec) -> None:
+    """masks.json: every mask of the sweep, its definition and keep pattern at n = 256 (the report's pictures)."""
+    pictures = store.read_masks(run_dir)
+    for case in spec.cases():
+        name = masks.label(case.mask, case.window)
+        if name not in pictures:
+            pictures[name] = masks.picture(case)
+    store.write_json(run_dir, store.MASKS, pictures)
 
 
 def _close_run(run_dir: Path, spec, rows: list[dict]) -> None:
@@ -369,7 +380,7 @@ def summary_table(rows: list[dict]) -> str:
     never = df.groupby("variant")["status"].agg(lambda s: (s == "unsupported").all())
     skipped = df[df["variant"].isin(never[never].index)]
     df = df[~df["variant"].isin(never[never].index)]
-    # rows of a variant in a facet it does not declare (e.g. flex.window under mask=causal)
+    # rows of a variant in a facet it does not declare (e.g. window.chunked under mask=causal)
     df = df.groupby(facets + ["variant"], dropna=False).filter(
         lambda g: not (g["status"] == "unsupported").all())
     lines = []

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports.charts import all_charts
+from reports.charts import all_charts, variant_style
 from reports.frames import load_runs, speedups, with_peaks
+from reports.masks import density_chart, mask_table, pattern_chart, pictures, with_labels
 from reports.page import write_markdown, write_page
 from reports.scaling import crossovers, scaling_table
 from reports.tables import facet_tables, failures, status_counts, write_csvs
@@ -31,8 +32,13 @@ def build_report(run_dirs, out: Path | None = None) -> Path:
     counts = status_counts(df)
     fails = failures(df)
     charts = all_charts(df, folder / "charts", baseline, peaks)
+    df = with_labels(df)
+    pics = pictures(df, envs)
+    masks = {"table": mask_table(df, pics), "patterns": pattern_chart(pics, folder / "charts" / "masks"),
+             "density": density_chart(df, folder / "charts" / "density", variant_style(df["variant"], baseline))}
+    masks["table"].to_csv(folder / "masks.csv", index=False)
     write_csvs(df, tables, folder)
     scaling.to_csv(folder / "scaling.csv", index=False)
     cross.to_csv(folder / "crossovers.csv", index=False)
-    write_markdown(folder, df, envs, tables, scaling, cross, counts, fails, charts)
-    return write_page(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline)
+    write_markdown(folder, df, envs, tables, scaling, cross, counts, fails, charts, masks)
+    return write_page(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks)

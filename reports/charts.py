@@ -26,8 +26,9 @@ FAIL_MARK = {"oom": "OOM", "timeout": "TIMEOUT", "error": "ERROR", "crash": "CRA
 
 PALETTE = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
 # every built-in variant has its own slot of PALETTE, in this order, in every chart of every run
-# (the baseline is drawn in near-black); a plugin's variant takes a slot from its name's CRC-32
-BUILTIN_ORDER = ["flex.causal", "flex.padding", "flex.window", "sdpa.cudnn", "sdpa", "sdpa.efficient",
+# (the baseline is drawn in near-black); a plugin's variant takes a slot from its name's CRC-32.
+# flex.padding and flex.window name the per-mask flex variants of older run folders.
+BUILTIN_ORDER = ["flex", "flex.padding", "flex.window", "sdpa.cudnn", "sdpa", "sdpa.efficient",
                  "sdpa.math", "sdpa.flash", "window.chunked", "xformers", "naive"]
 
 

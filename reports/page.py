@@ -89,7 +89,7 @@ def env_summary(envs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).fillna("-")
 
 
-def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, charts, baseline) -> Path:
+def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks=None) -> Path:
     variants = sorted(df["variant"].unique())
     ran = sorted(df[df["status"] == "ok"]["variant"].unique())
     title = "attnbench report: " + ", ".join(e["run"] for e in envs)
@@ -100,7 +100,8 @@ def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, ch
              f"<p class=trust><b>Trust:</b> {html.escape(trust_line(df, envs))}</p>",
              f"<p class=muted>{len(df)} cells, {len(variants)} variants "
              f"({len(ran)} ran here: {html.escape(', '.join(ran))}); baseline <b>{html.escape(str(baseline))}</b>.</p>",
-             "<nav><a href=#charts>charts</a><a href=#scaling>scaling</a><a href=#tables>tables</a>"
+             "<nav><a href=#charts>charts</a><a href=#masks>masks</a><a href=#scaling>scaling</a>"
+             "<a href=#tables>tables</a>"
              "<a href=#status>statuses</a><a href=#env>environment</a></nav>",
              "<h2 id=charts>Charts</h2><div class=grid>"]
     for name, paths in charts.items():
@@ -108,6 +109,7 @@ def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, ch
         parts.append(f"<figure>{_img(png)}<figcaption class=muted>{name}: "
                      f"<a href='charts/{png.stem}.svg'>SVG</a></figcaption></figure>")
     parts.append("</div>")
+    parts += _masks_html(masks)
     parts.append("<h2 id=scaling>Scaling</h2><p class=muted>Exponent of the log-log least-squares fit of "
                  "median time and of peak memory against n (2 = quadratic, 1 = linear), with R² "
                  "(n/a below 3 points) and the n range it covers.</p>")
@@ -140,11 +142,36 @@ def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, ch
     return path
 
 
-def write_markdown(folder: Path, df, envs, tables, scaling, cross, counts, fails, charts) -> Path:
+MASKS_NOTE = ("Each mask is one predicate (bench/masks.py); its density is the fraction of (query, key) pairs it "
+              "keeps, and the FLOPs count exactly those pairs (forward, one cell). 'flex skips' is the share of "
+              "blocks FlexAttention's block mask leaves out.")
+
+
+def _masks_html(masks) -> list[str]:
+    if not masks or masks["table"].empty:
+        return []
+    parts = ["<h2 id=masks>Masks</h2>", f"<p class=muted>{html.escape(MASKS_NOTE)}</p>"]
+    for key in ("patterns", "density"):
+        png = next((p for p in masks.get(key) or [] if p.suffix == ".png"), None)
+        if png:
+            parts.append(f"<figure>{_img(png)}<figcaption class=muted>{key}: "
+                         f"<a href='charts/{png.stem}.svg'>SVG</a></figcaption></figure>")
+    parts.append(_table_html(masks["table"], index=False))
+    return parts
+
+
+def write_markdown(folder: Path, df, envs, tables, scaling, cross, counts, fails, charts, masks=None) -> Path:
     lines = ["# attnbench report: " + ", ".join(e["run"] for e in envs), "", "**Trust:** " + trust_line(df, envs), ""]
     for name, paths in charts.items():
         png = next(p for p in paths if p.suffix == ".png")
         lines += [f"![{name}](charts/{png.name})", ""]
+    if masks and not masks["table"].empty:
+        lines += ["## Masks", "", MASKS_NOTE, ""]
+        for key in ("patterns", "density"):
+            png = next((p for p in masks.get(key) or [] if p.suffix == ".png"), None)
+            if png:
+                lines += [f"![{key}](charts/{png.name})", ""]
+        lines += [masks["table"].to_markdown(index=False), ""]
     lines += ["## Scaling", "", _fmt_scaling(scaling).to_markdown(index=False) if not scaling.empty else "none",
               "", "### Crossovers", "", cross.to_markdown(index=False) if not cross.empty else "none", ""]
     lines += ["## Tables", "", "FLOP convention: " + " ".join(FLOP_DOC.split()), ""]

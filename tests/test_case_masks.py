@@ -8,7 +8,7 @@ from bench.case import Case, CaseError
 @pytest.mark.parametrize("field, value, words", [
     ("device", "tpu", "valid: cpu, cuda"),
     ("dtype", "int8", "valid: float32, float16, bfloat16"),
-    ("mask", "diagonal", "valid: none, causal, window, padding"),
+    ("mask", "Diagonal!", "a mask name with its parameters"),
     ("direction", "sideways", "valid: fwd, bwd, fwd+bwd"),
     ("q_len", 0, "positive integer"),
     ("head_dim", -4, "positive integer"),

@@ -24,7 +24,7 @@ def factory(case):
 def test_builtin_families_are_registered(registry):
     names = registry.names()
     for expected in ("naive", "sdpa", "sdpa.math", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn",
-                     "xformers", "flex.window", "window.chunked"):
+                     "xformers", "flex", "window.chunked"):
         assert expected in names
     assert registry.baseline().name == "naive"
     assert registry["naive"].source == os.path.join("variants", "naive.py")
@@ -90,7 +90,7 @@ def test_list_json_reports_availability_with_reasons():
         assert {"name", "description", "devices", "dtypes", "masks", "backward", "available",
                 "reason"} <= set(r)
         assert r["available"] or r["reason"], f"{r['name']} is unavailable without a reason"
-    for name in ("naive", "sdpa", "sdpa.math", "sdpa.flash", "flex.window", "window.chunked"):
+    for name in ("naive", "sdpa", "sdpa.math", "sdpa.flash", "flex", "window.chunked"):
         assert rows[name]["available"], rows[name]["reason"]
     for name in ("sdpa.efficient", "sdpa.cudnn", "xformers"):
         assert not rows[name]["available"]
@@ -149,11 +149,11 @@ def test_list_backward_here_agrees_with_what_a_sweep_records(tmp_path):
     from tests.conftest import read_jsonl
 
     listed = {r["name"]: r for r in json.loads(run_cli("list", "--format", "json", "--device", "cpu").stdout)}
-    assert listed["flex.causal"]["backward"] and not listed["flex.causal"]["backward_here"]
+    assert listed["flex"]["backward"] and not listed["flex"]["backward_here"]
     assert listed["naive"]["backward_here"] and not listed["xformers"]["available"]
-    proc = run_cli("sweep", "--out", tmp_path / "run", "--variants", "flex.causal,naive", "--seq-lens", "16",
+    proc = run_cli("sweep", "--out", tmp_path / "run", "--variants", "flex,naive", "--seq-lens", "16",
                    "--heads", "2", "--head-dims", "16", "--masks", "causal", "--directions", "bwd", "--device", "cpu",
                    "--budget-ms", "5", "--quiet", "--no-report")
     assert proc.returncode == 0, proc.stderr
     status = {r["variant"]: r["status"] for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
-    assert status == {"flex.causal": "unsupported", "naive": "ok"}
+    assert status == {"flex": "unsupported", "naive": "ok"}

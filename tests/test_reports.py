@@ -248,7 +248,7 @@ def test_compare_says_when_nothing_matches_and_reads_a_rule(tmp_path, capsys):
 def test_variant_colours_depend_on_the_name_alone():
     from reports.charts import variant_style
 
-    one = variant_style(["naive", "sdpa", "flex.causal"], "naive")
+    one = variant_style(["naive", "sdpa", "flex"], "naive")
     other = variant_style(["sdpa", "my.plugin", "window.chunked", "sdpa.flash"], None)
     assert one["sdpa"]["color"] == other["sdpa"]["color"] and one["sdpa"]["marker"] == other["sdpa"]["marker"]
     assert len({tuple(s["color"]) for n, s in other.items()}) == 4

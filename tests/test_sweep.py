@@ -142,7 +142,7 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
 @pytest.mark.parametrize("argv, words", [
     (["sweep", "--variants", "naive,nope"], "unknown variant 'nope'; valid: "),
     (["sweep", "--dtypes", "float8"], "unknown dtype 'float8'; valid: float32, float16, bfloat16"),
-    (["sweep", "--masks", "diag"], "unknown mask 'diag'; valid: none, causal, window, padding"),
+    (["sweep", "--masks", "diag"], "unknown mask or score mod 'diag'; masks: none, causal, window, padding, document"),
     (["sweep", "--preset", "huge"], "unknown preset 'huge'; valid: quick, default, full"),
     (["sweep", "--heads", "8", "--kv-heads", "3"], "heads 8 is not divisible by kv_heads 3"),
     (["sweep", "--seq-lens", "0,128"], "--seq-lens takes positive integers up to 16,777,216, got 0"),

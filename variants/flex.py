@@ -1,6 +1,7 @@
-"""FlexAttention (torch.nn.attention.flex_attention) with a block mask built from a
-mask_mod.  The block mask and the compilation happen in setup, once per shape; the
-compile time is reported as its own figure (info['compile_ms'])."""
+"""FlexAttention (torch.nn.attention.flex_attention): every mask of bench.masks as a block mask
+built from its mask_mod, every score mod as its score_mod.  The block mask and the compilation
+happen in setup, once per shape; the compile time (info['compile_ms']) and the share of blocks
+the block mask skips (info['block_sparsity'], percent) are reported as their own figures."""
 
 import functools
 import time
@@ -23,27 +24,6 @@ def _compiled_flex():
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
         _COMPILED = torch.compile(flex_attention, dynamic=False)
     return _COMPILED
-
-
-def mask_mod_for(case):
-    """The bench.masks definition written as a FlexAttention mask_mod, named by its kind."""
-    if case.mask == "causal":
-        def causal(b, h, q_idx, kv_idx):
-            return kv_idx <= q_idx
-        return causal
-    if case.mask == "window":
-        w = case.window
-
-        def sliding_window(b, h, q_idx, kv_idx):
-            return (kv_idx <= q_idx) & (q_idx - kv_idx < w)
-        return sliding_window
-    if case.mask == "padding":
-        lens = torch.tensor(masks.kv_lengths(case), device=case.device)
-
-        def key_padding(b, h, q_idx, kv_idx):
-            return kv_idx < lens[b]
-        return key_padding
-    raise ValueError(f"no mask_mod for mask {case.mask!r}")
 
 
 def _check(case):
@@ -73,14 +53,19 @@ def _eager_refusal(small):
 def _factory(case):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    batch = case.batch if case.mask == "padding" else None
-    block_mask = create_block_mask(mask_mod_for(case), batch, None, case.q_len, case.kv_len,
-                                   device=case.device)
+    bound = masks.bind(case)  # the one definition of the mask and score mods, from bench.masks
+    mask_mod, score_mod = bound.mask_mod(case.device), bound.score_mod(case.device)
+    block_mask, info = None, {}
+    if mask_mod is not None:
+        per_batch, per_head = bound.depends
+        block_mask = create_block_mask(mask_mod, case.batch if per_batch else None, case.heads if per_head else None,
+                                       case.q_len, case.kv_len, device=case.device)
+        info["block_sparsity"] = round(float(block_mask.sparsity()), 2)  # % of blocks skipped
     flex = _compiled_flex()
     gqa, scale = case.is_gqa, case.scale
 
     def attention(q, k, v):
-        return flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+        return flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
 
     # compile (forward, and backward when the case has one) outside the timed call
     t0 = time.perf_counter()
@@ -90,11 +75,10 @@ def _factory(case):
         out.backward(make_grad_out(case))
     if case.device == "cuda":
         torch.cuda.synchronize()
-    compile_ms = (time.perf_counter() - t0) * 1e3
-    return Prepared(attention, {"compile_ms": compile_ms})
+    info["compile_ms"] = (time.perf_counter() - t0) * 1e3
+    return Prepared(attention, info)
 
 
-for _mask in ("causal", "window", "padding"):
-    variant(f"flex.{_mask}", masks=(_mask,), check=_check,
-            description=f"FlexAttention, {_mask} block mask from a mask_mod, torch.compile'd "
-                        "once per shape")(_factory)
+variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check,
+        description="FlexAttention: any mask as a block mask from its mask_mod, any score mod; torch.compile'd "
+                    "once per shape")(_factory)

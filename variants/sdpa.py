@@ -1,6 +1,8 @@
 """torch.nn.functional.scaled_dot_product_attention: PyTorch's own dispatch, and one entry
 per backend pinned with torch.nn.attention.sdpa_kernel (a pinned backend never falls
 back to another: when it cannot take the case it is unavailable with PyTorch's reason).
+Every mask goes in as a dense bool attn_mask (causal as is_causal); score mods that add a
+bias (ALiBi, relative bias) as a float attn_mask; others (softcap) are unsupported.
 
 Entering sdpa_kernel costs about 18 us, as much as a small GPU kernel, so the harness
 holds it open around the timed calls (Prepared.scope) instead of entering it per call."""
@@ -41,10 +43,13 @@ def _pinned(backend) -> bool:
 def _make_factory(backend):
     def factory(case):
         kwargs = {"scale": case.scale}
-        if case.mask == "causal":
+        bound = masks.bind(case)
+        if bound.mods:  # additive score mods: one float bias, masked pairs at -inf
+            kwargs["attn_mask"] = bound.bias(case.device, case.torch_dtype)  # (B|1, H|1, Lq, Lk)
+        elif case.mask == "causal":
             kwargs["is_causal"] = True  # top-left aligned, as bench.masks defines
-        elif case.mask != "none":
-            kwargs["attn_mask"] = masks.dense_keep(case, case.device)  # (B|1, 1, Lq, Lk)
+        elif not bound.is_full:
+            kwargs["attn_mask"] = bound.keep(case.device)  # bool (B|1, H|1, Lq, Lk)
         if case.is_gqa:
             kwargs["enable_gqa"] = True
 
@@ -76,4 +81,5 @@ def _check(factory, backend, case):
 
 for _name, (_backend, _desc) in BACKENDS.items():
     _factory = _make_factory(_backend)
-    variant(_name, description=_desc, check=functools.partial(_check, _factory, _backend))(_factory)
+    variant(_name, description=_desc, masks=(masks.ANY,), score_mods=(masks.ADDITIVE,),
+            check=functools.partial(_check, _factory, _backend))(_factory)

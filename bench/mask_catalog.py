@@ -1,0 +1,200 @@
+"""The built-in masks and score mods, after attention-gym's catalogue.
+
+Each is one predicate (see ``bench.masks`` for the form and the spelling), plus, for
+masks, the key ranges each query row keeps, from which the pairs are counted exactly in
+bounded memory; ``tests/test_masks.py`` checks those ranges against the predicate pair by
+pair.  Positions are aligned top-left: query i and key i are the same token.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from bench.case import Case
+from bench.masks import mask, score_mod
+
+# -- the four original masks -----------------------------------------------------------------
+
+
+@mask("none", description="every query sees every key", intervals=lambda q, case: [(0, case.kv_len)])
+def none(b, h, q_idx, kv_idx):
+    return kv_idx >= 0
+
+
+@mask("causal", description="key j <= query i (top-left aligned)", intervals=lambda q, case: [(0, q + 1)])
+def causal(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
+@mask("window", params={"window": 256},
+      description="causal sliding window of `window` keys including the query's own: i - window < j <= i",
+      intervals=lambda q, case, window: [(q - window + 1, q + 1)])
+def window(b, h, q_idx, kv_idx, window):
+    return (kv_idx <= q_idx) & (q_idx - kv_idx < window)
+
+
+def _padding_lengths(case: Case) -> dict:
+    b2 = 2 * case.batch
+    return {"lens": torch.tensor([case.kv_len - ((b + 1) * case.kv_len) // b2 for b in range(case.batch)])}
+
+
+@mask("padding", prepare=_padding_lengths,
+      description="batch element b has kv_len - ((b+1) * kv_len) // (2 * batch) valid keys: from nearly "
+                  "kv_len down to about kv_len / 2",
+      intervals=lambda q, case, lens: [(0, lens.view(-1, 1))])
+def padding(b, h, q_idx, kv_idx, lens):
+    return kv_idx < lens[b]
+
+
+# -- packed documents ---------------------------------------------------------------------------
+
+
+def _documents(case: Case, docs: int, causal: int, seed: int, lengths: tuple) -> dict:
+    n = max(case.q_len, case.kv_len)
+    if lengths:
+        if any(x < 1 for x in lengths):
+            raise ValueError("document lengths must be positive")
+        sizes = list(lengths)
+        if sum(sizes) < n:
+            sizes.append(n - sum(sizes))  # the rest of the positions form one more document
+    else:
+        if not 1 <= docs <= n:
+            raise ValueError(f"document:docs={docs} needs 1 <= docs <= {n} (the longer of q_len and kv_len)")
+        g = torch.Generator().manual_seed(seed)
+        cuts = sorted((torch.randperm(n - 1, generator=g)[:docs - 1] + 1).tolist())
+        sizes = [b - a for a, b in zip([0] + cuts, cuts + [n])]
+    ends = torch.tensor(sizes).cumsum(0)
+    starts = ends - torch.tensor(sizes)
+    doc = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))[:n]
+    return {"doc": doc, "starts": starts, "ends": ends}
+
+
+def _document_intervals(q, case, docs, causal, seed, lengths, doc, starts, ends):
+    d = doc[q]
+    hi = torch.minimum(ends[d], q + 1) if causal else ends[d]
+    return [(starts[d], hi)]
+
+
+@mask("document", params={"docs": 4, "causal": 0, "seed": 0, "lengths": ()}, prepare=_documents,
+      intervals=_document_intervals,
+      description="packed sequences, block-diagonal: a token sees only tokens of its own document. `docs` "
+                  "documents of seeded random lengths over max(q_len, kv_len) positions, or explicit "
+                  "`lengths=a/b/c` (the positions left over form one more document); causal=1 adds j <= i")
+def document(b, h, q_idx, kv_idx, docs, causal, seed, lengths, doc, starts, ends):
+    same = doc[q_idx] == doc[kv_idx]
+    return same & (kv_idx <= q_idx) if causal else same
+
+
+# -- causal variations -------------------------------------------------------------------------
+
+
+@mask("prefix_lm", params={"prefix": 256},
+      description="prefix LM: the first `prefix` keys are seen by every query (bidirectional prefix), the "
+                  "rest causally",
+      intervals=lambda q, case, prefix: [(0, torch.clamp(q + 1, min=prefix))])
+def prefix_lm(b, h, q_idx, kv_idx, prefix):
+    return (kv_idx <= q_idx) | (kv_idx < prefix)
+
+
+@mask("chunked_causal", params={"chunk": 128},
+      description="causal inside fixed chunks of `chunk` tokens (Llama 4's local-attention layers)",
+      intervals=lambda q, case, chunk: [(q // chunk * chunk, q + 1)])
+def chunked_causal(b, h, q_idx, kv_idx, chunk):
+    return (q_idx // chunk == kv_idx // chunk) & (kv_idx <= q_idx)
+
+
+def _dilated_intervals(q, case, dilation, window):
+    return [(q - m * dilation, q - m * dilation + 1) for m in range(window)]
+
+
+@mask("dilated", params={"dilation": 2, "window": 64}, intervals=_dilated_intervals,
+      description="dilated (strided) causal window: `window` keys spaced `dilation` apart, j = i - m * dilation "
+                  "for m = 0 .. window-1 (Longformer's dilated sliding window)")
+def dilated(b, h, q_idx, kv_idx, dilation, window):
+    d = q_idx - kv_idx
+    return (d >= 0) & (d % dilation == 0) & (d < window * dilation)
+
+
+@mask("sink", params={"sinks": 4, "window": 0},
+      description="attention sinks: the first `sinks` keys, causally, plus a causal window of `window` keys; "
+                  "StreamingLLM is sink:4+window:256 (the same as sink:4:window=256)",
+      intervals=lambda q, case, sinks, window: [(0, torch.clamp(q + 1, max=sinks)), (q - window + 1, q + 1)])
+def sink(b, h, q_idx, kv_idx, sinks, window):
+    return (kv_idx <= q_idx) & ((kv_idx < sinks) | (q_idx - kv_idx < window))
+
+
+# -- block sparse ----------------------------------------------------------------------------------
+
+
+def _bigbird_blocks(case: Case, block: int, window: int, globals: int, random: int, seed: int) -> dict:
+    if block < 1 or window < 0 or globals < 0 or random < 0:
+        raise ValueError("bigbird takes block >= 1 and window, globals, random >= 0")
+    nq, nk = math.ceil(case.q_len / block), math.ceil(case.kv_len / block)
+    g = torch.Generator().manual_seed(seed)
+    rand = torch.randint(0, nk, (nq, random), generator=g) if random else torch.zeros(nq, 0, dtype=torch.long)
+    qb, kb = torch.arange(nq).view(-1, 1), torch.arange(nk).view(1, -1)
+    table = ((qb - kb).abs() <= window) | (kb < globals) | (qb < globals)
+    if random:
+        table[torch.arange(nq).view(-1, 1).expand_as(rand), rand] = True
+    return {"table": table, "rand": rand}
+
+
+def _bigbird_intervals(q, case, block, window, globals, random, seed, table, rand):
+    qb = q // block
+    spans = [((qb - window) * block, (qb + window + 1) * block), (0, globals * block),
+             (0, torch.where(qb < globals, case.kv_len, 0))]
+    for r in range(rand.shape[1]):
+        rb = rand[qb, r]
+        spans.append((rb * block, (rb + 1) * block))
+    return spans
+
+
+@mask("bigbird", params={"block": 64, "window": 1, "globals": 1, "random": 2, "seed": 0},
+      prepare=_bigbird_blocks, intervals=_bigbird_intervals,
+      description="BigBird block sparse, bidirectional, in blocks of `block` tokens: `window` blocks either side, "
+                  "`globals` global blocks (seen by all and seeing all), `random` seeded random key blocks per "
+                  "query block")
+def bigbird(b, h, q_idx, kv_idx, block, window, globals, random, seed, table, rand):
+    return table[q_idx // block, kv_idx // block]
+
+
+# -- score mods ------------------------------------------------------------------------------------
+
+
+def alibi_slopes(heads: int) -> list[float]:
+    """Press et al. 2022: the geometric sequence 2^(-8/n), 2^(-16/n), ... for n a power of two;
+    otherwise those of the closest power of two below, then every other slope of twice that."""
+    def pow2(n):
+        return [2 ** (-8 * (i + 1) / n) for i in range(n)]
+    if heads & (heads - 1) == 0:
+        return pow2(heads)
+    p = 1 << (heads.bit_length() - 1)
+    return pow2(p) + pow2(2 * p)[0::2][:heads - p]
+
+
+@score_mod("alibi", additive=True, prepare=lambda case: {"slopes": torch.tensor(alibi_slopes(case.heads))},
+           description="ALiBi: score + slope_h * (j - i), with the paper's slopes per head")
+def alibi(score, b, h, q_idx, kv_idx, slopes):
+    return score + slopes[h] * (kv_idx - q_idx)
+
+
+@score_mod("softcap", params={"cap": 50.0},
+           description="tanh soft cap: cap * tanh(score / cap) (Gemma 2 uses 50 on attention logits)")
+def softcap(score, b, h, q_idx, kv_idx, cap):
+    return cap * torch.tanh(score / cap)
+
+
+def _rel_table(case: Case, max_distance: int, seed: int) -> dict:
+    if max_distance < 0:
+        raise ValueError("rel_bias:max_distance must be >= 0")
+    g = torch.Generator().manual_seed(seed)
+    return {"table": 0.5 * torch.randn(case.heads, 2 * max_distance + 1, generator=g)}
+
+
+@score_mod("rel_bias", params={"max_distance": 128, "seed": 0}, additive=True, prepare=_rel_table,
+           description="relative position bias: score + table[h, clamp(j - i, -max_distance, max_distance)], a "
+                       "seeded table (0.5 * N(0, 1)) per head, as a learned T5-style bias would be")
+def rel_bias(score, b, h, q_idx, kv_idx, max_distance, seed, table):
+    return score + table[h, torch.clamp(kv_idx - q_idx, -max_distance, max_distance) + max_distance]

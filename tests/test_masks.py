@@ -1,0 +1,194 @@
+"""Masks and score mods: one predicate each, and everything derived from it agrees with it."""
+
+import itertools
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from bench import masks
+from bench.case import Case
+from bench.cli import main
+from bench.flops import flops
+from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
+
+# every built-in mask, at parameters that make each of its parts bite at these lengths
+BUILTIN_SPELLINGS = ["none", "causal", "window:5", "padding", "document:3", "document:4:causal=1",
+                     "document:lengths=7/1/12", "prefix_lm:9", "chunked_causal:6", "dilated:3:window=4",
+                     "sink:2", "sink:3+window:5", "bigbird:4", "bigbird:3:window=0:globals=2:random=3:seed=7",
+                     "causal+chunked_causal:4"]
+SHAPES = [(37, 37), (19, 44), (50, 13), (1, 9)]  # self, more keys, more queries, one query
+
+
+def _case(spelling, q_len, kv_len, batch=3, heads=2):
+    mask, window = masks.canonical(spelling)
+    return Case(batch=batch, heads=heads, kv_heads=heads, q_len=q_len, kv_len=kv_len, head_dim=8,
+                mask=mask, window=window)
+
+
+def _brute_force(case):
+    """Every (b, h, i, j) pair asked of the predicate one at a time, with Python ints in tensors."""
+    fn = masks.bind(case).mask_mod()
+    kept, rows = 0, []
+    for b, h, i in itertools.product(range(case.batch), range(case.heads), range(case.q_len)):
+        row = sum(bool(fn(torch.tensor(b), torch.tensor(h), torch.tensor(i), torch.tensor(j)))
+                  for j in range(case.kv_len)) if fn is not None else case.kv_len
+        kept += row
+        rows.append(row)
+    return kept, min(rows)
+
+
+@pytest.mark.parametrize("spelling", BUILTIN_SPELLINGS)
+def test_exact_pair_counts_match_brute_force(spelling):
+    for q_len, kv_len in SHAPES:
+        case = _case(spelling, q_len, kv_len)
+        assert masks.bind(case).counts == _brute_force(case), (spelling, q_len, kv_len)
+
+
+@pytest.mark.parametrize("spelling", BUILTIN_SPELLINGS)
+def test_flops_and_density_come_from_the_kept_pairs(spelling):
+    case = _case(spelling, 37, 37, batch=2, heads=4)
+    kept, _ = _brute_force(case)
+    assert flops(case) == 4 * kept * case.head_dim
+    assert masks.density(case) == pytest.approx(kept / (2 * 4 * 37 * 37))
+    assert flops(case.replace(direction="fwd+bwd")) == 3.5 * flops(case)
+
+
+def test_the_dense_mask_is_the_predicate_in_every_block():
+    case = _case("sink:3+window:5", 50, 13)
+    whole = masks.bind(case).keep()
+    parts = torch.cat([masks.bind(case).keep(rows=(s, min(50, s + 7))) for s in range(0, 50, 7)], dim=2)
+    assert torch.equal(whole, parts)
+    assert whole.shape == (1, 1, 50, 13)  # the mask does not depend on b or h: it broadcasts
+    assert masks.dense_keep(_case("padding", 5, 8)).shape == (3, 1, 5, 8)
+
+
+def test_counts_at_128k_are_exact_and_in_bounded_memory():
+    """The dense mask at 128k x 128k is 16 GiB; the counts take a few MiB, and agree with the
+    closed forms."""
+    code = textwrap.dedent("""
+        import json, resource, torch
+        from bench import masks
+        from bench.case import Case
+        n = 131072
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out = {}
+        for s in ["causal", "window:4096", "chunked_causal:8192", "document:lengths=1000/30000",
+                  "prefix_lm:777", "sink:4+window:256", "dilated:2:window=64", "bigbird", "document:16:causal=1"]:
+            mask, window = masks.canonical(s)
+            out[s] = masks.kept_pairs(Case(batch=1, heads=1, kv_heads=1, q_len=n, kv_len=n, mask=mask, window=window))
+        out["grew_mib"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        print(json.dumps(out))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    n = 131072
+    tri = lambda m: m * (m + 1) // 2  # noqa: E731
+    assert got["causal"] == tri(n)
+    assert got["window:4096"] == tri(4096) + (n - 4096) * 4096
+    assert got["chunked_causal:8192"] == (n // 8192) * tri(8192)
+    assert got["document:lengths=1000/30000"] == 1000 ** 2 + 30000 ** 2 + (n - 31000) ** 2
+    assert got["prefix_lm:777"] == 777 * 777 + (tri(n) - tri(777))
+    # rows past the window see its 256 keys and the sinks left of it (1, 2, 3, then all 4)
+    assert got["sink:4+window:256"] == tri(256) + (n - 256) * (256 + 4) - (3 + 2 + 1)
+    assert got["dilated:2:window=64"] == sum(min(64, i // 2 + 1) for i in range(n))
+    assert 0 < got["bigbird"] < n * n and 0 < got["document:16:causal=1"] < tri(n)
+    assert got["grew_mib"] < 512, got  # a dense mask would be 16384 MiB
+
+
+@pytest.mark.parametrize("text, want", [
+    ("window:64", ("window", 64)), ("window", ("window", 32)), ("document:4", ("document:4", None)),
+    ("softcap:30+causal", ("causal+softcap:30", None)), ("sink:4:window=256", ("sink:window=256", None)),
+    ("none+softcap:50", ("softcap:50", None)), ("causal+none", ("none", None)),
+    ("bigbird:block=32:seed=3", ("bigbird:32:seed=3", None)),
+    ("document:lengths=64/192", ("document:lengths=64/192", None)),
+])
+def test_spellings_have_one_canonical_form(text, want):
+    assert masks.canonical(text, window=32) == want
+    assert masks.canonical(want[0], window=want[1]) == want  # and it is a fixed point
+
+
+@pytest.mark.parametrize("text, says", [
+    ("triangle", "unknown mask or score mod 'triangle'; masks: none, causal"),
+    ("document:x", "docs takes int"), ("document:docs=4:docs=5", "given twice"),
+    ("prefix_lm:1:2", "too many positional values"), ("chunked_causal:size=3", "has no parameter 'size'"),
+    ("softcap:inf", "cap takes float"),
+])
+def test_bad_spellings_say_what_is_valid(text, says):
+    with pytest.raises(masks.MaskError, match=None) as exc:
+        masks.canonical(text)
+    assert says in str(exc.value)
+
+
+def test_bad_masks_on_the_command_line_exit_2_with_the_valid_ones(tmp_path, capsys):
+    assert main(["sweep", "--masks", "causal,triangle", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "--masks triangle" in err and "prefix_lm" in err and "softcap" in err and "Traceback" not in err
+    assert main(["sweep", "--masks", "document:100", "--seq-lens", "64", "--out", str(tmp_path / "r")]) == 2
+    assert "document:docs=100 needs 1 <= docs <= 64" in capsys.readouterr().err
+
+
+def test_score_mods_follow_their_definitions():
+    case = _case("causal+alibi+softcap:2", 6, 6, batch=1, heads=4)
+    scores = torch.randn(1, 4, 6, 6, dtype=torch.float64) * 5
+    got = masks.bind(case).apply_mods(scores)
+    slopes = torch.tensor([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8], dtype=torch.float64)  # 2^(-8(h+1)/4)
+    i, j = torch.arange(6).view(6, 1), torch.arange(6).view(1, 6)
+    want = 2 * torch.tanh((scores + slopes.view(1, 4, 1, 1) * (j - i)) / 2)
+    assert torch.allclose(got, want.to(got.dtype), atol=1e-6)
+    from bench.mask_catalog import alibi_slopes
+
+    assert alibi_slopes(6) == pytest.approx([2 ** (-8 * (k + 1) / 4) for k in range(4)] + [2 ** -1, 2 ** -3])
+
+
+def test_each_variant_takes_what_it_declares(registry):
+    causal_softcap = _case("causal+softcap:50", 16, 16)
+    why = registry["sdpa"].static_reason(causal_softcap)
+    assert "softcap" in why and "alibi" in why  # what it does take
+    assert registry["sdpa"].static_reason(_case("document:2+alibi", 16, 16)) is None
+    assert registry["naive"].static_reason(causal_softcap) is None
+    assert "mask document not supported (supports window)" in registry["window.chunked"].static_reason(
+        _case("document:2", 16, 16))
+    assert registry["xformers"].static_reason(_case("prefix_lm:4", 16, 16)).startswith("device cpu")
+
+
+CHECKER = """\
+    import torch
+    from bench.masks import mask
+
+    @mask("checker", params={"cell": 8}, description="query and key cells of the same colour")
+    def checker(b, h, q_idx, kv_idx, cell):
+        return (q_idx // cell + kv_idx // cell) % 2 == 0
+"""
+
+
+@pytest.mark.slow
+def test_a_plugin_mask_is_swept_checked_and_counted(tmp_path):
+    assert len(textwrap.dedent(CHECKER).strip().splitlines()) <= 10
+    plugin = write_plugin(tmp_path, "checker", CHECKER)
+    listed = run_cli("list", "--masks", "--plugin", plugin, "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    entry = {r["name"]: r for r in json.loads(listed.stdout)}["checker"]
+    assert entry["params"] == {"cell": 8} and {"naive", "sdpa.math", "flex"} <= set(entry["variants"])
+    out = tmp_path / "run"
+    proc = run_cli("sweep", "--plugin", plugin, "--variants", "naive,sdpa.math", "--masks", "checker:4,checker",
+                   "--seq-lens", "24,40", "--heads", "2", "--head-dims", "16", "--budget-ms", "5", "--out", out,
+                   "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    rows = read_jsonl(out / "results.jsonl")
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"ok"}  # every one passed the reference check
+    for r in rows:
+        cell = r["mask_params"]["checker"]["cell"]
+        i, j = torch.arange(r["q_len"]).view(-1, 1), torch.arange(r["kv_len"]).view(1, -1)
+        kept = int(((i // cell + j // cell) % 2 == 0).sum())
+        assert r["density"] == pytest.approx(kept / (r["q_len"] * r["kv_len"]), abs=1e-6)
+        assert r["flops"] == 4 * 2 * kept * 16
+    pictures = json.loads((out / "masks.json").read_text())
+    assert set(pictures) == {"checker:4", "checker:8"}
+    assert masks.unpack(pictures["checker:4"]["rows"])[:8, :8].tolist() == \
+        [[(i // 4 + j // 4) % 2 == 0 for j in range(8)] for i in range(8)]
+    assert (out / "report" / "charts" / "masks.png").exists()
