@@ -186,7 +186,7 @@ def _profile_variant(variant, spec, args, out) -> None:
     from bench.registry import available
 
     if args.masks is None:
-        spec.masks = ["none" if "none" in variant.masks else variant.masks[0]]
+        spec.masks = [variant.default_mask]
     for case in spec.cases():
         ok, why = available(variant, case)
         if not ok:

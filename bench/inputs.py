@@ -52,4 +52,12 @@ def probe_case(case: Case, largest: int = 64) -> Case:
         else:
             q += 1
     window = None if case.window is None else max(1, min(case.window, kv))
-    return case.replace(batch=1, q_len=q, kv_len=kv, window=window)
+    small = case.replace(batch=1, q_len=q, kv_len=kv, window=window)
+    from bench import masks
+
+    try:
+        masks.bind(small)
+    except masks.MaskError:  # parameters too large for the probe's lengths: a mask of the same form
+        mods = masks.parse(case.mask, case.window)[1]
+        small = small.replace(mask="+".join(["sink:1"] + [t.text() for t in mods]), window=None)
+    return small

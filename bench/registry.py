@@ -83,6 +83,11 @@ class Variant:
             return "backward not supported"
         return None
 
+    @property
+    def default_mask(self) -> str:
+        """The mask a command that names none uses for this variant: none when it takes it."""
+        return "none" if "none" in self.masks or "any" in self.masks else self.masks[0]
+
     def mask_reason(self, spelling: str) -> str | None:
         """Why the declared masks and score mods exclude a mask spelling (None when they admit it)."""
         from bench import masks

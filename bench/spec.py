@@ -239,7 +239,7 @@ def availability_on_this_machine(v, device: str | None = None, direction: str = 
     dtype = "float32" if device == "cpu" else "bfloat16"
     if dtype not in v.dtypes:
         dtype = v.dtypes[0]
-    mask = "none" if "none" in v.masks or "any" in v.masks else v.masks[0]
+    mask = v.default_mask
     case = Case(device=device, dtype=dtype, batch=1, heads=8, kv_heads=8, q_len=256, kv_len=256,
                 head_dim=64, mask=mask, window=64 if mask == "window" else None, direction=direction)
     return available(v, case)

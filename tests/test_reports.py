@@ -40,7 +40,9 @@ def test_sweep_writes_report_naming_every_variant(small_run):
         for ext in ("png", "svg"):
             path = out / "report" / "charts" / f"{chart}.{ext}"
             assert path.stat().st_size > 5000
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 4  # self-contained
+    # self-contained: the four charts, the mask pictures and time against density
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 6
+    assert "<h2 id=masks>Masks</h2>" in html and (out / "report" / "charts" / "density.png").exists()
     assert "4 * batch * heads" in html  # the FLOP convention
     md = (out / "report" / "report.md").read_text()
     assert "| naive" in md and "charts/time.png" in md

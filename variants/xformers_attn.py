@@ -2,7 +2,9 @@
 
 xformers takes (B, M, H, K) tensors; our (B, H, L, D) inputs are transposed as views,
 GQA uses its 5-D (B, M, G, H/G, K) form with expanded keys, and padding packs the batch
-into one row of blocks (BlockDiagonalPaddedKeysMask), which costs a copy of q.
+into one row of blocks (BlockDiagonalPaddedKeysMask), which costs a copy of q; document
+packs it too, one block per document (BlockDiagonalMask, or BlockDiagonalCausalMask for
+document:causal=1), exact for q_len == kv_len.
 """
 
 import logging
@@ -30,10 +32,23 @@ def _bias(case, fmha):
         return ab.BlockDiagonalPaddedKeysMask.from_seqlens(
             q_seqlen=[case.q_len] * case.batch, kv_padding=case.kv_len,
             kv_seqlen=masks.kv_lengths(case), device=case.device)
+    if _is_document(case):  # packed sequences: one block per document of every batch element
+        term, kw = masks.bind(case).masks[0]
+        sizes = [int(x) for x in kw["doc"][:case.q_len].bincount() if x > 0] * case.batch
+        cls = ab.BlockDiagonalCausalMask if kw["causal"] else ab.BlockDiagonalMask
+        return cls.from_seqlens(sizes, sizes, device=case.device)
     return None
 
 
+def _is_document(case):
+    return case.mask.split(":")[0] == "document"
+
+
 def _check(case):
+    if "+" in case.mask:
+        return "xformers takes one mask at a time (one attn_bias), not a union"
+    if _is_document(case) and case.is_cross:
+        return "xformers' block-diagonal masks pair each query block with a key block of its length: q_len == kv_len"
     if case.mask == "window" and case.is_cross:
         return ("xformers' local-attention masks are aligned bottom-right; attnbench's window "
                 "is top-left, so they differ when q_len != kv_len")
@@ -41,12 +56,13 @@ def _check(case):
 
 
 @variant("xformers", requires=("xformers",), check=_check, devices=("cuda",),
+         masks=("none", "causal", "window", "padding", "document"),
          description="xformers.ops.memory_efficient_attention with xformers attn_bias types (CUDA kernels only)")
 def xformers_mea(case):
     xops = _xops()
     bias = _bias(case, xops.fmha)
     group = case.heads // case.kv_heads
-    packed = case.mask == "padding"
+    packed = case.mask == "padding" or _is_document(case)
     B, H, KvH, Lq, Lk, D = case.batch, case.heads, case.kv_heads, case.q_len, case.kv_len, case.head_dim
 
     def to_xf(t, length, kv):  # (B, heads, L, D) -> (B, L, KvH, G, D)
