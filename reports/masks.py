@@ -74,15 +74,19 @@ def mask_table(df: pd.DataFrame, pics: dict) -> pd.DataFrame:
         definition = "; ".join(f"{t['name']}"
                                + (f" ({', '.join(f'{k}={_fmt(v)}' for k, v in t['params'].items())})"
                                   if t["params"] else "") + f": {t['description']}" for t in terms)
-        row = {"mask": label, "definition": definition}
+        row = {"mask": label}
         for n, gn in g.groupby("n", sort=True):
             row[f"density n={n}"] = _first(gn["density"], "{:.3f}")
             fwd = gn["flops"] / gn["direction"].map({"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5})
             row[f"GFLOP n={n}"] = _first(pd.to_numeric(fwd, errors="coerce") / 1e9, "{:.3g}")
             if "block_sparsity" in gn and gn["block_sparsity"].notna().any():
                 row[f"flex skips n={n}"] = _first(gn["block_sparsity"], "{:.0f}%")
-        rows.append(row)
-    return pd.DataFrame(rows).fillna("")
+        rows.append(row | {"definition": definition})  # last: the one column that wraps
+    table = pd.DataFrame(rows).fillna("")
+    order = ["mask"] + sorted([c for c in table if " n=" in c], key=lambda c: (c.split(" n=")[0] != "density",
+                                                                               c.split(" n=")[0],
+                                                                               int(c.split(" n=")[1])))
+    return table[order + ["definition"]] if rows else table
 
 
 def _fmt(v) -> str:
