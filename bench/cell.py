@@ -118,7 +118,8 @@ CORE_COLUMNS = frozenset({  # what a row says about itself: a variant's figures 
     "threads", "budget_ms",
     "precision", "iqr_ms", "mean_ms", "q1_ms", "q3_ms", "rel_iqr", "ci_halfwidth", "noisy", "ci_lo_ms", "ci_hi_ms",
     "number", "warmup_calls", "timer", "samples_ms", "round_medians_ms", "rounds", "timed_s", "cpu_util",
-    "other_cpu", "quantum_ms", "contended", "contended_why", "max_rel_err", "grad_max_abs_err", "gbps", "pct_peak"})
+    "other_cpu", "quantum_ms", "contended", "contended_why", "max_rel_err", "grad_max_abs_err", "gbps", "pct_peak",
+    "rel_err", "cosine", "grad_rel_err", "grad_cosine", "approximate", "pct_bw", "pct_roof", "bound"})
 
 
 def _info_columns(info: dict, row: dict) -> dict:
@@ -178,7 +179,7 @@ def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit:
 
 
 def _setup_and_check(var, case, settings, cache, q, k, v, grad_out) -> _Live:
-    row = base_row(var.name, case) | settings.to_row()
+    row = base_row(var.name, case) | settings.to_row() | {"approximate": var.approximate}
     row["threads"] = torch.get_num_threads()
     try:
         why = probe_reason(var, case)  # the library's own refusal, here in the worker
@@ -190,7 +191,8 @@ def _setup_and_check(var, case, settings, cache, q, k, v, grad_out) -> _Live:
         row["setup_ms"] = (time.perf_counter() - t0) * 1e3
         row.update(_info_columns(prepared.info, row))
         with prepared.scope():
-            result = run_and_check(case, prepared.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out))
+            result = run_and_check(case, prepared.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
+                                   var.error_budget, var.approximate)
         row.update(result.to_row())
         if not result.ok:
             row.update(status="mismatch", reason=result.reason)

@@ -33,7 +33,7 @@ def _cmd_list(args) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
-    table = [[r["name"] + (" *" if r["baseline"] else ""), ",".join(r["devices"]),
+    table = [[r["name"] + (" *" if r["baseline"] else "") + (" ~" if r["approximate"] else ""), ",".join(r["devices"]),
               ",".join(d.replace("float", "f") for d in r["dtypes"]),
               ",".join(r["masks"] + [f"+{m}" for m in r["score_mods"]]), _yn(r["cross"]), _yn(r["gqa"]),
               _yn(r["backward_here"]) if r["backward"] == r["backward_here"] or not r["available"] else "not here",
@@ -43,7 +43,8 @@ def _cmd_list(args) -> int:
                                    "available", "description / reason unavailable"],
                    maxcolwidths=[None] * 8 + [70]))
     print(f"\n{len(rows)} variants, {sum(r['available'] for r in rows)} available on "
-          f"{rows and _device_label(args.device)}; * marks the baseline")
+          f"{rows and _device_label(args.device)}; * marks the baseline, ~ an approximate variant (its error is "
+          f"measured, held to its own budget)")
     return 0
 
 

@@ -37,7 +37,7 @@ def add_case_flags(p, with_lists: bool = True) -> None:
 def add_subcommands(sub) -> None:
     sp = sub.add_parser("sweep", help="run a sweep and write a run folder and its report")
     add_case_flags(sp)
-    sp.add_argument("--preset", help="quick, default or full (default: default); sized per device")
+    sp.add_argument("--preset", help="quick, default, full or decode (default: default); sized per device")
     sp.add_argument("--config", metavar="FILE.toml", help="axis values and settings; flags override it")
     sp.add_argument("--out", metavar="DIR", help="run folder (default: runs/<timestamp>-<device>)")
     sp.add_argument("--resume", metavar="DIR", help="run only the cells DIR lacks, appending to it")

@@ -125,3 +125,40 @@ def measure_peak_tflops(device: str, dtype: str, threads: int | None = None) -> 
         return best
     finally:
         torch.set_num_threads(saved)
+
+
+BANDWIDTH_BYTES = {"cpu": 256 << 20, "cuda": 1 << 30}  # each buffer: far beyond the last-level cache
+
+
+def measure_peak_gbps(device: str, threads: int | None = None) -> float:
+    """Best achieved memory bandwidth in GB/s (10^9 bytes) of a copy between two buffers of
+    BANDWIDTH_BYTES (a read and a write per element, as STREAM's copy counts them), over
+    PEAK_RUNS runs of PEAK_RUN_MS each, at ``threads`` torch threads: the roofline's
+    memory ceiling, beside the matmul peak."""
+    import time
+
+    saved = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        n = BANDWIDTH_BYTES[device] // 4
+        src = torch.ones(n, device=device)
+        dst = torch.empty_like(src)
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        dst.copy_(src)  # touch every page before timing
+        sync()
+        best = 0.0
+        for _ in range(PEAK_RUNS):
+            count = 0
+            t0 = time.perf_counter()
+            while True:
+                dst.copy_(src)
+                count += 1
+                sync()
+                elapsed = time.perf_counter() - t0
+                if elapsed * 1e3 >= PEAK_RUN_MS[device]:
+                    break
+            best = max(best, 2 * 4 * n * count / elapsed / 1e9)
+        return best
+    finally:
+        torch.set_num_threads(saved)

@@ -316,22 +316,23 @@ class Bound:
         return shape[0] > 1, shape[1] > 1
 
     # dense forms ---------------------------------------------------------------------------
-    def keep(self, device="cpu", rows=None, batches=None, heads=None) -> torch.Tensor | None:
-        """Bool (B|1, H|1, n, Lk) for query rows [s, e) (all by default); None when all is kept."""
+    def keep(self, device="cpu", rows=None, batches=None, heads=None, kv=None) -> torch.Tensor | None:
+        """Bool (B|1, H|1, n, m) for query rows [s, e) and keys [ks, ke) (all by default); None
+        when all is kept."""
         fn = self.mask_mod(device)
         if fn is None:
             return None
-        b, h, q, kv = indices(self.case, device, rows, batches=batches, heads=heads)
+        b, h, q, kv = indices(self.case, device, rows, kv, batches=batches, heads=heads)
         out = torch.as_tensor(fn(b, h, q, kv), device=device)
         out = out.reshape((1,) * (4 - out.dim()) + tuple(out.shape))
         return out.expand(*out.shape[:2], q.shape[2], kv.shape[3])
 
-    def apply_mods(self, scores: torch.Tensor, rows=None, batches=None, heads=None) -> torch.Tensor:
-        """The score mods applied to ``scores`` (B, H, n, Lk) of query rows [s, e)."""
+    def apply_mods(self, scores: torch.Tensor, rows=None, batches=None, heads=None, kv=None) -> torch.Tensor:
+        """The score mods applied to ``scores`` (B, H, n, m) of query rows [s, e) and keys [ks, ke)."""
         fn = self.score_mod(scores.device)
         if fn is None:
             return scores
-        b, h, q, kv = indices(self.case, scores.device, rows, batches=batches, heads=heads)
+        b, h, q, kv = indices(self.case, scores.device, rows, kv, batches=batches, heads=heads)
         return fn(scores, b, h, q, kv).to(scores.dtype)
 
     def bias(self, device, dtype) -> torch.Tensor | None:

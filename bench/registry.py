@@ -59,6 +59,8 @@ class Variant:
     requires: tuple[str, ...] = ()
     baseline: bool = False
     check: Callable[[Case], str | None] | None = None
+    approximate: bool = False
+    error_budget: float | None = None
     module: str = ""
     source: str = ""
 
@@ -117,7 +119,8 @@ class Variant:
                 "dtypes": list(self.dtypes), "masks": list(self.masks), "score_mods": list(self.score_mods),
                 "cross": self.cross,
                 "gqa": self.gqa, "backward": self.backward, "requires": list(self.requires),
-                "baseline": self.baseline, "source": self.source}
+                "baseline": self.baseline, "approximate": self.approximate, "error_budget": self.error_budget,
+                "source": self.source}
 
 
 # Every decorated factory lands here, per defining module; discover() picks the
@@ -128,8 +131,14 @@ _CATALOG: dict[str, list[Variant]] = {}
 def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, score_mods: Iterable[str] = (),
             cross: bool = True, gqa: bool = True, backward: bool = True, requires: Iterable[str] = (),
-            baseline: bool = False, check: Callable[[Case], str | None] | None = None):
+            baseline: bool = False, check: Callable[[Case], str | None] | None = None,
+            approximate: bool = False, error_budget: float | None = None):
     """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
+
+    ``approximate=True`` declares a variant that does not compute attention exactly: it is
+    timed like any other, its rows carry its errors against the float64 reference (output and
+    gradients), and it is ``ok`` when the relative Frobenius error of its output is within
+    ``error_budget`` (always, without one), ``mismatch`` beyond it.
 
     ``masks`` names the masks the variant computes (``bench.masks.ANY``: every registered one,
     through ``bench.masks``); ``score_mods`` the score mods it applies (``ANY``, or
@@ -147,11 +156,16 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             raise RegistryError(f"variant {name!r}: unknown {label} {sorted(bad)}; valid: {', '.join(valid)} "
                                 f"(define a mask before the variants that use it)")
 
+    if error_budget is not None and (not approximate or not error_budget > 0):
+        raise RegistryError(f"variant {name!r}: error_budget is a positive relative error, for approximate=True "
+                            f"variants only (an exact variant is held to the dtype's tolerance)")
+
     def deco(factory):
         mod = sys.modules.get(factory.__module__)
         entry = Variant(name=name, factory=factory, description=description, devices=tuple(devices),
                         dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods), cross=cross, gqa=gqa,
                         backward=backward, requires=tuple(requires), baseline=baseline, check=check,
+                        approximate=approximate, error_budget=error_budget,
                         module=factory.__module__, source=_source_of(mod, factory.__module__))
         entries = _CATALOG.setdefault(factory.__module__, [])
         if any(v.name == name for v in entries):

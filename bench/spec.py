@@ -28,6 +28,11 @@ PRESETS = {
         "full": dict(seq_lens=[256, 512, 1024, 2048, 4096, 8192], heads=[8], head_dims=[64, 128],
                      batch=[1], dtypes=["float32", "bfloat16"], masks=list(MASKS), window=[256],
                      directions=["fwd", "bwd"], budget_ms=1000),
+        # decode: the next token (and 4, as speculative decoding verifies) against a KV cache;
+        # mask none is causal for the newest tokens (they see the whole cache)
+        "decode": dict(variants=["naive", "sdpa", "sdpa.math", "sdpa.flash", "flex"], seq_lens=[1, 4],
+                       kv_lens=[1024, 4096, 16384, 32768], heads=[32], kv_heads=[8], head_dims=[128], batch=[1],
+                       dtypes=["float32"], masks=["none"], window=[256], directions=["fwd"], budget_ms=200),
     },
     "cuda": {
         "quick": dict(seq_lens=[512, 1024], heads=[8], head_dims=[64], batch=[2],
@@ -40,6 +45,10 @@ PRESETS = {
                      kv_heads=[16, 4], head_dims=[64, 128], batch=[4], dtypes=["bfloat16", "float16"],
                      masks=list(MASKS), window=[256, 1024], directions=["fwd", "bwd", "fwd+bwd"],
                      budget_ms=200),
+        "decode": dict(variants=["naive", "sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "flex", "xformers"],
+                       seq_lens=[1, 4], kv_lens=[4096, 16384, 65536, 131072], heads=[32], kv_heads=[8],
+                       head_dims=[128], batch=[8], dtypes=["bfloat16"], masks=["none"], window=[256],
+                       directions=["fwd"], budget_ms=100),
     },
 }
 DEFAULT_TIMEOUT_S = {"cpu": 300.0, "cuda": 120.0}

@@ -173,12 +173,12 @@ FINGERPRINT_KEYS = ("torch", "xformers", "cuda", "python", "device", "device_nam
 
 def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_env_change: bool = False):
     """The run folder with its env.json written: the fingerprint, the spec, the load
-    average, the matmul peak of every dtype the spec uses (measured once per run, at the
-    sweep's thread count), and a history entry for this invocation.  A resume on a machine
+    average, the matmul peak of every dtype the spec uses and the copy bandwidth (measured
+    once per run, at the sweep's thread count), and a history entry for this invocation.  A resume on a machine
     whose fingerprint differs is refused unless ``allow_env_change``; then env.json says
     the run is mixed."""
     from bench.contention import load_average
-    from bench.envinfo import fingerprint, measure_peak_tflops
+    from bench.envinfo import fingerprint, measure_peak_gbps, measure_peak_tflops
 
     here = fingerprint(spec.device)
     here["threads"] = spec.threads or here["threads"]
@@ -212,6 +212,8 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     for dtype in spec.dtypes:
         if dtype not in env["peaks_tflops"]:
             env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, spec.threads)
+    if not env.get("peak_gbps"):
+        env["peak_gbps"] = measure_peak_gbps(spec.device, spec.threads)
     store.write_env(run_dir, env)
     _write_mask_pictures(run_dir, spec)
     return run_dir, env

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reports.accuracy import error_chart, pareto_chart, roofline_chart
 from reports.charts import all_charts, variant_style
 from reports.frames import load_runs, speedups, with_peaks
 from reports.masks import density_chart, mask_table, pattern_chart, pictures, with_labels
@@ -32,10 +33,16 @@ def build_report(run_dirs, out: Path | None = None) -> Path:
     counts = status_counts(df)
     fails = failures(df)
     charts = all_charts(df, folder / "charts", baseline, peaks)
+    style = variant_style(df["variant"], baseline)
+    for name, paths in (("roofline", roofline_chart(df, folder / "charts" / "roofline", style, envs)),
+                        ("error", error_chart(df, folder / "charts" / "error", style)),
+                        ("pareto", pareto_chart(df, folder / "charts" / "pareto", style))):
+        if paths:
+            charts[name] = paths
     df = with_labels(df)
     pics = pictures(df, envs)
     masks = {"table": mask_table(df, pics), "patterns": pattern_chart(pics, folder / "charts" / "masks"),
-             "density": density_chart(df, folder / "charts" / "density", variant_style(df["variant"], baseline))}
+             "density": density_chart(df, folder / "charts" / "density", style)}
     masks["table"].to_csv(folder / "masks.csv", index=False)
     write_csvs(df, tables, folder)
     scaling.to_csv(folder / "scaling.csv", index=False)

@@ -12,7 +12,8 @@ FACET_COLS = ["run", "device", "dtype", "direction", "mask", "window", "batch", 
               "head_dim", "kv"]
 NUMERIC = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "peak_mem_bytes",
            "flops", "tflops", "pct_peak", "max_abs_err", "grad_max_abs_err", "setup_ms", "compile_ms",
-           "cpu_util", "other_cpu", "timed_s"]
+           "cpu_util", "other_cpu", "timed_s", "gbps", "bytes", "rel_err", "cosine", "grad_rel_err",
+           "grad_cosine"]
 FLAGS = ["noisy", "contended"]
 
 
@@ -81,6 +82,26 @@ def with_peaks(df: pd.DataFrame, envs: list[dict]) -> pd.DataFrame:
                       for t, r, d in zip(df["tflops"], df["run"], df["dtype"])]
     above = {(r, d) for r, d, p in zip(df["run"], df["dtype"], df["pct_peak"]) if pd.notna(p) and p > 100.0}
     df["peak_unreliable"] = [d in bad.get(r, {}) or (r, d) in above for r, d in zip(df["run"], df["dtype"])]
+    # the roofline: arithmetic intensity (FLOPs per byte of the minimum traffic), the
+    # bandwidth share, and the share of whichever ceiling binds at that intensity
+    bandwidth = {e["run"]: e.get("peak_gbps") for e in envs}
+    df["intensity"] = df["flops"] / pd.to_numeric(df.get("bytes"), errors="coerce")
+    gbps = pd.to_numeric(df["gbps"], errors="coerce") if "gbps" in df else pd.Series(np.nan, index=df.index)
+    df["pct_bw"] = [100.0 * g / bandwidth[r] if pd.notna(g) and bandwidth.get(r) else np.nan
+                    for g, r in zip(gbps, df["run"])]
+    roofs, bounds = [], []
+    for ai, r, d in zip(df["intensity"], df["run"], df["dtype"]):
+        peak, bw = peaks.get(r, {}).get(d), bandwidth.get(r)
+        if not (peak and bw and pd.notna(ai)):
+            roofs.append(np.nan)
+            bounds.append("")
+            continue
+        memory_roof = ai * bw / 1e3  # TFLOP/s the bandwidth allows at this intensity
+        roofs.append(min(peak, memory_roof))
+        bounds.append("memory" if memory_roof < peak else "compute")
+    df["roof_tflops"] = roofs
+    df["bound"] = bounds
+    df["pct_roof"] = 100.0 * df["tflops"] / df["roof_tflops"]
     return df
 
 

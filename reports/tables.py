@@ -12,7 +12,11 @@ METRICS = {  # name: (title, formatter)
     "speedup": ("speedup vs baseline (x)", lambda x: f"{x:.2f}"),
     "tflops": ("achieved TFLOP/s", lambda x: f"{x:.3g}"),
     "pct_peak": ("% of measured matmul peak", lambda x: f"{x:.1f}"),
+    "pct_bw": ("% of measured copy bandwidth (minimum bytes moved)", lambda x: f"{x:.1f}"),
+    "pct_roof": ("% of the roofline: of whichever ceiling binds at the cell's intensity (mem: bandwidth, "
+                 "comp: matmul peak)", lambda x: f"{x:.1f}"),
     "mem_mib": ("peak memory above inputs (MiB)", lambda x: f"{x:.3g}"),
+    "rel_err": ("relative error against the float64 reference (||out - ref|| / ||ref||)", lambda x: f"{x:.2g}"),
 }
 
 
@@ -51,6 +55,8 @@ def pivot(g: pd.DataFrame, metric: str) -> pd.DataFrame:
             text = fmt(r[metric]) + (SHAKY_MARK if r.get("shaky") else "")
             if metric == "pct_peak" and r.get("peak_unreliable"):
                 text += PEAK_MARK
+            if metric == "pct_roof" and r.get("bound"):
+                text += " " + {"memory": "mem", "compute": "comp"}[r["bound"]]
         cells.append((r["variant"], int(r["n"]), text))
     t = pd.DataFrame(cells, columns=["variant", "n", "v"]).pivot_table(
         index="variant", columns="n", values="v", aggfunc="first").fillna("-")
@@ -64,7 +70,7 @@ def facet_tables(df: pd.DataFrame, baseline: str | None) -> list[tuple[str, dict
         g = with_metrics(ran_here(g), baseline)
         if g.empty:
             continue
-        out.append((label, {m: pivot(g, m) for m in METRICS}))
+        out.append((label, {m: pivot(g, m) for m in METRICS if m in g and g[m].notna().any()}))
     return out
 
 
@@ -77,7 +83,7 @@ def failed_cells(df: pd.DataFrame) -> pd.DataFrame:
     """Every failed cell except 'unsupported' by a declared capability (a mask, direction,
     cross-attention or GQA the variant does not claim)."""
     bad = df[df["status"] != "ok"]
-    declared = bad["reason"].str.contains(r"not supported \(supports|backward not supported|"
+    declared = bad["reason"].str.contains(r"not supported \(supports|score mod \S+ not supported|backward not supported|"
                                           r"cross-attention \(q_len|GQA \(kv_heads", regex=True)
     return bad[~declared]
 

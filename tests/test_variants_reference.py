@@ -66,11 +66,32 @@ def test_variant_matches_float64_reference(name, case):
         pytest.skip(why)
     q, k, vv = make_inputs(case)
     grad_out = make_grad_out(case) if case.needs_grad else None
-    result = run_and_check(case, v.prepare(case).fn, q, k, vv, grad_out)
+    result = run_and_check(case, v.prepare(case).fn, q, k, vv, grad_out, None, v.error_budget, v.approximate)
     assert result.ok, result.reason
-    assert result.max_abs_err < TOLERANCES[case.dtype][0][0] + TOLERANCES[case.dtype][0][1] * 10
+    if v.approximate:  # within its declared budget, its errors measured
+        assert result.rel_err <= (v.error_budget or float("inf")) and -1 <= result.cosine <= 1
+    else:
+        assert result.max_abs_err < TOLERANCES[case.dtype][0][0] + TOLERANCES[case.dtype][0][1] * 10
+        assert result.rel_err < 1e-2 and result.cosine > 0.9999
     if case.needs_grad:
-        assert set(result.grad_errors) == {"dq", "dk", "dv"}
+        assert set(result.grad_errors) == {"dq", "dk", "dv"} and result.grad_rel_err is not None
+
+
+def test_an_exact_variant_keeps_the_strict_tolerance_and_an_approximate_one_its_budget():
+    from bench.reference import check
+
+    case = Case("cpu", "float32", 1, 2, 2, 32, 32, 16, "causal", None, "fwd")
+    q, k, v = make_inputs(case)
+    ref = reference(case, q, k, v)
+    off = ref.out * 1.001  # 0.1% off everywhere: far beyond float32's tolerance, well within 1%
+    assert not check(case, off, ref.out).ok  # exact: elementwise tolerance
+    assert not check(case, off, ref.out, error_budget=0.01).ok  # a budget does not loosen an exact variant
+    within = check(case, off, ref.out, error_budget=0.01, approximate=True)
+    assert within.ok and within.rel_err == pytest.approx(0.001, rel=1e-6) and within.cosine == pytest.approx(1.0)
+    beyond = check(case, ref.out * 1.1, ref.out, error_budget=0.01, approximate=True)
+    assert not beyond.ok and "error budget 0.01" in beyond.reason
+    assert check(case, ref.out * 5, ref.out, approximate=True).ok  # no budget: reported only
+    assert not check(case, ref.out * float("nan"), ref.out, approximate=True).ok  # but never non-finite
 
 
 def test_reference_is_chunk_independent(monkeypatch):

@@ -1,0 +1,172 @@
+"""Charts that explain the numbers: error against n and speed against error for approximate
+variants (with the Pareto front), and the roofline (achieved FLOP/s against arithmetic
+intensity, under the measured bandwidth and matmul ceilings)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from reports.frames import facet_groups  # noqa: E402
+
+MAX_PANELS = 12
+EXACT_FLOOR = 1e-8  # an exact variant's error is drawn no lower than this (log axis)
+
+
+def _grid(n: int, width: float = 5.2, height: float = 4.2):
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.9), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat[n:]:
+        ax.set_axis_off()
+    return fig, list(axes.flat[:n])
+
+
+def _points(ax, v: pd.DataFrame, x: str, y: str, st: dict, label: str | None) -> None:
+    shaky = v["shaky"].to_numpy(dtype=bool) if "shaky" in v else np.zeros(len(v), bool)
+    ax.scatter(v[x][~shaky], v[y][~shaky], color=st["color"], marker=st["marker"], s=34, zorder=st["z"] + 0.1,
+               label=label)
+    ax.scatter(v[x][shaky], v[y][shaky], facecolors="white", edgecolors=st["color"], marker=st["marker"], s=34,
+               zorder=st["z"] + 0.1, label=None if len(v[~shaky]) else label)
+
+
+def _plain(ax, axis: str = "both") -> None:
+    fmt = FuncFormatter(lambda val, _pos: f"{val:g}")
+    if axis in ("x", "both"):
+        ax.xaxis.set_major_formatter(fmt)
+    if axis in ("y", "both"):
+        ax.yaxis.set_major_formatter(fmt)
+
+
+def _style(style: dict, name: str) -> dict:
+    return style.get(name, {"color": "gray", "marker": "o", "lw": 1.5, "z": 3})
+
+
+def _approximate_rows(df: pd.DataFrame) -> pd.DataFrame:
+    approx = df["approximate"].fillna(False).astype(bool) if "approximate" in df else pd.Series(False, df.index)
+    return df[approx]
+
+
+def error_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
+    """Relative error of each approximate variant's output against n, per facet (log-log)."""
+    ok = df[(df["status"].isin(["ok", "mismatch"])) & df["rel_err"].notna()]
+    approx = _approximate_rows(ok)
+    if approx.empty:
+        return []
+    groups = [(label, g) for label, g in facet_groups(approx)][:MAX_PANELS]
+    fig, axes = _grid(len(groups))
+    for ax, (label, g) in zip(axes, groups):
+        for name, v in g.groupby("variant", sort=True):
+            v = v.sort_values("n")
+            st = _style(style, name)
+            ax.plot(v["n"], v["rel_err"], color=st["color"], lw=st["lw"], zorder=st["z"])
+            _points(ax, v, "n", "rel_err", st, name)
+        ax.axhline(1.0, color="#999999", lw=0.8, ls="--")
+        ax.text(g["n"].min(), 1.0, " error of answering zeros", fontsize=7, color="#777777", va="bottom")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        _plain(ax)
+        ax.set_xticks(sorted(g["n"].unique()))
+        ax.set_xlabel("sequence length n (tokens)", fontsize=9)
+        ax.set_ylabel("relative error ||out - ref|| / ||ref||", fontsize=9)
+        ax.set_title(label, fontsize=9)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=8, frameon=False)
+    fig.suptitle("Approximate variants: output error against the float64 softmax reference", fontsize=11)
+    return _save(fig, out)
+
+
+def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
+    """Median time against relative error at each n, every variant of the facet (exact ones
+    at the left edge), with the Pareto front: no point on it is beaten on both."""
+    ok = df[(df["status"] == "ok") & df["rel_err"].notna() & df["median_ms"].notna()]
+    if _approximate_rows(ok).empty:
+        return []
+    panels = []
+    for label, g in facet_groups(ok):
+        if _approximate_rows(g).empty:
+            continue
+        for n, gn in g.groupby("n", sort=True):
+            if gn["variant"].nunique() >= 2:
+                panels.append((f"n = {n}" + ("" if label == "all cells" else f"; {label}"), gn))
+    panels = panels[-MAX_PANELS:]  # the largest n when there are many
+    if not panels:
+        return []
+    fig, axes = _grid(len(panels))
+    for ax, (title, g) in zip(axes, panels):
+        g = g.assign(err=g["rel_err"].clip(lower=EXACT_FLOOR))
+        for name, v in g.groupby("variant", sort=True):
+            _points(ax, v, "err", "median_ms", _style(style, name), name)
+        front = g.sort_values(["err", "median_ms"])
+        front = front[front["median_ms"] <= front["median_ms"].cummin()]
+        ax.step(front["err"], front["median_ms"], where="post", color="#444444", lw=1.0, ls=":", zorder=1,
+                label="Pareto front")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _plain(ax, "y")
+        ax.set_xlabel("relative error (exact variants sit at the left)", fontsize=9)
+        ax.set_ylabel("median time per call (ms)", fontsize=9)
+        ax.set_title(title, fontsize=9)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=7, frameon=False)
+    fig.suptitle("Speed against error: faster is lower, more exact is further left", fontsize=11)
+    return _save(fig, out)
+
+
+def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -> list[Path]:
+    """Achieved TFLOP/s against arithmetic intensity (FLOPs per minimum byte moved), under
+    the measured ceilings: the copy bandwidth (the slope) and the matmul peak (the roof)."""
+    ok = df[(df["status"] == "ok") & df["tflops"].notna() & df["intensity"].notna() & (df["tflops"] > 0)]
+    bandwidth = {e["run"]: e.get("peak_gbps") for e in envs}
+    peaks = {e["run"]: e.get("peaks_tflops") or {} for e in envs}
+    panels = [((run, dtype), g) for (run, dtype), g in ok.groupby(["run", "dtype"], sort=True)
+              if bandwidth.get(run) and peaks.get(run, {}).get(dtype)]
+    if not panels:
+        return []
+    fig, axes = _grid(len(panels), width=6.2, height=4.8)
+    for ax, ((run, dtype), g) in zip(axes, panels):
+        bw, peak = bandwidth[run], peaks[run][dtype]
+        lo = min(g["intensity"].min(), 0.1) / 2
+        hi = max(g["intensity"].max(), 1e3 * peak / bw) * 2
+        x = np.geomspace(lo, hi, 200)
+        ax.plot(x, np.minimum(peak, x * bw / 1e3), color="#333333", lw=1.6, zorder=2)
+        ridge = 1e3 * peak / bw
+        ax.annotate(f"matmul peak {peak:.3g} TFLOP/s", (hi, peak), fontsize=7, ha="right", va="bottom")
+        ax.annotate(f"copy bandwidth {bw:.3g} GB/s", (lo * 1.5, lo * 1.5 * bw / 1e3), fontsize=7, rotation=0,
+                    va="bottom")
+        ax.axvline(ridge, color="#999999", lw=0.7, ls=":")
+        for name, v in g.groupby("variant", sort=True):
+            _points(ax, v, "intensity", "tflops", _style(style, name), name)
+        decode = g[g["q_len"] <= 8]
+        if not decode.empty:
+            ax.scatter(decode["intensity"], decode["tflops"], s=110, facecolors="none", edgecolors="#d62728",
+                       lw=0.9, zorder=1, label="decode (q_len <= 8)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _plain(ax)
+        ax.set_xlabel("arithmetic intensity (FLOPs per byte, minimum traffic)", fontsize=9)
+        ax.set_ylabel("achieved TFLOP/s", fontsize=9)
+        ax.set_title(f"{dtype}" + ("" if len({r for (r, _), _ in panels}) == 1 else f", run {run}")
+                     + f"; left of the ridge ({ridge:.3g} FLOP/B) memory-bound", fontsize=9)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=7, frameon=False, loc="lower right")
+    fig.suptitle("Roofline: each ok cell under the measured ceilings", fontsize=11)
+    return _save(fig, out)
+
+
+def _save(fig, out: Path) -> list[Path]:
+    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
+    for p in paths:
+        fig.savefig(p, dpi=130)
+        fig.set_layout_engine("none")
+    plt.close(fig)
+    return paths

@@ -1,0 +1,61 @@
+"""Online-softmax attention in plain PyTorch: the FlashAttention algorithm without a fused kernel.
+
+Keys are taken in blocks of BLOCK; each query row keeps a running maximum m, a running
+sum l of exp(score - m) and a running output, rescaled by exp(m_old - m_new) whenever the
+maximum grows (Milakov & Gimelshein 2018; Dao et al. 2022).  The scores of one block,
+(B, H, Lq, BLOCK), are the largest tensor: memory grows as O(n * BLOCK), not O(n^2).
+Softmax statistics are kept in float32 whatever the input dtype.  Any mask and score mod
+of bench.masks, evaluated per key block; blocks no query keeps are skipped.
+"""
+
+import torch
+
+from bench import masks
+from bench.registry import variant
+
+BLOCK = 128  # keys per block
+
+
+@variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,),
+         description="online softmax over key blocks (FlashAttention's algorithm) in plain PyTorch; "
+                     "O(n * block) memory, exact")
+def chunked_online(case):
+    bound = masks.bind(case)
+    mod = bound.score_mod(case.device)
+    group, scale, dev = case.heads // case.kv_heads, case.scale, case.device
+    blocks = []
+    for s in range(0, case.kv_len, BLOCK):
+        e = min(case.kv_len, s + BLOCK)
+        keep = bound.keep(dev, kv=(s, e))  # (B|1, H|1, Lq, e - s) or None
+        if keep is not None and not bool(keep.any()):
+            continue  # no query keeps a key of this block
+        if keep is not None and bool(keep.all()):
+            keep = None
+        idx = masks.indices(case, dev, kv=(s, e)) if mod is not None else None
+        blocks.append((s, e, keep, idx))
+
+    def attention(q, k, v):  # q (B, H, Lq, D); k, v (B, KvH, Lk, D)
+        if group > 1:
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
+        B, H, Lq, D = q.shape
+        m = torch.full((B, H, Lq, 1), float("-inf"), device=q.device)
+        l = torch.zeros((B, H, Lq, 1), device=q.device)  # noqa: E741
+        acc = torch.zeros((B, H, Lq, D), device=q.device)
+        for s, e, keep, idx in blocks:
+            scores = ((q @ k[:, :, s:e].transpose(-1, -2)) * scale).float()
+            if mod is not None:
+                scores = mod(scores, *idx)
+            if keep is not None:
+                scores = scores.masked_fill(~keep, float("-inf"))
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            base = torch.where(torch.isinf(m_new), 0.0, m_new)  # rows that have kept no key yet
+            p = torch.exp(scores - base)
+            alpha = torch.exp(m - base)
+            l = l * alpha + p.sum(-1, keepdim=True)  # noqa: E741
+            acc = acc * alpha + (p.to(v.dtype) @ v[:, :, s:e]).float()
+            m = m_new
+        out = acc / torch.where(l > 0, l, 1.0)  # a row that kept no key: zeros, as SDPA
+        return out.to(q.dtype)
+
+    return attention
