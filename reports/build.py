@@ -32,17 +32,19 @@ def build_report(run_dirs, out: Path | None = None) -> Path:
     cross = crossovers(df)
     counts = status_counts(df)
     fails = failures(df)
-    charts = all_charts(df, folder / "charts", baseline, peaks)
-    style = variant_style(df["variant"], baseline)
-    for name, paths in (("roofline", roofline_chart(df, folder / "charts" / "roofline", style, envs)),
-                        ("error", error_chart(df, folder / "charts" / "error", style)),
-                        ("pareto", pareto_chart(df, folder / "charts" / "pareto", style))):
-        if paths:
-            charts[name] = paths
     df = with_labels(df)
     pics = pictures(df, envs)
-    masks = {"table": mask_table(df, pics), "patterns": pattern_chart(pics, folder / "charts" / "masks"),
-             "density": density_chart(df, folder / "charts" / "density", style)}
+    style = variant_style(df["variant"], baseline)
+    charts_dir = folder / "charts"
+    light = df.drop(columns=["samples_ms"], errors="ignore")
+    extra = [("roofline", roofline_chart, light, dict(out=charts_dir / "roofline", style=style, envs=envs)),
+             ("error", error_chart, light, dict(out=charts_dir / "error", style=style)),
+             ("pareto", pareto_chart, light, dict(out=charts_dir / "pareto", style=style)),
+             ("masks", pattern_chart, pics, dict(out=charts_dir / "masks")),
+             ("density", density_chart, light, dict(out=charts_dir / "density", style=style))]
+    charts = all_charts(df, charts_dir, baseline, peaks, extra)
+    masks = {"table": mask_table(df, pics), "patterns": charts.pop("masks", []),
+             "density": charts.pop("density", [])}
     masks["table"].to_csv(folder / "masks.csv", index=False)
     write_csvs(df, tables, folder)
     scaling.to_csv(folder / "scaling.csv", index=False)

@@ -24,20 +24,23 @@ FAIL_MARK = {"oom": "OOM", "timeout": "TIMEOUT", "error": "ERROR", "crash": "CRA
              "mismatch": "MISMATCH", "unsupported": "UNSUPP."}
 
 
-PALETTE = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
-# every built-in variant has its own slot of PALETTE, in this order, in every chart of every run
+PALETTE = (list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
+           + list(plt.get_cmap("tab20b").colors)[::2])
+# every built-in variant has its own slot of PALETTE, the same in every chart of every run
 # (the baseline is drawn in near-black); a plugin's variant takes a slot from its name's CRC-32.
-# flex.padding and flex.window name the per-mask flex variants of older run folders.
-BUILTIN_ORDER = ["flex", "flex.padding", "flex.window", "sdpa.cudnn", "sdpa", "sdpa.efficient",
-                 "sdpa.math", "sdpa.flash", "window.chunked", "xformers", "naive"]
+# flex.padding, flex.window and flex.causal name the per-mask flex variants of older run folders.
+BUILTIN_SLOTS = {"flex": 0, "chunked.online": 1, "nystrom": 2, "sdpa.cudnn": 3, "sdpa": 4, "sdpa.efficient": 5,
+                 "sdpa.math": 6, "sdpa.flash": 7, "window.chunked": 8, "xformers": 9, "flex.causal": 10, "naive": 11,
+                 "flex.padding": 12, "flex.window": 13, "performer": 15, "linear.elu": 18}
+PLUGIN_SLOTS = [i for i in range(len(PALETTE)) if i not in BUILTIN_SLOTS.values()]
 
 
 def _slot(name: str) -> int:
     import zlib
 
-    if name in BUILTIN_ORDER:
-        return BUILTIN_ORDER.index(name)
-    return len(BUILTIN_ORDER) + zlib.crc32(name.encode()) % (len(PALETTE) - len(BUILTIN_ORDER))
+    if name in BUILTIN_SLOTS:
+        return BUILTIN_SLOTS[name]
+    return PLUGIN_SLOTS[zlib.crc32(name.encode()) % len(PLUGIN_SLOTS)]
 
 
 def variant_style(variants, baseline: str | None) -> dict:
@@ -211,7 +214,10 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     return _save(fig, out)
 
 
-def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict) -> dict[str, list[Path]]:
+def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict,
+               extra=()) -> dict[str, list[Path]]:
+    """Every chart, drawn in parallel: the metric charts and the breakdown, then ``extra``
+    jobs ``(name, function, first argument, keyword arguments)``; {name: paths} of those drawn."""
     style = variant_style(df["variant"], baseline)
     folder.mkdir(parents=True, exist_ok=True)
     specs = {
@@ -227,15 +233,17 @@ def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict
                        peaks=peaks),
     }
     df = df.drop(columns=["samples_ms"], errors="ignore")
-    jobs = [(name, df, dict(style=style, baseline=baseline, out=folder / name, **spec)) for name, spec in specs.items()]
-    jobs.append(("breakdown", df, dict(out=folder / "breakdown")))
+    jobs = [(name, chart, df, dict(style=style, baseline=baseline, out=folder / name, **spec))
+            for name, spec in specs.items()]
+    jobs.append(("breakdown", breakdown_chart, df, dict(out=folder / "breakdown")))
+    jobs += list(extra)
     results = _draw_all(jobs)
-    return {name: paths for (name, _, _), paths in zip(jobs, results) if paths}
+    return {name: paths for (name, _, _, _), paths in zip(jobs, results) if paths}
 
 
 def _draw(job) -> list[Path]:
-    name, df, kw = job
-    return breakdown_chart(df, **kw) if name == "breakdown" else chart(df, **kw)
+    _name, func, arg, kw = job
+    return func(arg, **kw)
 
 
 def _draw_all(jobs) -> list[list[Path]]:

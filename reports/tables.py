@@ -83,8 +83,8 @@ def failed_cells(df: pd.DataFrame) -> pd.DataFrame:
     """Every failed cell except 'unsupported' by a declared capability (a mask, direction,
     cross-attention or GQA the variant does not claim)."""
     bad = df[df["status"] != "ok"]
-    declared = bad["reason"].str.contains(r"not supported \(supports|score mod \S+ not supported|backward not supported|"
-                                          r"cross-attention \(q_len|GQA \(kv_heads", regex=True)
+    declared = bad["reason"].str.contains(r"not supported \(supports|score mod \S+ not supported|"
+                                          r"backward not supported|cross-attention \(q_len|GQA \(kv_heads", regex=True)
     return bad[~declared]
 
 

@@ -44,14 +44,15 @@ def _brute_force(case):
 @pytest.mark.parametrize("spelling", BUILTIN_SPELLINGS)
 def test_exact_pair_counts_match_brute_force(spelling):
     for q_len, kv_len in SHAPES:
-        case = _case(spelling, q_len, kv_len)
+        case = _case(spelling, q_len, kv_len, batch=2, heads=1)
         assert masks.bind(case).counts == _brute_force(case), (spelling, q_len, kv_len)
 
 
 @pytest.mark.parametrize("spelling", BUILTIN_SPELLINGS)
 def test_flops_and_density_come_from_the_kept_pairs(spelling):
     case = _case(spelling, 37, 37, batch=2, heads=4)
-    kept, _ = _brute_force(case)
+    keep = masks.bind(case).keep()  # the predicate on the whole (b, h, i, j) grid
+    kept = 2 * 4 * 37 * 37 if keep is None else int(keep.expand(2, 4, 37, 37).sum())
     assert flops(case) == 4 * kept * case.head_dim
     assert masks.density(case) == pytest.approx(kept / (2 * 4 * 37 * 37))
     assert flops(case.replace(direction="fwd+bwd")) == 3.5 * flops(case)
@@ -192,3 +193,39 @@ def test_a_plugin_mask_is_swept_checked_and_counted(tmp_path):
     assert masks.unpack(pictures["checker:4"]["rows"])[:8, :8].tolist() == \
         [[(i // 4 + j // 4) % 2 == 0 for j in range(8)] for i in range(8)]
     assert (out / "report" / "charts" / "masks.png").exists()
+
+
+EAGER_SHAPES = [(96, 96, 4, 4), (40, 136, 4, 2), (150, 45, 4, 1)]
+
+
+WITH_MODS = ["causal+softcap:1", "causal+alibi", "bigbird:8+alibi+softcap:2", "document:3:causal=1+rel_bias:16",
+             "padding+rel_bias:8"]
+
+
+@pytest.mark.parametrize("spelling", BUILTIN_SPELLINGS + WITH_MODS)
+def test_flex_reads_every_mask_and_score_mod_as_defined(spelling):
+    """The mask_mod and score_mod FlexAttention is given, run by eager flex_attention (its
+    reference implementation, no compile), against the float64 reference: self, cross both
+    ways, GQA and MQA."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from bench.inputs import make_inputs
+    from bench.reference import check, reference
+
+    for q_len, kv_len, heads, kv_heads in EAGER_SHAPES:
+        mask, window = masks.canonical(spelling, window=24)
+        case = Case("cpu", "float32", 2, heads, kv_heads, q_len, kv_len, 32, mask, window, "fwd")
+        bound = masks.bind(case)
+        q, k, v = make_inputs(case)
+        per_batch, per_head = bound.depends
+        block_mask = None if bound.mask_mod() is None else create_block_mask(
+            bound.mask_mod(), case.batch if per_batch else None, case.heads if per_head else None,
+            q_len, kv_len, device="cpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "called without torch.compile": that is the point here
+            out = flex_attention(q, k, v, score_mod=bound.score_mod(), block_mask=block_mask, scale=case.scale,
+                                 enable_gqa=case.is_gqa)
+        result = check(case, out, reference(case, q, k, v).out)
+        assert result.ok, (spelling, q_len, kv_len, result.reason)

@@ -40,8 +40,10 @@ def test_sweep_writes_report_naming_every_variant(small_run):
         for ext in ("png", "svg"):
             path = out / "report" / "charts" / f"{chart}.{ext}"
             assert path.stat().st_size > 5000
-    # self-contained: the four charts, the mask pictures and time against density
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 6
+    # self-contained: the four charts, the roofline, the mask pictures and time against density
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 7
+    assert (out / "report" / "charts" / "roofline.png").exists()
+    assert not (out / "report" / "charts" / "error.png").exists()  # no approximate variant ran
     assert "<h2 id=masks>Masks</h2>" in html and (out / "report" / "charts" / "density.png").exists()
     assert "4 * batch * heads" in html  # the FLOP convention
     md = (out / "report" / "report.md").read_text()
