@@ -156,7 +156,8 @@ def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -
         ax.set_xscale("log")
         ax.set_yscale("log")
         _plain(ax)
-        ax.set_xlabel("arithmetic intensity (FLOPs per byte, minimum traffic)", fontsize=9)
+        ax.set_xlabel("arithmetic intensity (FLOPs per byte moved: minimum traffic, "
+                      "or the variant's own model)", fontsize=9)
         ax.set_ylabel("achieved TFLOP/s", fontsize=9)
         ax.set_title(f"{dtype}" + ("" if len({r for (r, _), _ in panels}) == 1 else f", run {run}")
                      + f"; left of the ridge ({ridge:.3g} FLOP/B) memory-bound", fontsize=9)

@@ -247,18 +247,25 @@ def _draw(job) -> list[Path]:
 
 
 def _draw_all(jobs) -> list[list[Path]]:
-    """Each chart is independent: draw them on every core (the sweep is over by now), one
-    process per core; in order, in this process, where a pool cannot start."""
+    """Each chart is independent: draw them on every core (the sweep is over by now), this
+    process and one more per further core; in order, in this process, where a pool cannot start."""
     import multiprocessing as mp
     import os
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers > 1:
+    workers = min(len(jobs) - 1, (os.cpu_count() or 1) - 1)  # this process draws too
+    if workers >= 1:
         try:
             with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-                return list(pool.map(_draw, jobs))
+                futures = [pool.submit(_draw, job) for job in jobs]
+                results = {}
+                # while the pool starts (imports) and takes jobs from the front, draw from the back
+                # every job it has not started yet
+                for i in reversed(range(len(jobs))):
+                    if futures[i].cancel():
+                        results[i] = _draw(jobs[i])
+                return [results[i] if i in results else futures[i].result() for i in range(len(jobs))]
         except (OSError, BrokenProcessPool):
             pass
     return [_draw(job) for job in jobs]

@@ -85,7 +85,10 @@ def with_peaks(df: pd.DataFrame, envs: list[dict]) -> pd.DataFrame:
     # the roofline: arithmetic intensity (FLOPs per byte of the minimum traffic), the
     # bandwidth share, and the share of whichever ceiling binds at that intensity
     bandwidth = {e["run"]: e.get("peak_gbps") for e in envs}
-    df["intensity"] = df["flops"] / pd.to_numeric(df.get("bytes"), errors="coerce")
+    moved = pd.to_numeric(df.get("bytes"), errors="coerce")
+    if "traffic_bytes" in df:  # a variant's own traffic model (naive: the scores it materialises)
+        moved = pd.to_numeric(df["traffic_bytes"], errors="coerce").fillna(moved)
+    df["intensity"] = df["flops"] / moved
     gbps = pd.to_numeric(df["gbps"], errors="coerce") if "gbps" in df else pd.Series(np.nan, index=df.index)
     df["pct_bw"] = [100.0 * g / bandwidth[r] if pd.notna(g) and bandwidth.get(r) else np.nan
                     for g, r in zip(gbps, df["run"])]

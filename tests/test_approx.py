@@ -71,6 +71,19 @@ def test_roofline_columns_follow_the_ceilings():
     assert list(out["roof_tflops"]) == pytest.approx([0.2, 1.0])
     assert list(out["pct_roof"]) == pytest.approx([5.0, 50.0])
     assert list(out["pct_bw"]) == pytest.approx([5.0, 0.5])
+    # a variant's own traffic model, where it gives one, sets its intensity
+    modelled = with_peaks(df.assign(traffic_bytes=[None, 1e12]), [{"run": "r", "peaks_tflops": {"float32": 1.0},
+                                                                   "peak_gbps": 20.0}])
+    assert list(modelled["intensity"]) == [10.0, 1.0] and list(modelled["bound"]) == ["memory", "memory"]
+
+
+def test_naive_declares_the_traffic_of_the_scores_it_materialises(registry):
+    case = Case("cpu", "float32", 2, 4, 4, 256, 128, 32, "causal", None, "fwd")
+    info = registry["naive"].prepare(case).info
+    scores = 2 * 4 * 256 * 128 * 4  # bytes of one (B, H, Lq, Lk) float32 tensor
+    from bench.flops import min_bytes
+
+    assert info["traffic_bytes"] == min_bytes(case) + 8 * scores  # QK^T, scale, mask, softmax, @V
 
 
 @pytest.mark.slow

@@ -195,7 +195,7 @@ def test_a_plugin_mask_is_swept_checked_and_counted(tmp_path):
     assert (out / "report" / "charts" / "masks.png").exists()
 
 
-EAGER_SHAPES = [(96, 96, 4, 4), (40, 136, 4, 2), (150, 45, 4, 1)]
+EAGER_SHAPES = [(40, 136, 4, 2), (150, 45, 4, 1)]  # cross both ways: the alignment matters
 
 
 WITH_MODS = ["causal+softcap:1", "causal+alibi", "bigbird:8+alibi+softcap:2", "document:3:causal=1+rel_bias:16",

@@ -1,7 +1,8 @@
 """The textbook form: Q @ K^T, scale by 1/sqrt(d), score mods, mask with -inf, softmax, @ V."""
 
 from bench import masks
-from bench.registry import variant
+from bench.flops import DIRECTION_FACTOR, ELEMENT_BYTES, min_bytes
+from bench.registry import Prepared, variant
 
 
 @variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,),
@@ -15,6 +16,15 @@ def naive(case):
     group = case.heads // case.kv_heads
     scale = case.scale
 
+    # the scores it materialises, in bytes moved (the roofline's intensity uses them): written by
+    # QK^T, read and written by the scaling, the score mods, the mask and the softmax, read by @V
+    # (and, with GQA, the copies of k and v that repeat_interleave writes and the matmuls read)
+    e = ELEMENT_BYTES[case.dtype]
+    passes = 6 + 2 * (keep is not None) + 2 * (mod is not None)
+    scores = case.batch * case.heads * case.q_len * case.kv_len * e
+    copies = 2 * 2 * case.batch * case.heads * case.kv_len * case.head_dim * e if group > 1 else 0
+    traffic = min_bytes(case) + (passes * scores + copies) * DIRECTION_FACTOR[case.direction]
+
     def attention(q, k, v):  # q (B, H, Lq, D); k, v (B, KvH, Lk, D)
         if group > 1:
             k = k.repeat_interleave(group, dim=1)
@@ -25,4 +35,4 @@ def naive(case):
         p = masks.masked_softmax(scores, keep, empty)
         return p @ v  # (B, H, Lq, D)
 
-    return attention
+    return Prepared(attention, {"traffic_bytes": traffic})
