@@ -162,10 +162,10 @@ def density_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         ax.set_ylabel("median time per call (ms, log)", fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
         top = ax.secondary_xaxis("top")
-        marks = g.drop_duplicates("mask_label").sort_values("density")
-        top.set_xticks(marks["density"].to_numpy(), marks["mask_label"].tolist(), rotation=50, ha="left",
-                       fontsize=7)
-        for d in marks["density"]:
+        marks = g.drop_duplicates("mask_label").assign(at=lambda m: m["density"].round(3))
+        marks = marks.groupby("at", sort=True)["mask_label"].agg(lambda x: " / ".join(sorted(x)))  # same density
+        top.set_xticks(marks.index.to_numpy(), marks.tolist(), rotation=50, ha="left", fontsize=7)
+        for d in marks.index:
             ax.axvline(d, color="#bbbbbb", lw=0.6, zorder=1)
         ax.set_title(f"n = {n}" + ("" if label == "all cells" else f"; {label}"), fontsize=9)
         ax.legend(fontsize=8, frameon=False)
