@@ -109,22 +109,30 @@ def measure_peak_tflops(device: str, dtype: str, threads: int | None = None) -> 
         for _ in range(3):  # warm: library handles, caches, clocks
             a @ b
         sync()
-        best = 0.0
-        for _ in range(PEAK_RUNS):
-            count = 0
-            t0 = time.perf_counter()
-            while True:
-                a @ b
-                count += 1
-                if count % 4 == 0 or device == "cpu":
-                    sync()
-                    elapsed = time.perf_counter() - t0
-                    if elapsed * 1e3 >= PEAK_RUN_MS[device]:
-                        break
-            best = max(best, 2 * n**3 * count / elapsed / 1e12)
-        return best
+        return _best_rate(lambda: a @ b, 2 * n**3 / 1e12, device, sync, 4 if device == "cuda" else 1)
     finally:
         torch.set_num_threads(saved)
+
+
+def _best_rate(op, work: float, device: str, sync, every: int = 1) -> float:
+    """The best of PEAK_RUNS runs of ``op`` back to back, each at least PEAK_RUN_MS long, as
+    ``work`` per call per second (the device synchronised every ``every`` calls)."""
+    import time
+
+    best = 0.0
+    for _ in range(PEAK_RUNS):
+        count = 0
+        t0 = time.perf_counter()
+        while True:
+            op()
+            count += 1
+            if count % every == 0:
+                sync()
+                elapsed = time.perf_counter() - t0
+                if elapsed * 1e3 >= PEAK_RUN_MS[device]:
+                    break
+        best = max(best, work * count / elapsed)
+    return best
 
 
 BANDWIDTH_BYTES = {"cpu": 256 << 20, "cuda": 1 << 30}  # each buffer: far beyond the last-level cache
@@ -135,7 +143,6 @@ def measure_peak_gbps(device: str, threads: int | None = None) -> float:
     BANDWIDTH_BYTES (a read and a write per element, as STREAM's copy counts them), over
     PEAK_RUNS runs of PEAK_RUN_MS each, at ``threads`` torch threads: the roofline's
     memory ceiling, beside the matmul peak."""
-    import time
 
     saved = torch.get_num_threads()
     if threads:
@@ -147,18 +154,6 @@ def measure_peak_gbps(device: str, threads: int | None = None) -> float:
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         dst.copy_(src)  # touch every page before timing
         sync()
-        best = 0.0
-        for _ in range(PEAK_RUNS):
-            count = 0
-            t0 = time.perf_counter()
-            while True:
-                dst.copy_(src)
-                count += 1
-                sync()
-                elapsed = time.perf_counter() - t0
-                if elapsed * 1e3 >= PEAK_RUN_MS[device]:
-                    break
-            best = max(best, 2 * 4 * n * count / elapsed / 1e9)
-        return best
+        return _best_rate(lambda: dst.copy_(src), 2 * 4 * n / 1e9, device, sync)
     finally:
         torch.set_num_threads(saved)

@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from reports.charts import save_figure  # noqa: E402
 from reports.frames import facet_groups  # noqa: E402
 
 MAX_PANELS = 12
@@ -84,7 +85,7 @@ def error_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=8, frameon=False)
     fig.suptitle("Approximate variants: output error against the float64 softmax reference", fontsize=11)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
@@ -121,7 +122,7 @@ def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=7, frameon=False)
     fig.suptitle("Speed against error: faster is lower, more exact is further left", fontsize=11)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -> list[Path]:
@@ -164,13 +165,4 @@ def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=7, frameon=False, loc="lower right")
     fig.suptitle("Roofline: each ok cell under the measured ceilings", fontsize=11)
-    return _save(fig, out)
-
-
-def _save(fig, out: Path) -> list[Path]:
-    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    for p in paths:
-        fig.savefig(p, dpi=130)
-        fig.set_layout_engine("none")
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out)

@@ -102,7 +102,8 @@ def _failed_marks(ax, fails: pd.DataFrame, style) -> None:
                         color=style[name]["color"])
 
 
-def _save(fig, out: Path) -> list[Path]:
+def save_figure(fig, out: Path) -> list[Path]:
+    """The figure as PNG and SVG beside ``out``, laid out once; the figure is closed."""
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
     for p in paths:
         fig.savefig(p, dpi=130)
@@ -211,7 +212,7 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     fig.suptitle(f"{title}\n{_subtitle(df)}", fontsize=12)
     fig.legend(handles=handles + extra, loc="outside lower center",
                ncol=min(6 if len(axes) > 1 else 4, len(handles + extra)), fontsize=8, frameon=False)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict,
@@ -311,4 +312,4 @@ def breakdown_chart(df: pd.DataFrame, out: Path) -> list[Path]:
     fig.suptitle("Where the time goes: torch.profiler self time by category (separate profiled pass)",
                  fontsize=12)
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
-    return _save(fig, out)
+    return save_figure(fig, out)

@@ -20,6 +20,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from bench import masks, store  # noqa: E402
 from bench.case import Case  # noqa: E402
+from reports.charts import save_figure  # noqa: E402
 from reports.frames import facet_groups  # noqa: E402
 
 DENSITY_FACETS_DROPPED = ("mask", "window", "mask_label")
@@ -118,7 +119,7 @@ def pattern_chart(pics: dict, out: Path) -> list[Path]:
         ax.set_title(f"{label}\ndensity {pic['density']:.2f}", fontsize=9)
     fig.suptitle(f"Mask patterns at n = {items[0][1]['size']} (query rows down, keys across; "
                  "blue = kept; batch element 0)", fontsize=11)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def density_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
@@ -171,13 +172,4 @@ def density_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         ax.legend(fontsize=8, frameon=False)
     fig.suptitle("Time vs mask density at fixed n\n(a variant that exploits sparsity gets faster to the left; "
                  "hollow = noisy or contended)", fontsize=10)
-    return _save(fig, out)
-
-
-def _save(fig, out: Path) -> list[Path]:
-    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    for p in paths:
-        fig.savefig(p, dpi=130)
-        fig.set_layout_engine("none")
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out)
