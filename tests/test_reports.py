@@ -271,7 +271,7 @@ def test_a_merged_report_gives_each_run_its_panels_and_each_panel_its_n(tmp_path
             seen["titles"] = [ax.get_title() for ax in fig.axes if ax.get_visible()]
         return []
 
-    monkeypatch.setattr(charts, "_save", keep)
+    monkeypatch.setattr(charts, "save_figure", keep)
     monkeypatch.setattr(charts, "_draw_all", lambda jobs: [charts._draw(j) for j in jobs])
     build_report([a, b], tmp_path / "merged")
     assert seen["titles"] == ["run=a", "run=b"]
