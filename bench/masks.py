@@ -300,10 +300,6 @@ class Bound:
             return score
         return composed
 
-    @property
-    def additive(self) -> bool:
-        return all(t.d.additive for t, _ in self.mods)
-
     @functools.cached_property
     def depends(self) -> tuple[bool, bool]:
         """(on the batch index, on the head index): from the shape the predicate returns."""
