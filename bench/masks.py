@@ -460,10 +460,9 @@ def density(case: Case) -> float:
 def row_columns(case: Case) -> dict:
     """What a row records about its mask: every term's parameters (defaults included) and the
     density, the fraction of (query, key) pairs kept."""
-    bound = bind(case)
-    params = {t.d.name: {k: list(v) if isinstance(v, tuple) else v for k, v in t.params}
-              for t in parse(case.mask, case.window)[0] + parse(case.mask, case.window)[1]}
-    return {"mask_params": params, "density": round(bound.density, 6)}
+    ms, mods = parse(case.mask, case.window)
+    params = {t.d.name: {k: list(v) if isinstance(v, tuple) else v for k, v in t.params} for t in ms + mods}
+    return {"mask_params": params, "density": round(bind(case).density, 6)}
 
 
 def key_range(case: Case, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
