@@ -3,3 +3,7 @@
 
 class UsageError(Exception):
     """Bad input from the user; the message says what is wrong and what is valid."""
+
+
+class RegistryError(Exception):
+    """A problem with registering or discovering variants or masks (reported to users as exit 2)."""

@@ -7,16 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import FuncFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from reports.charts import save_figure  # noqa: E402
-from reports.frames import facet_groups  # noqa: E402
+from reports.charts import new_figure, save_figure
+from reports.frames import facet_groups
 
 MAX_PANELS = 12
 EXACT_FLOOR = 1e-8  # an exact variant's error is drawn no lower than this (log axis)
@@ -25,7 +21,7 @@ EXACT_FLOOR = 1e-8  # an exact variant's error is drawn no lower than this (log 
 def _grid(n: int, width: float = 5.2, height: float = 4.2):
     cols = min(3, n)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.9), squeeze=False,
+    fig, axes = new_figure(rows, cols, figsize=(width * cols, height * rows + 0.9), squeeze=False,
                              layout="constrained")
     for ax in axes.flat[n:]:
         ax.set_axis_off()

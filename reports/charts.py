@@ -8,24 +8,23 @@ import textwrap
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator  # noqa: E402
-
-from reports.frames import constant_facets, facet_groups, ran_here  # noqa: E402
-from reports.tables import failed_cells, with_metrics  # noqa: E402
+from bench.model.row import Status
+from reports.frames import constant_facets, facet_groups, ran_here
+from reports.tables import failed_cells, with_metrics
 
 MARKERS = "osD^v<>phX*"
-FAIL_MARK = {"oom": "OOM", "timeout": "TIMEOUT", "error": "ERROR", "crash": "CRASH",
-             "mismatch": "MISMATCH", "unsupported": "UNSUPP."}
+FAIL_MARK = {s.value: "UNSUPP." if s is Status.UNSUPPORTED else s.word for s in Status if s is not Status.OK}
 
 
-PALETTE = (list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
-           + list(plt.get_cmap("tab20b").colors)[::2])
+PALETTE = (list(matplotlib.colormaps["tab10"].colors) + list(matplotlib.colormaps["Dark2"].colors)
+           + list(matplotlib.colormaps["tab20b"].colors)[::2])
 # every built-in variant has its own slot of PALETTE, the same in every chart of every run
 # (the baseline is drawn in near-black); a plugin's variant takes a slot from its name's CRC-32.
 # flex.padding, flex.window and flex.causal name the per-mask flex variants of older run folders.
@@ -68,7 +67,7 @@ def _subplots(n_facets: int, sharex: bool = True):
     cols = _grid_cols(n_facets)
     rows = math.ceil(n_facets / cols)
     width = max(5.4 * cols, 10.0)
-    fig, axes = plt.subplots(rows, cols, figsize=(width, 3.9 * rows + 1.4), sharex=sharex,
+    fig, axes = new_figure(rows, cols, figsize=(width, 3.9 * rows + 1.4), sharex=sharex,
                              sharey=True, squeeze=False, layout="constrained")
     for ax in axes.flat[n_facets:]:
         ax.set_visible(False)
@@ -102,13 +101,19 @@ def _failed_marks(ax, fails: pd.DataFrame, style) -> None:
                         color=style[name]["color"])
 
 
+def new_figure(rows: int = 1, cols: int = 1, *, figsize, layout: str = "constrained", **subplots):
+    """A figure with its axes, drawn by matplotlib's object API: no pyplot, so no global
+    figure state and no backend to choose (a Figure renders with Agg when it is saved)."""
+    fig = Figure(figsize=figsize, layout=layout)
+    return fig, fig.subplots(rows, cols, **subplots)
+
+
 def save_figure(fig, out: Path) -> list[Path]:
-    """The figure as PNG and SVG beside ``out``, laid out once; the figure is closed."""
+    """The figure as PNG and SVG beside ``out``, laid out once."""
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
     for p in paths:
         fig.savefig(p, dpi=130)
         fig.set_layout_engine("none")  # the layout is done: the SVG reuses it (half the drawing time)
-    plt.close(fig)
     return paths
 
 
@@ -203,7 +208,7 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     if guides:
         extra.append(Line2D([], [], color="#9a9a9a", ls="--", lw=0.9, label="O(n), O(n²) guides"))
     if band:
-        extra.append(plt.Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label=band_label))
+        extra.append(Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label=band_label))
     if any_shaky:
         extra.append(Line2D([], [], color="#555555", marker="o", markerfacecolor="white", ls="none",
                             label="hollow: noisy or contended (not fitted)"))
@@ -305,7 +310,7 @@ def breakdown_chart(df: pd.DataFrame, out: Path) -> list[Path]:
     for i, ax in enumerate(axes):
         if i % _grid_cols(len(axes)) == 0:
             ax.set_ylabel("share of profiled self time (%)", fontsize=9)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=CATEGORY_COLORS[c.removeprefix("share_")],
+    handles = [Rectangle((0, 0), 1, 1, color=CATEGORY_COLORS[c.removeprefix("share_")],
                              label=c.removeprefix("share_").replace("_", " / ", 1)
                              if c == "share_mask_elementwise" else c.removeprefix("share_").replace("_", " "))
                for c in cols]

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import NullFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from bench.case import CASE_FIELDS  # noqa: E402
-from reports.frames import load_runs  # noqa: E402
+from bench.model import row
+from reports.charts import new_figure
+from reports.frames import load_runs
 
 ENV_KEYS = ("device", "device_name", "torch", "xformers", "cuda", "threads")
 
@@ -31,8 +30,8 @@ def verdict(a: dict, b: dict) -> str:
 
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    keys = ["variant", *CASE_FIELDS]
-    cols = ["median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms", "status"]
+    keys = list(row.IDENTITY)
+    cols = [*row.SPREAD, "status"]
     a = a[a["status"] == "ok"][keys + cols].drop_duplicates(keys, keep="last")
     b = b[b["status"] == "ok"][keys + cols].drop_duplicates(keys, keep="last")
     m = a.merge(b, on=keys, suffixes=("_a", "_b"))
@@ -76,20 +75,19 @@ def _chart(m: pd.DataFrame, path: Path, name_a: str, name_b: str) -> Path:
     colors = {"faster": "#2e8b57", "slower": "#c0392b", "within noise": "#8c8c8c"}
     m = m.sort_values(["variant", "mask", "direction", "q_len"]).reset_index(drop=True)
     labels = [f"{r.variant} {r.mask} {r.direction} n={r.q_len}" for r in m.itertuples()]
-    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.24 * len(m) + 1.2)), layout="constrained")
+    fig, ax = new_figure(figsize=(9, max(2.5, 0.24 * len(m) + 1.2)), layout="constrained")
     ax.barh(range(len(m)), m["ratio"] - 1.0, left=1.0, color=[colors[v] for v in m["verdict"]])
     ax.axvline(1.0, color="#333333", lw=1)
     ax.set_xscale("log", base=2)  # 0.5x and 2x sit equally far from 1
     lo, hi = float(m["ratio"].min()), float(m["ratio"].max())
     ticks = [t for t in (0.125, 0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0, 8.0) if lo / 1.3 <= t <= hi * 1.3] or [1.0]
     ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
-    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(len(m) - 0.5, -0.5)
     ax.set_yticks(range(len(m)), labels, fontsize=7)
     ax.set_xlabel(f"time ratio B/A  (A = {name_a}, B = {name_b}; < 1 is faster)")
     fig.suptitle("Run comparison: median time ratio per cell (verdict from the IQRs)", fontsize=11)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c, label=v) for v, c in colors.items()]
+    handles = [Rectangle((0, 0), 1, 1, color=c, label=v) for v, c in colors.items()]
     fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=3, frameon=False)
     fig.savefig(path, dpi=130)
-    plt.close(fig)
     return path

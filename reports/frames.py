@@ -5,16 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench import store
-from bench.case import CASE_FIELDS
+from bench.engine import store
+from bench.model import row
+from bench.model.case import CASE_FIELDS
 
 FACET_COLS = ["run", "device", "dtype", "direction", "mask", "window", "batch", "heads", "kv_heads",
               "head_dim", "kv"]
-NUMERIC = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "peak_mem_bytes",
-           "flops", "tflops", "pct_peak", "max_abs_err", "grad_max_abs_err", "setup_ms", "compile_ms",
-           "cpu_util", "other_cpu", "timed_s", "gbps", "bytes", "rel_err", "cosine", "grad_rel_err",
-           "grad_cosine"]
-FLAGS = ["noisy", "contended"]
+NUMERIC = [*row.NUMERIC, "compile_ms"]  # the row's numeric columns, and flex's compile time (an extra)
+FLAGS = list(row.FLAGS)
 
 
 def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
@@ -36,7 +34,7 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
 
 def with_profile(df: pd.DataFrame, profiled: list[dict]) -> pd.DataFrame:
     """The share_* columns of ``sweep --profile``'s pass (profile.jsonl) beside their cells."""
-    from bench.case import CASE_FIELDS
+    from bench.model.case import CASE_FIELDS
 
     if not profiled or df.empty:
         return df
@@ -129,7 +127,7 @@ def speedups(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     """``speedup`` (baseline time / variant time, the median over the interleaved rounds),
     ``speedup_lo`` and ``speedup_hi`` (its spread), per ok row with an ok baseline row of the
     same case in the same run."""
-    from bench.case import CASE_FIELDS
+    from bench.model.case import CASE_FIELDS
 
     df = df.copy()
     df["speedup"] = df["speedup_lo"] = df["speedup_hi"] = np.nan

@@ -1,7 +1,7 @@
 """The masks of a run: their pictures, densities and FLOPs, and time against density.
 
 Pictures come from the run folder's masks.json (written by the sweep from the definitions,
-plugin masks included); for a run without one they are drawn again from ``bench.masks``
+plugin masks included); for a run without one they are drawn again from ``bench.model.masks``
 where the mask is still defined.
 """
 
@@ -10,18 +10,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import FuncFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from bench import masks, store  # noqa: E402
-from bench.case import Case  # noqa: E402
-from reports.charts import save_figure  # noqa: E402
-from reports.frames import facet_groups  # noqa: E402
+from bench.engine import store
+from bench.model import masks
+from bench.model.case import Case
+from reports.charts import new_figure, save_figure
+from reports.frames import facet_groups
 
 DENSITY_FACETS_DROPPED = ("mask", "window", "mask_label")
 
@@ -106,7 +103,7 @@ def pattern_chart(pics: dict, out: Path) -> list[Path]:
         return []
     cols = min(5, len(items))
     rows = math.ceil(len(items) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.5 * cols, 2.75 * rows + 0.6), squeeze=False,
+    fig, axes = new_figure(rows, cols, figsize=(2.5 * cols, 2.75 * rows + 0.6), squeeze=False,
                              layout="constrained")
     for ax in axes.flat:
         ax.set_axis_off()
@@ -141,7 +138,7 @@ def density_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         return []
     cols = min(2, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4.8 * rows + 0.8), squeeze=False,
+    fig, axes = new_figure(rows, cols, figsize=(7 * cols, 4.8 * rows + 0.8), squeeze=False,
                              layout="constrained")
     for ax in axes.flat[len(panels):]:
         ax.set_axis_off()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.flops import __doc__ as FLOP_DOC
+from bench.measure.flops import __doc__ as FLOP_DOC
+from bench.model.row import Status
 from reports.tables import METRICS, NOTES
 
 CSS = """
@@ -26,7 +27,7 @@ img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
 details{margin:6px 0} summary{cursor:pointer;font-weight:600} code{background:#f0f0f0;padding:1px 4px;border-radius:3px}
 .grid{display:block} figure{margin:0 0 22px} .tw{overflow-x:auto;max-width:100%}
 """
-FAIL_WORDS = ("OOM", "TIMEOUT", "ERROR", "CRASH", "MISMATCH", "UNSUPPORTED")
+FAIL_WORDS = tuple(s.word for s in Status if s is not Status.OK)
 
 
 def _table_html(t: pd.DataFrame, index: bool = True) -> str:
@@ -142,7 +143,7 @@ def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, ch
     return path
 
 
-MASKS_NOTE = ("Each mask is one predicate (bench/masks.py); its density is the fraction of (query, key) pairs it "
+MASKS_NOTE = ("Each mask is one predicate (bench/model/masks.py); its density is the fraction of (query, key) pairs it "
               "keeps, and the FLOPs count exactly those pairs (forward, one cell). 'flex skips' is the share of "
               "blocks FlexAttention's block mask leaves out.")
 

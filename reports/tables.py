@@ -4,7 +4,9 @@ memory.  A cell that did not run shows its status (OOM, TIMEOUT, ...), never a b
 from __future__ import annotations
 
 import pandas as pd
+from tabulate import tabulate
 
+from bench.model.row import ReasonKind, Status
 from reports.frames import facet_groups, ran_here
 
 METRICS = {  # name: (title, formatter)
@@ -48,7 +50,7 @@ def pivot(g: pd.DataFrame, metric: str) -> pd.DataFrame:
     cells = []
     for _, r in g.iterrows():
         if r["status"] != "ok":
-            text = r["status"].upper()
+            text = Status(r["status"]).word
         elif pd.isna(r[metric]):
             text = "n/a"
         else:
@@ -82,9 +84,13 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
 def failed_cells(df: pd.DataFrame) -> pd.DataFrame:
     """Every failed cell except 'unsupported' by a declared capability (a mask, direction,
     cross-attention or GQA the variant does not claim)."""
-    bad = df[df["status"] != "ok"]
-    declared = bad["reason"].str.contains(r"not supported \(supports|score mod \S+ not supported|"
-                                          r"backward not supported|cross-attention \(q_len|GQA \(kv_heads", regex=True)
+    bad = df[df["status"] != Status.OK]
+    declared = bad["reason_kind"] == ReasonKind.CAPABILITY if "reason_kind" in bad else False
+    if "reason_kind" not in bad or bad["reason_kind"].isna().any():  # rows written before reason_kind
+        untyped = bad["reason_kind"].isna() if "reason_kind" in bad else True
+        declared = declared | (untyped & bad["reason"].fillna("").str.contains(
+            r"not supported \(supports|score mod \S+ not supported|backward not supported|cross-attention \(q_len|"
+            r"GQA \(kv_heads", regex=True))
     return bad[~declared]
 
 
@@ -105,3 +111,49 @@ def write_csvs(df: pd.DataFrame, tables, folder) -> None:
             long.append(x)
     if long:
         pd.concat(long, ignore_index=True).to_csv(folder / "tables.csv", index=False)
+
+
+def shaky_mask(df):
+    """True where an ok row is noisy or contended (a pandas Series over ``df``)."""
+    flags = pd.Series(False, index=df.index)
+    for col in ("noisy", "contended"):
+        if col in df:
+            flags |= df[col].fillna(False).astype(bool)
+    return flags & (df["status"] == "ok")
+
+
+def summary_table(rows: list[dict]) -> str:
+    """variant (x the facets that vary) by seq_len: median ms, or the status as a word.
+    Variants with no cell that could run here are listed below the table with the reason."""
+
+    if not rows:
+        return "(no rows)"
+    df = pd.DataFrame(rows)
+    if "median_ms" not in df:
+        df["median_ms"] = None
+    facets = [c for c in ("device", "dtype", "direction", "mask", "window", "batch", "heads",
+                          "kv_heads", "head_dim") if c in df and df[c].astype(str).nunique() > 1]
+    if (df["kv_len"] != df["q_len"]).any():
+        facets.append("kv_len")
+    shaky = shaky_mask(df)
+    df["cell"] = [(f"{m:.3g}" + ("*" if f else "")) if s == "ok" else s
+                  for m, s, f in zip(df["median_ms"], df["status"], shaky)]
+    never = df.groupby("variant")["status"].agg(lambda s: (s == "unsupported").all())
+    skipped = df[df["variant"].isin(never[never].index)]
+    df = df[~df["variant"].isin(never[never].index)]
+    # rows of a variant in a facet it does not declare (e.g. window.chunked under mask=causal)
+    df = df.groupby(facets + ["variant"], dropna=False).filter(
+        lambda g: not (g["status"] == "unsupported").all())
+    lines = []
+    if not df.empty:
+        table = df.pivot_table(index=facets + ["variant"], columns="q_len", values="cell",
+                               aggfunc="first", sort=True).fillna("")
+        table.columns = [f"n={c}" for c in table.columns]
+        lines.append("median ms (or status) by sequence length")
+        lines.append(tabulate(table.reset_index(), headers="keys", showindex=False))
+        if shaky[df.index].any():
+            lines.append("* noisy (the median's 95% CI reaches beyond +-5%) or contended (timed while the CPU "
+                         "was shared): kept, but flagged and left out of fits")
+    for name, g in skipped.groupby("variant"):
+        lines.append(f"unsupported here: {name}: {g['reason'].iloc[0]}")
+    return "\n".join(lines)

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from bench.case import Case
-from bench.envinfo import measure_peak_gbps
-from bench.inputs import make_inputs
-from bench.memory import peak_bytes
-from bench.spec import build_spec
-from bench.timing import timed_call
+from bench.measure.envinfo import measure_peak_gbps
+from bench.measure.inputs import make_inputs
+from bench.measure.memory import peak_bytes
+from bench.measure.timing import timed_call
+from bench.model.spec import build_spec
 from tests.conftest import read_jsonl, run_cli
 
 
@@ -81,7 +81,7 @@ def test_naive_declares_the_traffic_of_the_scores_it_materialises(registry):
     case = Case("cpu", "float32", 2, 4, 4, 256, 128, 32, "causal", None, "fwd")
     info = registry["naive"].prepare(case).info
     scores = 2 * 4 * 256 * 128 * 4  # bytes of one (B, H, Lq, Lk) float32 tensor
-    from bench.flops import min_bytes
+    from bench.measure.flops import min_bytes
 
     assert info["traffic_bytes"] == min_bytes(case) + 8 * scores  # QK^T, scale, mask, softmax, @V
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bench import contention
+from bench.measure import contention
 from tests.conftest import read_jsonl, run_cli
 
 

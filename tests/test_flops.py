@@ -2,7 +2,7 @@ import pytest
 
 from bench import masks
 from bench.case import Case
-from bench.flops import flops, kept_pairs, min_bytes
+from bench.measure.flops import flops, kept_pairs, min_bytes
 
 
 def _brute_pairs(case):

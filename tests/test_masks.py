@@ -12,7 +12,7 @@ import torch
 from bench import masks
 from bench.case import Case
 from bench.cli import main
-from bench.flops import flops
+from bench.measure.flops import flops
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
 # every built-in mask, at parameters that make each of its parts bite at these lengths
@@ -141,7 +141,7 @@ def test_score_mods_follow_their_definitions():
     i, j = torch.arange(6).view(6, 1), torch.arange(6).view(1, 6)
     want = 2 * torch.tanh((scores + slopes.view(1, 4, 1, 1) * (j - i)) / 2)
     assert torch.allclose(got, want.to(got.dtype), atol=1e-6)
-    from bench.mask_catalog import alibi_slopes
+    from bench.model.mask_catalog import alibi_slopes
 
     assert alibi_slopes(6) == pytest.approx([2 ** (-8 * (k + 1) / 4) for k in range(4)] + [2 ** -1, 2 ** -3])
 
@@ -211,8 +211,8 @@ def test_flex_reads_every_mask_and_score_mod_as_defined(spelling):
 
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from bench.inputs import make_inputs
-    from bench.reference import check, reference
+    from bench.measure.inputs import make_inputs
+    from bench.measure.reference import check, reference
 
     for q_len, kv_len, heads, kv_heads in EAGER_SHAPES:
         mask, window = masks.canonical(spelling, window=24)

@@ -1,9 +1,9 @@
 import pytest
 
 from bench.case import Case
-from bench.inputs import make_inputs
-from bench.memory import peak_bytes
-from bench.timing import timed_call
+from bench.measure.inputs import make_inputs
+from bench.measure.memory import peak_bytes
+from bench.measure.timing import timed_call
 
 
 def _peak(registry, name, n, mask="none", window=None, direction="fwd"):

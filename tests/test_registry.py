@@ -116,7 +116,7 @@ def test_pinned_sdpa_backend_runs_that_kernel_only(registry):
     from torch.nn.attention import SDPBackend
     from torch.profiler import ProfilerActivity, profile
 
-    from bench.inputs import make_inputs
+    from bench.measure.inputs import make_inputs
     from variants.sdpa import _pinned
 
     case = Case(q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16)

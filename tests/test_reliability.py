@@ -129,15 +129,19 @@ def test_prepared_info_never_shadows_a_core_column_and_must_travel(tmp_path):
     rows = {r["variant"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
     assert set(rows) == {"liar", "lockbox"}
     liar = rows["liar"]
-    assert liar["q_len"] == 16 and liar["status"] == "ok" and liar["compile_ms"] == 1.5
-    assert liar["info_variant"] == "naive" and liar["info_q_len"] == 999  # kept, under its own name
+    assert liar["q_len"] == 16 and liar["status"] == "ok" and liar["reason_kind"] == ""
+    assert liar["extra"] == {"variant": "naive", "q_len": 999, "compile_ms": 1.5}  # its own namespace
+    from bench.engine.store import read_rows
+
+    flat = {r["variant"]: r for r in read_rows(tmp_path / "run")}["liar"]  # as reports read it
+    assert flat["compile_ms"] == 1.5 and flat["extra.variant"] == "naive" and flat["variant"] == "liar"
     assert rows["lockbox"]["status"] == "error" and "'handle'" in rows["lockbox"]["reason"]
 
 
 def test_a_wrong_dtype_or_device_is_a_mismatch():
     from bench.case import Case
-    from bench.inputs import make_inputs
-    from bench.reference import run_and_check
+    from bench.measure.inputs import make_inputs
+    from bench.measure.reference import run_and_check
 
     case = Case("cpu", "float32", 1, 2, 2, 16, 16, 8, "none", None, "fwd")
     q, k, v = make_inputs(case)
@@ -170,7 +174,7 @@ def test_resume_retry_measures_crashed_cells_again_and_the_report_uses_the_newes
 
 
 def test_an_oom_kill_is_told_apart_from_a_crash(monkeypatch):
-    import bench.runner as runner
+    import bench.engine.runner as runner
 
     counts = iter([4])
     monkeypatch.setattr(runner, "oom_kills", lambda: next(counts))
@@ -232,7 +236,8 @@ def test_a_report_that_fails_does_not_fail_the_sweep(tmp_path, monkeypatch, caps
     assert len(read_jsonl(tmp_path / "run" / "results.jsonl")) == 1
 
 
-@pytest.mark.parametrize("argv, words", [(["sweep", "--timeout", "nan"], "must be positive, finite numbers"),
+@pytest.mark.parametrize("argv, words", [(["sweep", "--timeout", "nan"],
+                                          "--timeout takes a positive, finite number of seconds"),
                                          (["report", "--help"], "(default: runs/latest)"),
                                          (["compare", "--help"], "the reference run folder")])
 def test_numbers_and_help(capsys, argv, words):

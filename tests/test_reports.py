@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from bench.store import ResultWriter, write_env
+from bench.engine.store import ResultWriter, write_env
 from reports.build import build_report
 from reports.compare import compare_frames, compare_runs
 from reports.frames import paired_ratio, speedups, tidy

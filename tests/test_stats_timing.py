@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from bench.case import Case
-from bench.inputs import make_grad_out, make_inputs
-from bench.stats import Stats, quantile
-from bench.timing import CpuTimer, interleave, median_ci_ranks, timed_call
+from bench.measure.inputs import make_grad_out, make_inputs
+from bench.measure.stats import Stats, quantile
+from bench.measure.timing import CpuTimer, interleave, median_ci_ranks, timed_call
 
 
 def test_stats_against_hand_computed_figures():
@@ -171,7 +171,7 @@ def test_the_variants_of_a_case_are_timed_round_robin_in_the_worker_code():
     turns over three rounds (A B C A B C A B C), then each one's memory pass."""
     import torch.nn.functional as F
 
-    from bench.cell import CellSettings, run_group
+    from bench.engine.cell import CellSettings, run_group
     from bench.registry import Variant
 
     log = []

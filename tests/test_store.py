@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench import store
 from bench.cli import main
+from bench.engine import store
 from tests.conftest import run_cli
 
 S = ["--heads", "2", "--head-dims", "16", "--dtypes", "float32", "--directions", "fwd", "--quiet", "--no-report",
@@ -41,11 +41,27 @@ def test_only_a_torn_last_line_is_repaired(tmp_path):
 
 def test_non_finite_figures_are_written_as_null(tmp_path):
     w = store.ResultWriter(tmp_path)
-    w.write(_row(0) | {"max_abs_err": float("inf"), "x": [float("nan"), 1.0], "status": "mismatch"})
+    w.write(_row(0) | {"max_abs_err": float("inf"), "samples_ms": [float("nan"), 1.0], "status": "mismatch"})
     w.close()
     line = (tmp_path / store.RESULTS).read_text()
     assert "Infinity" not in line and "NaN" not in line
-    assert json.loads(line)["max_abs_err"] is None and json.loads(line)["x"] == [None, 1.0]
+    assert json.loads(line)["max_abs_err"] is None and json.loads(line)["samples_ms"] == [None, 1.0]
+
+
+def test_a_row_is_typed_when_written_and_a_variants_figures_keep_their_namespace(tmp_path):
+    from bench.model.row import RowError
+
+    w = store.ResultWriter(tmp_path)
+    with pytest.raises(RowError, match=r"undeclared row column\(s\) \['x'\]"):
+        w.write(_row(0) | {"x": 1.0})
+    with pytest.raises(RowError, match="row status 'fine'; valid: ok, mismatch"):
+        w.write(_row(0) | {"status": "fine"})
+    w.write(_row(0) | {"status": "ok", "extra": {"compile_ms": 3.0, "q_len": 7}})
+    w.close()
+    raw = json.loads((tmp_path / store.RESULTS).read_text())
+    assert raw["extra"] == {"compile_ms": 3.0, "q_len": 7} and raw["reason_kind"] == ""  # ok: no reason
+    flat = store.read_rows(tmp_path)[0]  # as the reports read it
+    assert flat["compile_ms"] == 3.0 and flat["extra.q_len"] == 7 and flat["q_len"] == _row(0)["q_len"]
 
 
 @pytest.mark.parametrize("content", ["", '{"device": "cpu", "thr', "[1, 2]"])

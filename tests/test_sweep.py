@@ -158,7 +158,7 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
     (["sweep", "--threads", "two"], "--threads takes a whole number from 1 to 4096, got 'two'"),
     (["sweep", "--precision", "nan"], "--precision takes a number from 0.1 to 50, got 'nan'"),
     (["sweep", "--rounds", "0"], "--rounds takes a whole number from 1 to 100, got 0"),
-    (["sweep", "--budget-ms", "nan"], "--timeout and --budget-ms must be positive, finite numbers"),
+    (["sweep", "--budget-ms", "nan"], "--budget-ms takes a positive, finite number of milliseconds, got 'nan'"),
     (["compare", "/nonexistent/a"], "the following arguments are required"),
     (["report", "/nonexistent/run"], "/nonexistent/run: not a run folder (no results.jsonl)"),
     (["compare", "/nonexistent/a", "/nonexistent/b"], "not a run folder"),
@@ -173,8 +173,8 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, words):
 
 @pytest.mark.parametrize("toml, words", [
     ("sweep = 5\n", "'sweep' must be a table"),
-    ("seq_lens = [64.5]\n", "--seq-lens takes positive integers up to 16,777,216, got 64.5"),
-    ("seq_lens = [true]\n", "--seq-lens takes positive integers up to 16,777,216, got True"),
+    ("seq_lens = [64.5]\n", ": seq_lens takes positive integers up to 16,777,216, got 64.5"),
+    ("seq_lens = [true]\n", ": seq_lens takes positive integers up to 16,777,216, got True"),
     ("plugins = 5\n", "plugins takes a list of paths, got 5"),
     ('plugins = "/nonexistent/x.py"\n', "--plugin /nonexistent/x.py: not a Python file"),
 ])
@@ -190,10 +190,11 @@ def test_config_values_are_not_converted_silently(tmp_path, capsys, toml, words)
 def test_repeated_values_are_one_cell_and_huge_lengths_cost_nothing():
     from bench import masks
     from bench.case import Case
+    from bench.model.spec import build_spec, parse_values
     from bench.registry import discover
-    from bench.spec import build_spec
 
-    spec = build_spec({"variants": "naive,naive", "dtypes": "bf16,bfloat16", "seq_lens": "64,64"}, discover())
+    given = parse_values({"variants": "naive,naive", "dtypes": "bf16,bfloat16", "seq_lens": "64,64"})
+    spec = build_spec(given, discover())
     assert (spec.variants, spec.dtypes, spec.seq_lens) == (["naive"], ["bfloat16"], [64])
     n = 1 << 24  # the largest length: its pairs in closed form, no per-token tensor
     big = Case(batch=2, q_len=n, kv_len=n, mask="window", window=4096)

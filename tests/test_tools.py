@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import store
 from bench.case import Case
 from bench.cli import main
-from bench.profile import CATEGORIES, categorize, profile_case
+from bench.engine import store
+from bench.measure.profiler import CATEGORIES, categorize, profile_case
 from tests.conftest import ROOT, read_jsonl, run_cli
 
 
@@ -111,7 +111,7 @@ def test_export_is_read_by_pytest_benchmark(tmp_path):
 def test_selfcheck_pairs_the_tools_round_by_round(monkeypatch):
     """The two tools take turns (harness, tub, harness, tub, ...), and the ratio is the median
     of the per-round ratios, with its spread."""
-    import bench.selfcheck as sc
+    import bench.measure.selfcheck as sc
     from bench.case import Case
     from bench.registry import discover
 
@@ -208,7 +208,7 @@ def test_gpu_check_quick_rehearsal_on_cpu(tmp_path):
 
 
 def test_profile_categories_for_hopper_kernels_and_annotations():
-    from bench.profile import breakdown, is_annotation
+    from bench.measure.profiler import breakdown, is_annotation
 
     assert categorize("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_TNT") == "matmul"
     assert categorize("cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm>") == "matmul"
@@ -237,7 +237,7 @@ def test_profile_categories_for_hopper_kernels_and_annotations():
 
 
 def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
-    import bench.cell as cell
+    import bench.engine.cell as cell
 
     def broken():
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

@@ -10,20 +10,16 @@ import warnings
 import torch
 
 from bench import masks
-from bench.inputs import make_grad_out, make_inputs, probe_case
+from bench.measure.inputs import make_grad_out, make_inputs, probe_case
 from bench.registry import Prepared, variant
 
-_COMPILED = None
+CACHE_SIZE_LIMIT = 256  # compiled shapes kept per function: a sweep compiles one per case
 
 
-def _compiled_flex():
-    global _COMPILED
-    if _COMPILED is None:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-        _COMPILED = torch.compile(flex_attention, dynamic=False)
-    return _COMPILED
+def _dynamo_limits():
+    """Dynamo's settings for flex's calls, set around them and restored after (a scope), not
+    changed for the whole process."""
+    return torch._dynamo.config.patch(cache_size_limit=max(torch._dynamo.config.cache_size_limit, CACHE_SIZE_LIMIT))
 
 
 def _check(case):
@@ -50,7 +46,26 @@ def _eager_refusal(small):
     return None
 
 
-def _factory(case):
+class FlexFactory:
+    """The factory of the ``flex`` variant.  It owns its compiled flex_attention, built on
+    first use (one compilation per shape is then cached by dynamo with it)."""
+
+    def __init__(self):
+        self._compiled = None
+
+    def compiled(self):
+        if self._compiled is None:
+            from torch.nn.attention.flex_attention import flex_attention
+
+            self._compiled = torch.compile(flex_attention, dynamic=False)
+        return self._compiled
+
+    def __call__(self, case):
+        with _dynamo_limits():
+            return _prepare(case, self.compiled())
+
+
+def _prepare(case, flex):
     from torch.nn.attention.flex_attention import create_block_mask
 
     bound = masks.bind(case)  # the one definition of the mask and score mods, from bench.masks
@@ -61,7 +76,6 @@ def _factory(case):
         block_mask = create_block_mask(mask_mod, case.batch if per_batch else None, case.heads if per_head else None,
                                        case.q_len, case.kv_len, device=case.device)
         info["block_sparsity"] = round(float(block_mask.sparsity()), 2)  # % of blocks skipped
-    flex = _compiled_flex()
     gqa, scale = case.is_gqa, case.scale
 
     def attention(q, k, v):
@@ -76,9 +90,9 @@ def _factory(case):
     if case.device == "cuda":
         torch.cuda.synchronize()
     info["compile_ms"] = (time.perf_counter() - t0) * 1e3
-    return Prepared(attention, info)
+    return Prepared(attention, info, scope=_dynamo_limits)
 
 
 variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check,
         description="FlexAttention: any mask as a block mask from its mask_mod, any score mod; torch.compile'd "
-                    "once per shape")(_factory)
+                    "once per shape")(FlexFactory())

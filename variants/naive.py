@@ -1,7 +1,7 @@
 """The textbook form: Q @ K^T, scale by 1/sqrt(d), score mods, mask with -inf, softmax, @ V."""
 
 from bench import masks
-from bench.flops import DIRECTION_FACTOR, ELEMENT_BYTES, min_bytes
+from bench.measure.flops import DIRECTION_FACTOR, ELEMENT_BYTES, min_bytes
 from bench.registry import Prepared, variant
 
 

@@ -12,10 +12,9 @@ import pytest
 import torch
 
 from bench.case import Case
-from bench.inputs import make_grad_out, make_inputs
-from bench.reference import run_and_check
+from bench.measure.bound import bind
+from bench.measure.reference import run_and_check
 from bench.registry import available, discover
-from bench.timing import timed_call
 
 REGISTRY = discover(entry_points=False)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -37,15 +36,13 @@ def test_variant(benchmark, name, case):
     ok, why = available(v, case)
     if not ok:
         pytest.skip(why)
-    q, k, vv = make_inputs(case)
-    grad_out = make_grad_out(case) if case.needs_grad else None
-    prepared = v.prepare(case)
+    bound = bind(v, case)
     benchmark.group = f"{DEVICE} {DTYPE} n={N} {case.mask} {case.direction}"
     benchmark.extra_info.update(case.to_dict())
-    with prepared.scope():  # e.g. the pinned SDPA backend, held open around the rounds
-        checked = run_and_check(case, prepared.fn, q, k, vv, grad_out)  # a wrong answer is not timed
+    with bound.scope():  # e.g. the pinned SDPA backend, held open around the rounds
+        checked = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out)  # a wrong answer is not timed
         assert checked.ok, f"{name} on {case.label()}: {checked.reason}"
-        call = timed_call(case, prepared.fn, q, k, vv, grad_out)
+        call = bound.timed()
         if DEVICE == "cuda":
             inner = call
 

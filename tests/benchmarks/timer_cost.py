@@ -23,9 +23,9 @@ import torch.utils.benchmark as tub
 from tabulate import tabulate
 
 from bench.case import Case
-from bench.inputs import make_inputs
+from bench.measure.inputs import make_inputs
+from bench.measure.timing import CpuTimer, ci_halfwidth
 from bench.registry import discover
-from bench.timing import CpuTimer, ci_halfwidth
 
 
 def main() -> None:

@@ -9,28 +9,25 @@ Every path ends in a row with a status and a reason; nothing here raises.
 from __future__ import annotations
 
 import gc
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from bench import contention, masks
-from bench import flops as flopcount
-from bench.case import CASE_FIELDS, Case
-from bench.inputs import make_grad_out, make_inputs
-from bench.memory import peak_bytes
-from bench.reference import reference, run_and_check
-from bench.registry import Prepared, Variant, first_line, probe_reason
-from bench.timing import DEFAULT_PRECISION, interleave, make_timer, release_flush_buffer, timed_call
+from bench.measure import contention
+from bench.measure import flops as flopcount
+from bench.measure.bound import Bound, bind, case_inputs
+from bench.measure.memory import peak_bytes
+from bench.measure.reference import reference, run_and_check
+from bench.measure.timing import DEFAULT_PRECISION, interleave, make_timer, release_flush_buffer
+from bench.model import masks
+from bench.model.case import Case
+from bench.model.registry import Variant, first_line, probe_reason
+from bench.model.row import MEASURED, ReasonKind, Status, default_kind
 
-STATUSES = ("ok", "mismatch", "unsupported", "oom", "error", "timeout", "crash")
 UNSUPPORTED_MARKERS = ("No available kernel", "No viable backend", "No operator found",
                        "not supported", "does not support", "No execution plans", "cuDNN Frontend error")
 DEFAULT_ROUNDS = 3
-
-MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")
-
 
 @dataclass
 class CellSettings:
@@ -43,10 +40,14 @@ class CellSettings:
         return {"budget_ms": self.budget_ms, "precision": self.precision}
 
 
-def base_row(variant: str, case: Case, status: str = "", reason: str = "") -> dict:
-    """The columns every row has, measured or not (None until measured)."""
-    return {"variant": variant, **case.to_dict(), "status": status, "reason": reason, **masks.row_columns(case),
-            "flops": flopcount.flops(case), "bytes": flopcount.min_bytes(case)} | dict.fromkeys(MEASURED)
+def base_row(variant: str, case: Case, status: str = "", reason: str = "", kind: str | None = None) -> dict:
+    """The columns every row has, measured or not (None until measured), as a dict to fill;
+    ``bench.model.row.make_row`` types it when it is written.  ``kind``: a ReasonKind
+    (default: the status's own)."""
+    kind = kind if kind is not None else (default_kind(Status(status)).value if status else "")
+    return {"variant": variant, **case.to_dict(), "status": status, "reason": reason, "reason_kind": kind,
+            **masks.row_columns(case), "flops": flopcount.flops(case), "bytes": flopcount.min_bytes(case)} \
+        | dict.fromkeys(MEASURED)
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -60,12 +61,12 @@ def fail(row: dict, exc: BaseException) -> dict:
     """The row's status and reason from an exception."""
     why = f"{type(exc).__name__}: {first_line(exc)}"
     if _is_oom(exc):
-        status = "oom"
+        status, kind = Status.OOM, ReasonKind.OOM
     elif isinstance(exc, NotImplementedError) or any(m in str(exc) for m in UNSUPPORTED_MARKERS):
-        status = "unsupported"
+        status, kind = Status.UNSUPPORTED, ReasonKind.LIBRARY  # the library's own refusal, in its words
     else:
-        status = "error"
-    row.update(status=status, reason=why[:500])
+        status, kind = Status.ERROR, ReasonKind.ERROR
+    row.update(status=status.value, reason=why[:500], reason_kind=kind.value)
     for key in ("samples_ms", "round_medians_ms"):
         row.pop(key, None)
     return row
@@ -113,36 +114,25 @@ class ReferenceCache:
         return self._value
 
 
-CORE_COLUMNS = frozenset({  # what a row says about itself: a variant's figures never replace these
-    "variant", *CASE_FIELDS, "status", "reason", "mask_params", "density", "flops", "bytes", *MEASURED, "setup_ms",
-    "threads", "budget_ms",
-    "precision", "iqr_ms", "mean_ms", "q1_ms", "q3_ms", "rel_iqr", "ci_halfwidth", "noisy", "ci_lo_ms", "ci_hi_ms",
-    "number", "warmup_calls", "timer", "samples_ms", "round_medians_ms", "rounds", "timed_s", "cpu_util",
-    "other_cpu", "quantum_ms", "contended", "contended_why", "max_rel_err", "grad_max_abs_err", "gbps", "pct_peak",
-    "rel_err", "cosine", "grad_rel_err", "grad_cosine", "approximate", "pct_bw", "pct_roof", "bound"})
-
-
-def _info_columns(info: dict, row: dict) -> dict:
-    """Prepared.info as columns: a name that a row already has goes under ``info_<name>``;
-    a value that cannot be sent to the sweep is an error that names its key."""
+def _extra(info: dict) -> dict:
+    """Prepared.info as the row's ``extra`` (a variant's figures, in their own namespace); a
+    value that cannot be sent to the sweep is an error that names its key."""
     import pickle
 
-    out = {}
     for key, value in info.items():
         try:
             pickle.dumps(value)
         except Exception as exc:
             raise TypeError(f"Prepared.info[{key!r}] cannot be sent to the sweep ({type(exc).__name__}: "
                             f"{first_line(exc)}); report plain numbers or strings") from None
-        out[f"info_{key}" if key in CORE_COLUMNS or key in row else key] = value
-    return out
+    return dict(info)
 
 
 @dataclass
 class _Live:
     """A variant that passed its check and waits for its timing."""
     variant: Variant
-    prepared: Prepared
+    bound: Bound | None
     row: dict
     call: Callable = None
     timer: object = None
@@ -161,52 +151,51 @@ def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit:
     variant's own code is about to run, so that a crash or a hang is put on the right one."""
     cache = cache or ReferenceCache()
     try:
-        q, k, v = make_inputs(case)
-        grad_out = make_grad_out(case) if case.needs_grad else None
+        inputs = case_inputs(case)
         live = []
         for var in variants:
             at(var.name)
-            item = _setup_and_check(var, case, settings, cache, q, k, v, grad_out)
+            item = _setup_and_check(var, case, settings, cache, inputs)
             if item.row["status"]:
                 emit(item.row)
             else:
                 live.append(item)
         if live:
-            _time_all(live, case, settings, q, k, v, grad_out, emit, at)
+            _time_all(live, case, settings, emit, at)
     finally:
         release_flush_buffer()
         _free(case.device)
 
 
-def _setup_and_check(var, case, settings, cache, q, k, v, grad_out) -> _Live:
+def _setup_and_check(var, case, settings, cache, inputs) -> _Live:
     row = base_row(var.name, case) | settings.to_row() | {"approximate": var.approximate}
     row["threads"] = torch.get_num_threads()
     try:
         why = probe_reason(var, case)  # the library's own refusal, here in the worker
         if why:
-            row.update(status="unsupported", reason=why)
+            row.update(status=Status.UNSUPPORTED.value, reason=why, reason_kind=ReasonKind.LIBRARY.value)
             return _Live(var, None, row)
-        t0 = time.perf_counter()
-        prepared = var.prepare(case)
-        row["setup_ms"] = (time.perf_counter() - t0) * 1e3
-        row.update(_info_columns(prepared.info, row))
-        with prepared.scope():
-            result = run_and_check(case, prepared.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
+        bound = bind(var, case, inputs)
+        row["setup_ms"] = bound.setup_ms
+        row["extra"] = _extra(bound.prepared.info)
+        (q, k, v), grad_out = inputs
+        with bound.scope():
+            result = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
                                    var.error_budget, var.approximate)
         row.update(result.to_row())
         if not result.ok:
-            row.update(status="mismatch", reason=result.reason)
-        return _Live(var, prepared, row)
+            row.update(status=Status.MISMATCH.value, reason=result.reason, reason_kind=result.kind)
+        return _Live(var, bound, row)
     except Exception as exc:  # every failure becomes the row's status
         return _Live(var, None, fail(row, exc))
 
 
-def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, grad_out, emit, at) -> None:
+def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -> None:
     by_name = {item.variant.name: item for item in live}
 
     def enter(name):
         at(name)
-        return by_name[name].prepared.scope()
+        return by_name[name].bound.scope()
 
     def on_error(name, exc):
         by_name[name].failed = True
@@ -215,8 +204,8 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, gr
     for item in list(live):
         try:
             at(item.variant.name)
-            with item.prepared.scope():
-                item.call = timed_call(case, item.prepared.fn, q, k, v, grad_out)
+            with item.bound.scope():
+                item.call = item.bound.timed()
             item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision)
         except Exception as exc:
             on_error(item.variant.name, exc)
@@ -237,13 +226,12 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, q, k, v, gr
                 row.update(contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms))
             item.call = None  # the retained graph of a bwd call goes before the memory pass
             _free(case.device)
-            whole = case.replace(direction="fwd+bwd" if case.needs_grad else "fwd")
-            with item.prepared.scope():
-                row["peak_mem_bytes"] = peak_bytes(case.device, timed_call(whole, item.prepared.fn, q, k, v,
-                                                                            grad_out))
+            with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
+                row["peak_mem_bytes"] = peak_bytes(case.device,
+                                                   item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
             row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
             row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
-            row["status"] = "ok"
+            row["status"] = Status.OK.value
         except Exception as exc:
             fail(row, exc)
         emit(row)
@@ -253,18 +241,17 @@ def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], No
                   at: Callable[[str], None] = _nowhere) -> None:
     """The profiled pass: category shares of profiled self time per variant, as a row keyed
     like the cell's (``variant`` and the case fields); a failure is ``profile_error``."""
-    from bench.profile import category_shares
+    from bench.measure.profiler import category_shares
 
     try:
-        q, k, v = make_inputs(case)
-        grad_out = make_grad_out(case) if case.needs_grad else None
+        inputs = case_inputs(case)
         for var in variants:
             at(var.name)
             row = {"variant": var.name, **case.to_dict()}
             try:
-                prepared = var.prepare(case)
-                with prepared.scope():
-                    row.update(category_shares(case, prepared.fn, q, k, v, grad_out))
+                bound = bind(var, case, inputs)
+                with bound.scope():
+                    row.update(category_shares(bound))
             except Exception as exc:
                 row["profile_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
             emit(row)

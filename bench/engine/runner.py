@@ -9,7 +9,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from bench.case import Case
+from bench.model.case import Case
 
 WORKER_START_TIMEOUT_S = 300.0
 
@@ -61,8 +61,8 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     import functools
     import gc
 
-    from bench.cell import CellSettings, ReferenceCache, cuda_broken, profile_group, run_group
-    from bench.registry import discover
+    from bench.engine.cell import CellSettings, ReferenceCache, cuda_broken, profile_group, run_group
+    from bench.model.registry import discover
 
     if settings.threads:
         torch.set_num_threads(settings.threads)

@@ -3,7 +3,7 @@
 For each cell the harness's median is printed beside torch.utils.benchmark's
 blocked_autorange median (and triton.testing.do_bench's on a GPU, when triton is
 installed).  The tools take turns in interleaved rounds, the same mechanism the sweep uses
-for the variants of a case (``bench.timing.interleave``), and the ratio is the median of
+for the variants of a case (``bench.measure.timing.interleave``), and the ratio is the median of
 the per-round ratios with its spread.  The machine's load is measured meanwhile: two
 timers hit alike by a busy machine agree with each other and are both wrong, so a
 contended check says so.  It reports; it asserts no time.
@@ -17,10 +17,10 @@ import statistics
 import torch
 import torch.utils.benchmark as tub
 
-from bench import contention
-from bench.case import Case
-from bench.inputs import make_grad_out, make_inputs
-from bench.timing import CpuTimer, CudaTimer, interleave, timed_call
+from bench.measure import contention
+from bench.measure.bound import bind
+from bench.measure.timing import CpuTimer, CudaTimer, interleave
+from bench.model.case import Case
 
 ROUNDS = 3
 DEFAULT_CELLS = {
@@ -38,9 +38,9 @@ def default_cases(device: str) -> list[tuple[str, Case]]:
 
 
 def check_cell(variant, case: Case, budget_ms: float = 1000.0, rounds: int = ROUNDS) -> dict:
-    prepared = variant.prepare(case)
-    with prepared.scope():
-        return _compare_timers(variant.name, case, prepared.fn, budget_ms, rounds)
+    bound = bind(variant, case)
+    with bound.scope():
+        return _compare_timers(variant.name, case, bound.timed(), budget_ms, rounds)
 
 
 class _ToolTimer:
@@ -59,9 +59,7 @@ def _ratio(ours: list[float], theirs: list[float]) -> tuple[float, float, float]
     return statistics.median(ratios), ratios[0], ratios[-1]
 
 
-def _compare_timers(name: str, case: Case, fn, budget_ms: float, rounds: int = ROUNDS) -> dict:
-    q, k, v = make_inputs(case)
-    call = timed_call(case, fn, q, k, v, make_grad_out(case) if case.needs_grad else None)
+def _compare_timers(name: str, case: Case, call, budget_ms: float, rounds: int = ROUNDS) -> dict:
     timer = tub.Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
     timers = {"harness": CudaTimer(call) if case.device == "cuda" else CpuTimer(call),
               "tub": _ToolTimer(lambda ms: timer.blocked_autorange(min_run_time=max(0.05, ms / 1e3)).median * 1e3)}

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bench.case import Case
-from bench.stats import Stats, quantile
+from bench.measure.stats import Stats, quantile
+from bench.model.case import Case
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H100/H200: 50-60 MiB)
 CONFIDENCE = 0.95

@@ -1,24 +1,30 @@
-"""Command line: ``python -m bench {list,sweep,report,compare,profile,selfcheck,export,gpu-check}``."""
+"""``python -m bench list``: the registered variants, their capabilities and whether they run
+here; ``--masks``: the masks and score mods a sweep can use."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
-from bench.errors import UsageError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, no usage dump
-        raise UsageError(f"{self.prog}: {message}")
+from bench.cli.common import yn
 
 
-def _cmd_list(args) -> int:
+def add_parser(sub) -> None:
+    lp = sub.add_parser("list", help="the registered variants, their capabilities and availability")
+    lp.add_argument("--format", choices=("table", "json"), default="table")
+    lp.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                    help="check availability on this device (default: cuda if present, else cpu)")
+    lp.add_argument("--plugin", action="append", default=[], metavar="PATH",
+                    help="a Python file with more variants (repeatable)")
+    lp.add_argument("--masks", action="store_true",
+                    help="list the masks and score mods (built-in and plugins') instead of the variants")
+    lp.set_defaults(func=command)
+
+
+def command(args) -> int:
     from tabulate import tabulate
 
-    from bench.registry import discover
-    from bench.spec import availability_on_this_machine
+    from bench.model.registry import discover
+    from bench.model.spec import availability_on_this_machine
 
     reg = discover(args.plugin)
     if args.masks:
@@ -35,8 +41,8 @@ def _cmd_list(args) -> int:
         return 0
     table = [[r["name"] + (" *" if r["baseline"] else "") + (" ~" if r["approximate"] else ""), ",".join(r["devices"]),
               ",".join(d.replace("float", "f") for d in r["dtypes"]),
-              ",".join(r["masks"] + [f"+{m}" for m in r["score_mods"]]), _yn(r["cross"]), _yn(r["gqa"]),
-              _yn(r["backward_here"]) if r["backward"] == r["backward_here"] or not r["available"] else "not here",
+              ",".join(r["masks"] + [f"+{m}" for m in r["score_mods"]]), yn(r["cross"]), yn(r["gqa"]),
+              yn(r["backward_here"]) if r["backward"] == r["backward_here"] or not r["available"] else "not here",
               "yes" if r["available"] else "no", r["reason"] or r["description"]]
              for r in rows]
     print(tabulate(table, headers=["variant", "devices", "dtypes", "masks", "cross", "gqa", "bwd",
@@ -52,7 +58,7 @@ def _list_masks(args, reg) -> int:
     """The masks and score mods a sweep can use (built-in, then plugins'), and who computes them."""
     from tabulate import tabulate
 
-    from bench import masks
+    from bench.model import masks
 
     rows = []
     for d in masks.catalogue().values():
@@ -74,44 +80,7 @@ def _list_masks(args, reg) -> int:
     return 0
 
 
-def _yn(b):
-    return "yes" if b else "-"
-
-
 def _device_label(device):
-    from bench.spec import default_device
+    from bench.model.spec import default_device
 
     return device or default_device()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from bench import commands
-
-    p = _Parser(prog="python -m bench", description="Benchmark and profile attention variants.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    lp = sub.add_parser("list", help="the registered variants, their capabilities and availability")
-    lp.add_argument("--format", choices=("table", "json"), default="table")
-    lp.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                    help="check availability on this device (default: cuda if present, else cpu)")
-    lp.add_argument("--plugin", action="append", default=[], metavar="PATH",
-                    help="a Python file with more variants (repeatable)")
-    lp.add_argument("--masks", action="store_true",
-                    help="list the masks and score mods (built-in and plugins') instead of the variants")
-    lp.set_defaults(func=_cmd_list)
-    commands.add_subcommands(sub)
-    return p
-
-
-def main(argv=None) -> int:
-    from bench.case import CaseError
-    from bench.registry import RegistryError
-
-    try:
-        args = build_parser().parse_args(argv)
-        return args.func(args)
-    except (UsageError, RegistryError, CaseError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130

@@ -1,7 +1,7 @@
 """Exact work per case.
 
 FLOPs count the two matmuls over the (query, key) pairs the mask keeps, counted exactly
-from the mask's definition (bench.masks):
+from the mask's definition (bench.model.masks):
 forward = 4 * batch * heads * pairs * head_dim (2 for QK^T, 2 for PV, multiply-add = 2);
 backward = 2.5x forward (five matmuls against the forward's two); fwd+bwd = 3.5x.
 Softmax and masking are not counted.  Bytes are the minimum traffic: each input read
@@ -11,8 +11,8 @@ in, dq, dk, dv out).
 
 from __future__ import annotations
 
-from bench import masks
-from bench.case import Case
+from bench.model import masks
+from bench.model.case import Case
 
 DIRECTION_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
 ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}

@@ -8,9 +8,10 @@ import json
 import platform
 from pathlib import Path
 
-from bench import store
-from bench.case import Case
-from bench.stats import Stats
+from bench.engine import store
+from bench.measure.stats import Stats
+from bench.model.case import Case
+from bench.model.row import ACCURACY, CONTENTION, FIGURES, SETTINGS, WORKLOAD
 
 
 def _stats_seconds(samples_ms: list[float], number: int) -> dict:
@@ -41,8 +42,8 @@ def to_pytest_benchmark(run_dir: Path) -> dict:
             "name": f"{row['variant']}[{param}]",
             "fullname": f"attnbench::{row['variant']}[{param}]",
             "params": case.to_dict(), "param": param,
-            "extra_info": {k: row.get(k) for k in ("flops", "tflops", "pct_peak", "peak_mem_bytes",
-                                                   "max_abs_err", "threads")},
+            "extra_info": {k: row[k] for k in (*WORKLOAD, *SETTINGS, *FIGURES, *ACCURACY, *CONTENTION)
+                           if row.get(k) is not None},
             "options": {"disable_gc": False, "timer": row.get("timer", "perf_counter"),
                         "min_rounds": 5, "max_time": None, "min_time": None, "warmup": True},
             "stats": _stats_seconds(row["samples_ms"], int(row.get("number") or 1)),

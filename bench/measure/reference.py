@@ -1,6 +1,6 @@
 """The float64 reference and the correctness check every cell passes before timing.
 
-The reference is attention written from the definition in ``bench.masks`` (the score mods
+The reference is attention written from the definition in ``bench.model.masks`` (the score mods
 applied to the scaled scores, then the mask, then the softmax), computed on
 the CPU in float64 from the very tensors a variant was given, query block by query
 block so that memory stays bounded at long sequence lengths.  Past FULL_CHECK_LIMIT
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bench import masks
-from bench.case import Case
+from bench.model import masks
+from bench.model.case import Case
 
 TOLERANCES = {  # dtype: ((out atol, out rtol), (grad atol, grad rtol))
     "float32": ((1e-4, 1e-4), (1e-3, 1e-3)),
@@ -71,7 +71,7 @@ def check_slice(case: Case) -> tuple[list[int], slice, slice]:
 
 
 def reference(case: Case, q, k, v, grad_out=None) -> Reference:
-    """float64 CPU attention from the definition in bench.masks, query block by block."""
+    """float64 CPU attention from the definition in bench.model.masks, query block by block."""
     batches, hs, kvs = check_slice(case)
     q, k, v = (t.detach()[batches] for t in (q, k, v))
     q, k, v = q[:, hs], k[:, kvs], v[:, kvs]
@@ -122,6 +122,7 @@ class CheckResult:
     cosine: float | None = None  # cosine similarity of out and ref, flattened
     grad_rel_err: float | None = None  # worst of dq, dk, dv
     grad_cosine: float | None = None  # worst of dq, dk, dv
+    kind: str = "mismatch-values"  # or mismatch-shape: the wrong dtype, device, layout or shape (a ReasonKind)
 
     def to_row(self) -> dict:
         return {"max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err,
@@ -212,10 +213,11 @@ def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None 
         ("dtype", out.dtype, case.torch_dtype), ("device", out.device.type, case.device),
         ("layout", out.layout, torch.strided)) if got != want]
     if wrong:
-        return CheckResult(False, float("inf"), float("inf"), reason="output " + "; ".join(wrong))
+        return CheckResult(False, float("inf"), float("inf"), reason="output " + "; ".join(wrong),
+                           kind="mismatch-shape")
     if out.shape != (case.batch, case.heads, case.q_len, case.head_dim):
         return CheckResult(False, float("inf"), float("inf"),
                            reason=f"output shape {tuple(out.shape)} != expected "
-                                  f"{(case.batch, case.heads, case.q_len, case.head_dim)}")
+                                  f"{(case.batch, case.heads, case.q_len, case.head_dim)}", kind="mismatch-shape")
     out, grads = ref.select(out, grads)
     return check(case, out, ref.out, grads, ref.grads, error_budget, approximate)

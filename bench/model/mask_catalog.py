@@ -1,6 +1,6 @@
 """The built-in masks and score mods, after attention-gym's catalogue.
 
-Each is one predicate (see ``bench.masks`` for the form and the spelling), plus, for
+Each is one predicate (see ``bench.model.masks`` for the form and the spelling), plus, for
 masks, the key ranges each query row keeps, from which the pairs are counted exactly in
 bounded memory; ``tests/test_masks.py`` checks those ranges against the predicate pair by
 pair.  Positions are aligned top-left: query i and key i are the same token.
@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from bench.case import Case
-from bench.masks import mask, score_mod
+from bench.model.case import Case
+from bench.model.maskdefs import mask, score_mod
 
 # -- the four original masks -----------------------------------------------------------------
 

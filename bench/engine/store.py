@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.case import CASE_FIELDS, Case
+from bench.model.case import CASE_FIELDS, Case
+from bench.model.row import Row, flatten, make_row, to_record
 
 RESULTS = "results.jsonl"
 PROFILE = "profile.jsonl"  # sweep --profile: category shares per cell, from a pass after the timing
@@ -96,7 +97,7 @@ def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS) -> list[
         if row is None:
             _warn(path, number, why)
         else:
-            rows.append(row)
+            rows.append(flatten(row) if name == RESULTS else row)
     if torn and repair:
         with open(path, "r+b") as f:
             f.truncate(len(data) - len(torn))
@@ -136,9 +137,14 @@ def _finite(value):
 class ResultWriter:
     def __init__(self, run_dir: Path, name: str = RESULTS):
         self.path = Path(run_dir) / name
+        self.typed = name == RESULTS
         self._f = open(self.path, "a", encoding="utf-8")
 
-    def write(self, row: dict) -> None:
+    def write(self, row) -> None:
+        """Append one row (a ``Row``, or a dict that ``make_row`` types: results.jsonl takes
+        only declared columns) and flush it to disk."""
+        if self.typed:
+            row = to_record(row if isinstance(row, Row) else make_row(row))
         self._f.write(json.dumps(_finite(row), default=str, allow_nan=False) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())

@@ -11,15 +11,13 @@ their cells.
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from bench.case import Case
-from bench.memory import quiet_stderr
-from bench.timing import timed_call
+from bench.measure.memory import quiet_stderr
+from bench.model.case import Case
 
 CATEGORIES = ("matmul", "softmax", "mask/elementwise", "copy", "fused attention", "other")
 SCHEDULE = dict(wait=1, warmup=2, active=3)
@@ -61,8 +59,8 @@ def categorize(name: str) -> str:
     return "other"
 
 
-def _profile(case: Case, fn: Callable, q, k, v, grad_out, trace_path: Path | None):
-    call = timed_call(case, fn, q, k, v, grad_out)
+def _profile(bound, trace_path: Path | None):
+    case, call = bound.case, bound.timed()
     activities = [ProfilerActivity.CPU]
     if case.device == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -122,24 +120,23 @@ def shares_by_category(rows: list[dict]) -> dict[str, float]:
     return out
 
 
-def category_shares(case: Case, fn, q, k, v, grad_out) -> dict:
-    """Columns for a sweep row: share_<category> in percent of profiled self time."""
-    prof = _profile(case, fn, q, k, v, grad_out, None)
-    shares = shares_by_category(breakdown(prof, case.device))
+def category_shares(bound) -> dict:
+    """Columns for a sweep row: share_<category> in percent of profiled self time
+    (``bound``: ``bench.measure.bound.bind``'s, called inside its scope)."""
+    prof = _profile(bound, None)
+    shares = shares_by_category(breakdown(prof, bound.case.device))
     return {f"share_{c.replace('/', '_').replace(' ', '_')}": round(s, 2) for c, s in shares.items()}
 
 
 def profile_case(variant, case: Case, out_dir: Path, top: int = 15) -> dict:
     """Profile one (variant, case); write trace and breakdown CSV; return figures and paths."""
-    from bench.inputs import make_grad_out, make_inputs
+    from bench.measure.bound import bind
 
-    prepared = variant.prepare(case)
-    q, k, v = make_inputs(case)
-    grad_out = make_grad_out(case) if case.needs_grad else None
+    bound = bind(variant, case)
     stem = f"{variant.name}_{case.mask}_n{case.q_len}_{case.dtype}_{case.direction}".replace("+", "")
     trace = out_dir / f"trace_{stem}.json"
-    with prepared.scope():
-        prof = _profile(case, prepared.fn, q, k, v, grad_out, trace)
+    with bound.scope():
+        prof = _profile(bound, trace)
     rows = breakdown(prof, case.device)
     csv_path = out_dir / f"breakdown_{stem}.csv"
     with open(csv_path, "w", newline="") as f:

@@ -33,9 +33,9 @@ import pandas as pd
 import torch
 from tabulate import tabulate
 
-from bench import store
-from bench.case import Case
+from bench.engine import store
 from bench.errors import UsageError
+from bench.model.case import Case
 
 SCALING = {"causal": ["naive", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "xformers"],
            "window": ["flex", "window.chunked"]}
@@ -60,7 +60,7 @@ MEMORY_EXPONENTS = {  # device: variant: (low, high)
 
 
 def _gpu_banner() -> None:
-    from bench.timing import L2_FLUSH_BYTES
+    from bench.measure.timing import L2_FLUSH_BYTES
 
     props = torch.cuda.get_device_properties(0)
     l2 = getattr(props, "L2_cache_size", 0)
@@ -85,10 +85,14 @@ def _prepare(out: Path | None, device: str, label: str) -> Path:
 
 
 def _sweep(argv: list[str]) -> tuple[int, list[dict]]:
-    from bench.cli import main
+    from bench.cli.sweep import run
 
     out = Path(argv[argv.index("--out") + 1])
-    rc = main(["sweep", *argv])
+    try:
+        rc = run(argv)
+    except UsageError as exc:
+        print(f"error: {exc}")
+        rc = 2
     return rc, store.read_rows(out)
 
 
@@ -101,16 +105,16 @@ def _verdict(checks: list[tuple[str, bool, str]]) -> int:
 
 
 def _failed_cells(rows: list[dict]) -> list[str]:
-    from bench.sweep import failures
+    from bench.engine.sweep import failures
 
     return failures(rows)
 
 
 def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
                   variants: list[str] | None = None) -> int:
-    from bench.profile import profile_case
-    from bench.registry import available, discover
-    from bench.selfcheck import check_cell
+    from bench.measure.profiler import profile_case
+    from bench.measure.selfcheck import check_cell
+    from bench.model.registry import available, discover
 
     out = _prepare(out, device, "gpu-check")
     print(f"gpu-check folder: {out}", flush=True)
@@ -173,9 +177,9 @@ def _fit(ns, ys) -> float:
 
 def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     """The device acceptance check (module doc); returns the exit code."""
-    from bench.profile import profile_case
-    from bench.registry import available, discover
-    from bench.selfcheck import check_cell
+    from bench.measure.profiler import profile_case
+    from bench.measure.selfcheck import check_cell
+    from bench.model.registry import available, discover
 
     q = QUICK[device]
     out = _prepare(out, device, "gpu-quick")
@@ -249,3 +253,31 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     (out / "quick-check.json").write_text(json.dumps(
         [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks], indent=2) + "\n")
     return _verdict(checks)
+
+
+def command(args):
+
+    out = Path(args.out) if args.out else None
+    if args.quick:
+        return run_quick_check(out, args.device)
+    try:
+        seq_len = int(args.seq_len)
+    except ValueError:
+        raise UsageError(f"--seq-len takes a positive whole number, got {args.seq_len!r}") from None
+    if seq_len < 16:
+        raise UsageError(f"--seq-len takes a whole number of 16 or more, got {seq_len}")
+    variants = [v for v in (args.variants or "").split(",") if v] or None
+    return run_gpu_check(out, seq_len, args.device, variants)
+
+
+def add_parser(sub) -> None:
+    gp = sub.add_parser("gpu-check", help="exercise every CUDA path on one NVIDIA GPU; ends with PASS or FAIL")
+    gp.add_argument("--out", metavar="DIR",
+                    help="a new or empty folder (default: a fresh runs/<timestamp>-gpu-check-...)")
+    gp.add_argument("--quick", action="store_true",
+                    help="the device acceptance check: five verdicts in about five minutes on an H200")
+    gp.add_argument("--seq-len", dest="seq_len", default="2048")
+    gp.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cpu: the same steps at a small size, a dry run of the script itself")
+    gp.add_argument("--variants", help="comma-separated subset (default: all)")
+    gp.set_defaults(func=command)

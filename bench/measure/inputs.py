@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from bench.case import Case
+from bench.model.case import Case
 
 
 def case_seed(case: Case, seed: int = 0) -> int:
@@ -53,7 +53,7 @@ def probe_case(case: Case, largest: int = 64) -> Case:
             q += 1
     window = None if case.window is None else max(1, min(case.window, kv))
     small = case.replace(batch=1, q_len=q, kv_len=kv, window=window)
-    from bench import masks
+    from bench.model import masks
 
     try:
         masks.bind(small)

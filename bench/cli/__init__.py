@@ -1,0 +1,37 @@
+"""The command line: ``python -m bench {list,sweep,report,compare,profile,selfcheck,export,gpu-check}``.
+
+One module per subcommand, each with ``add_parser(sub)`` and the handler it sets.  This
+package is the only part of ``bench`` that prints for the user, builds reports and turns
+errors into exit codes; the engine underneath takes and returns plain values."""
+
+from __future__ import annotations
+
+import sys
+
+from bench.cli import compare, export, gpu_check, listing, profile, report, selfcheck, sweep
+from bench.cli.common import Parser
+from bench.errors import UsageError
+from bench.model.case import CaseError
+from bench.model.registry import RegistryError
+
+SUBCOMMANDS = (listing, sweep, report, compare, profile, selfcheck, export, gpu_check)
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="python -m bench", description="Benchmark and profile attention variants.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for module in SUBCOMMANDS:
+        module.add_parser(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except (UsageError, RegistryError, CaseError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

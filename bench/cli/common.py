@@ -1,0 +1,56 @@
+"""What the subcommands share: the parser that turns bad input into one line and exit 2,
+the setting flags (made from ``bench.model.spec``'s declarations), and the cases of the
+single-case commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.errors import UsageError
+from bench.model.spec import SETTINGS, build_spec, default_device, flag, parse_values
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def add_setting_flags(p: argparse.ArgumentParser, case_only: bool = False, skip: tuple = ()) -> None:
+    """A flag for every sweep setting (``case_only``: those of a single case), each with the
+    help its declaration gives; ``--plugin`` is repeatable."""
+    for name, s in SETTINGS.items():
+        if name in skip or (case_only and not s.case and name != "plugins"):
+            continue
+        if name == "plugins":
+            p.add_argument("--plugin", action="append", default=[], metavar="PATH",
+                           help="a Python file with more variants (repeatable)")
+        else:
+            p.add_argument(flag(name), dest=name, metavar=s.metavar, help=s.help)
+
+
+def given_settings(args) -> dict:
+    """The settings given as flags, parsed (a flag not given is absent)."""
+    raw = {name: getattr(args, name, None) for name in SETTINGS if name != "plugins"}
+    values = parse_values(raw)
+    if getattr(args, "plugin", None):
+        values["plugins"] = parse_values({"plugins": list(args.plugin)})["plugins"]
+    return values
+
+
+def case_spec(args, defaults: dict, variants: list[str] | None = None):
+    """The registry and the Spec of a single-case command (profile, selfcheck): its flags
+    over ``defaults`` (raw values, as flags would give them)."""
+    from bench.model.registry import discover
+
+    given = given_settings(args)
+    if variants is not None:
+        given["variants"] = parse_values({"variants": variants})["variants"]
+    device = given.get("device") or default_device()
+    given = parse_values({k: v for k, v in defaults.items() if k not in given}) | given
+    given.setdefault("dtypes", ["float32" if device == "cpu" else "bfloat16"])
+    registry = discover(given.get("plugins") or [])
+    return registry, build_spec(given | {"device": device}, registry)
+
+
+def yn(b) -> str:
+    return "yes" if b else "-"

@@ -1,0 +1,21 @@
+"""``python -m bench report``: (re)build the report of one or more run folders."""
+
+from __future__ import annotations
+
+
+def command(args):
+    from bench.engine.store import DEFAULT_ROOT, writable_dir
+    from reports.build import build_report
+
+    runs = args.runs or [str(DEFAULT_ROOT / "latest")]
+    out = writable_dir(args.out) if args.out else None
+    print(f"report: {build_report(runs, out)}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    rp = sub.add_parser("report", help="(re)build the report of one or more run folders")
+    rp.add_argument("runs", nargs="*", metavar="RUN",
+                    help="run folders, one report for all of them (default: runs/latest)")
+    rp.add_argument("--out", metavar="DIR", help="report folder (default: RUN/report)")
+    rp.set_defaults(func=command)

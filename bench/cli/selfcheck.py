@@ -1,0 +1,66 @@
+"""``python -m bench selfcheck``: the harness's median next to torch.utils.benchmark's (and
+triton's do_bench on a GPU), in interleaved rounds."""
+
+from __future__ import annotations
+
+from bench.cli.common import add_setting_flags, case_spec
+from bench.errors import UsageError
+
+
+def command(args):
+    import math
+    import sys
+
+    from tabulate import tabulate
+
+    try:
+        budget = float(args.budget_ms)
+    except ValueError:
+        budget = math.nan
+    if not 0 < budget < math.inf:
+        raise UsageError(f"--budget-ms takes a positive number of milliseconds, got {args.budget_ms!r}")
+    from bench.measure.selfcheck import check_cell, default_cases
+    from bench.model.registry import available
+
+    if any(getattr(args, k) for k in ("variants", "seq_lens", "heads", "head_dims", "masks", "dtypes")):
+        registry, spec = case_spec(args, {"seq_lens": "1024", "heads": "8", "head_dims": "64",
+                                          "batch": "1", "masks": "none", "directions": "fwd"})
+        cells = [(name, case) for case in spec.cases() for name in spec.variants]
+    else:
+        from bench.model.registry import discover
+        from bench.model.spec import default_device
+
+        registry = discover(args.plugin)
+        cells = default_cases(args.device or default_device())
+    rows = []
+    for name, case in cells:
+        ok, why = available(registry[name], case)
+        if not ok:
+            print(f"{name} {case.label()}: unsupported: {why}")
+            continue
+        rows.append(check_cell(registry[name], case, budget))
+    for r in rows:
+        for tool in ("tub", "do_bench"):
+            if f"ratio_{tool}" in r:
+                r[f"spread_{tool}"] = f"{r[f'ratio_{tool}_lo']:.3f}-{r[f'ratio_{tool}_hi']:.3f}"
+    headers = {"variant": "variant", "case": "case", "harness_ms": "harness median ms",
+               "harness_iqr_ms": "IQR", "tub_ms": "torch.utils.benchmark ms", "ratio_tub": "ratio",
+               "spread_tub": "per-round", "do_bench_ms": "do_bench ms", "ratio_do_bench": "ratio",
+               "spread_do_bench": "per-round", "other_cpu": "other CPU (cores)", "contended": "contended"}
+    table = [[r.get(k, "") for k in headers if any(k in x for x in rows)] for r in rows]
+    print(tabulate(table, headers=[v for k, v in headers.items() if any(k in x for x in rows)],
+                   floatfmt=".4g"))
+    print(f"ratio = harness median / reference tool median (1.00 = same figure): the median of the "
+          f"per-round ratios, the tools taking turns in {rows[0]['rounds'] if rows else 3} interleaved rounds")
+    if any(r.get("contended") for r in rows):
+        print("warning: the machine was shared during the check (contended): both tools were hit alike, so "
+              "their agreement says nothing about either; rerun on a quiet machine or with --threads",
+              file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    sc = sub.add_parser("selfcheck", help="the harness's median next to torch.utils.benchmark's (and do_bench's)")
+    add_setting_flags(sc, case_only=True)
+    sc.add_argument("--budget-ms", dest="budget_ms", default="1000", help="timing budget per tool (ms)")
+    sc.set_defaults(func=command)

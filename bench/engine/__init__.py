@@ -1,0 +1,1 @@
+"""The engine: cells in an isolated worker, the sweep, the run folder."""

@@ -1,0 +1,277 @@
+"""The sweep engine: expand a Spec, run every cell in the isolated worker, and append each
+row to the run folder as soon as it is known.  Plain values in, a RunSummary out: the
+command line (``bench.cli.sweep``) decides what to print and whether to build the report."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.engine import store
+from bench.engine.cell import base_row
+from bench.engine.runner import Worker, WorkerSettings
+from bench.errors import UsageError
+from bench.model import masks
+from bench.model.case import Case
+from bench.model.registry import available
+from bench.model.row import FAILED, STATUSES, ReasonKind
+from bench.model.spec import Spec
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How one invocation runs a spec into a run folder (the spec says what is measured)."""
+    resume: bool = False  # the folder holds an earlier run: measure only the cells it lacks
+    retry: frozenset = frozenset()  # with resume: statuses whose cells are measured again
+    allow_env_change: bool = False  # with resume: go on on a machine whose fingerprint differs
+    profile: bool = False  # a profiled pass over every ok cell after the timing
+    progress: bool = True  # a progress bar on stderr
+    given: dict = field(default_factory=dict)  # the settings as the user gave them (env.json)
+    command: str = ""  # the command line, for env.json's history
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_dir: Path
+    rows: list  # every row in the folder, this invocation's and earlier ones
+    counts: dict  # status: cells of this invocation
+    cells: int  # cells run by this invocation
+    already: int  # cells the folder had before
+    elapsed_s: float
+    timed_s: float  # of elapsed_s, in timed samples
+
+
+def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions()) -> RunSummary:
+    """Measure every cell of ``spec`` that ``run_dir`` lacks, appending each row as soon as
+    it is known; returns what was done. One sweep at a time writes a folder (a lock)."""
+    from bench.model.registry import discover
+
+    registry = discover(spec.plugins)
+    run_dir = store.writable_dir(run_dir)
+    with store.locked(run_dir):
+        env = _open_run(run_dir, options.resume, spec, options.given, registry, options.allow_env_change,
+                        options.command)
+        done = {store.cell_key(r["variant"], r) for r in store.read_rows(run_dir, repair=True)
+                if r.get("status") not in options.retry}
+        cells = [(name, case) for case in spec.cases() for name in spec.variants
+                 if store.cell_key(name, case) not in done]
+        print(f"run folder: {run_dir}  ({len(cells)} cells to run, {len(done)} already there; "
+              f"device {spec.device}, {env['threads']} threads)", file=sys.stderr)
+        t0 = time.perf_counter()
+        counts, timed_s = _run_cells(cells, run_dir, spec, registry, env["peaks_tflops"], options)
+        rows = store.read_rows(run_dir)
+        _close_run(run_dir, spec, rows)
+    return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s)
+
+
+def failures(rows: list[dict]) -> list[str]:
+    """Cells that failed: an error, crash, timeout, mismatch or oom, or 'unsupported' with no
+    reason (a capability or library refusal always gives one)."""
+    newest = {store.cell_key(r.get("variant"), r): r for r in rows}  # a cell measured again is its newest row
+    out = []
+    for r in newest.values():
+        status = r.get("status")
+        if status in FAILED or (status == "unsupported" and not (r.get("reason") or "").strip()):
+            out.append(f"{r.get('variant')} {status} at n={r.get('q_len')} {r.get('mask')} {r.get('direction')}"
+                       f" {r.get('dtype')}: {(r.get('reason') or 'no reason given')[:160]}")
+    return out
+
+
+def contention_warning(rows: list[dict], spec) -> str:
+    """A warning that counts the contended cells and says what to do, or ''."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    bad = [r for r in ok if r.get("contended")]
+    if not bad:
+        return ""
+    return (f"warning: {len(bad)} of {len(ok)} ok cells were timed while the CPU was shared (contended: "
+            f"e.g. {bad[0].get('contended_why')}). Their numbers are kept but flagged, drawn hollow and left "
+            f"out of fits. For numbers you can trust, rerun on a quieter machine, or with fewer threads than "
+            f"cores (--threads {max(1, (os.cpu_count() or 2) - 1)}) so that other processes have a core of "
+            f"their own.")
+
+
+FINGERPRINT_KEYS = ("torch", "xformers", "cuda", "python", "device", "device_name", "cpu", "cpu_count", "threads")
+
+
+def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_env_change: bool = False,
+              command: str = ""):
+    """The run folder with its env.json written: the fingerprint, the spec, the load
+    average, the matmul peak of every dtype the spec uses and the copy bandwidth (measured
+    once per run, at the sweep's thread count), and a history entry for this invocation.  A resume on a machine
+    whose fingerprint differs is refused unless ``allow_env_change``; then env.json says
+    the run is mixed."""
+    from bench.measure.contention import load_average
+    from bench.measure.envinfo import fingerprint, measure_peak_gbps, measure_peak_tflops
+
+    here = fingerprint(spec.device)
+    here["threads"] = spec.threads or here["threads"]
+    env = store.read_env(run_dir) if resumed else {}
+    if env:
+        before = (env.get("history") or [{}])[-1].get("fingerprint") or {k: env.get(k) for k in FINGERPRINT_KEYS}
+        changed = [f"{k}: {before.get(k)} -> {here.get(k)}" for k in FINGERPRINT_KEYS if before.get(k) != here.get(k)]
+        if changed and not allow_env_change:
+            raise UsageError(f"--resume {run_dir}: this machine differs from the run's ({'; '.join(changed)}); its "
+                             f"rows would not compare. --allow-env-change resumes anyway and marks the run mixed")
+        if changed:
+            env.setdefault("mixed_env", []).extend(changed)
+        old = env.get("spec") or {}
+        differs = sorted(k for k, v in spec.to_dict().items() if k in old and old[k] != v)
+        if differs:
+            print(f"note: the spec differs from the run's in {', '.join(differs)}; both stay in env.json's "
+                  f"history, and every row records its own settings", file=sys.stderr)
+        env.setdefault("resumed", []).append(command)
+    else:
+        env = here | {"peaks_tflops": {}}
+    env["threads"] = here["threads"]
+    baseline = registry.baseline()
+    env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None,
+            "loadavg_start": load_average()}
+    env.setdefault("history", []).append({
+        "command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in FINGERPRINT_KEYS}})
+    from bench.engine.runner import wait_prestarted
+
+    wait_prestarted()  # no import running beside the peak measurement
+    for dtype in spec.dtypes:
+        if dtype not in env["peaks_tflops"]:
+            env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, spec.threads)
+    if not env.get("peak_gbps"):
+        env["peak_gbps"] = measure_peak_gbps(spec.device, spec.threads)
+    store.write_env(run_dir, env)
+    _write_mask_pictures(run_dir, spec)
+    return env
+
+
+def _write_mask_pictures(run_dir: Path, spec) -> None:
+    """masks.json: every mask of the sweep, its definition and keep pattern at n = 256 (the report's pictures)."""
+    pictures = store.read_masks(run_dir)
+    for case in spec.cases():
+        name = masks.label(case.mask, case.window)
+        if name not in pictures:
+            pictures[name] = masks.picture(case)
+    store.write_json(run_dir, store.MASKS, pictures)
+
+
+def _close_run(run_dir: Path, spec, rows: list[dict]) -> None:
+    """The end of a sweep in env.json: the load average, and the matmul peak measured again.
+    The peak kept is the higher of the two; a cell above it means the peak is still wrong,
+    and env.json says so (``peak_unreliable``) for the report to show."""
+    from bench.measure.contention import load_average
+    from bench.measure.envinfo import measure_peak_tflops
+
+    env = store.read_env(run_dir)
+    env["loadavg_end"] = load_average()
+    checks = env.setdefault("peak_checks", {})
+    best_cell = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("tflops"):
+            best_cell[r["dtype"]] = max(best_cell.get(r["dtype"], 0.0), float(r["tflops"]))
+    unreliable = env.setdefault("peak_unreliable", {})
+    for dtype in spec.dtypes:
+        again = measure_peak_tflops(spec.device, dtype, spec.threads)
+        start = env["peaks_tflops"].get(dtype, 0.0)
+        checks[dtype] = {"start": start, "end": again}
+        env["peaks_tflops"][dtype] = peak = max(start, again)
+        top = best_cell.get(dtype, 0.0)
+        if top > peak:
+            unreliable[dtype] = (f"a cell reached {100 * top / peak:.0f}% of the measured {dtype} matmul peak "
+                                 f"({peak:.3g} TFLOP/s, measured at the start and again at the end): the peak "
+                                 f"is too low for this machine, so % of peak is not reliable for {dtype}")
+        else:
+            unreliable.pop(dtype, None)
+    store.write_env(run_dir, env)
+
+
+def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options) -> tuple[dict, float]:
+    """Each cell to a row, appended as soon as it is known; unavailable cells are recorded
+    as 'unsupported' without launching them.  The variants of one case go to the worker
+    together, to be timed in interleaved rounds; when the worker dies or overruns in a
+    group, the variants still without a row run again one at a time, so that the cell
+    that crashed is the one marked.  Returns the status counts and the timed seconds."""
+    from tqdm import tqdm
+
+    writer = store.ResultWriter(run_dir)
+    worker = Worker(WorkerSettings(plugins=spec.plugins, budget_ms=spec.budget_ms, threads=spec.threads,
+                                   precision=spec.precision / 100.0, rounds=spec.rounds,
+                                   log_path=str(run_dir / "worker.log")))
+    counts = dict.fromkeys(STATUSES, 0)
+    timed = [0.0]
+    measured: dict = {}  # case: names of the variants measured ok in this invocation
+    bar = tqdm(total=len(cells), unit="cell", dynamic_ncols=True, file=sys.stderr,
+               disable=not options.progress)
+
+    def record(row: dict) -> None:
+        dtype = row.get("dtype")
+        if row.get("tflops") and peaks.get(dtype):
+            row["pct_peak"] = 100.0 * row["tflops"] / peaks[dtype]
+        writer.write(row)
+        if row["status"] == "ok":
+            measured.setdefault(Case.from_dict(row), []).append(row["variant"])
+        counts[row["status"]] += 1
+        timed[0] += row.get("timed_s") or 0.0
+        bar.update(1)
+
+    def run(names: list[str], case) -> None:
+        got = []
+        tag, why = worker.run_group(names, case, spec.timeout, lambda row: (got.append(row["variant"]),
+                                                                            record(row)))
+        missing = [n for n in names if n not in got]
+        if tag == "done" or not missing:
+            return
+        culprit = worker.last_started if worker.last_started in missing else None
+        if culprit is None and len(missing) == 1:
+            culprit = missing[0]
+        if culprit is None:
+            for name in missing:  # find the culprit: one at a time
+                run([name], case)
+            return
+        record(base_row(culprit, case, tag, why))  # it was running when the worker died or hung
+        rest = [n for n in missing if n != culprit]
+        if rest:
+            run(rest, case)
+
+    try:
+        for case, names in _by_case(cells):
+            bar.set_postfix_str(f"{case.label()}", refresh=False)
+            runnable = []
+            for name in names:
+                ok, why = available(registry[name], case, probe=False)  # probes run in the worker
+                if ok:
+                    runnable.append(name)
+                else:
+                    kind = ReasonKind.CAPABILITY if registry[name].static_reason(case) else ReasonKind.ENVIRONMENT
+                    record(base_row(name, case, "unsupported", why, kind.value))
+            if runnable:
+                run(runnable, case)
+        if options.profile and measured:
+            _profile_pass(worker, run_dir, measured, spec.timeout, bar)
+    finally:
+        bar.close()
+        worker.stop()
+        writer.close()
+    return counts, timed[0]
+
+
+def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, bar) -> None:
+    """sweep --profile: every cell measured ok, profiled again after all the timing (a
+    profiler must not run just before a timed loop), into profile.jsonl."""
+    writer = store.ResultWriter(run_dir, store.PROFILE)
+    try:
+        for case, names in measured.items():
+            bar.set_postfix_str(f"profiling {case.label()}", refresh=False)
+            tag, why = worker.run_group(names, case, timeout, writer.write, mode="profile")
+            if tag != "done":
+                print(f"warning: the profiled pass of {case.label()} ended early: {why}", file=sys.stderr)
+    finally:
+        writer.close()
+
+
+def _by_case(cells):
+    """(case, [variant names]) in the order the cells come."""
+    groups: dict = {}
+    for name, case in cells:
+        groups.setdefault(case, []).append(name)
+    return groups.items()

@@ -1,0 +1,1 @@
+"""The measurement: timing, memory, FLOPs, the float64 reference, the machine."""

@@ -1,0 +1,125 @@
+"""One sweep point: a frozen, hashable, validated description of an attention call.
+
+Shapes follow PyTorch's SDPA layout: q is (batch, heads, q_len, head_dim), k and v
+are (batch, kv_heads, kv_len, head_dim).  Mask semantics live in ``bench.model.masks``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+DEVICES = ("cpu", "cuda")
+DTYPES = ("float32", "float16", "bfloat16")
+DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "fp16": "float16", "half": "float16",
+                 "f16": "float16", "bf16": "bfloat16"}
+MASKS = ("none", "causal", "window", "padding")  # the four basic masks (a variant's default masks=)
+# a mask spelling: terms joined by '+', each a name with ':'-separated parameters (bench.model.masks)
+MASK_SPELLING = re.compile(r"^[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*(\+[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*)*$")
+DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
+
+
+class CaseError(ValueError):
+    """An invalid Case field; the message names the field and what is valid."""
+
+    def __init__(self, field: str, value, valid: str):
+        self.field = field
+        super().__init__(f"invalid {field}={value!r}: {valid}")
+
+
+def normalize_dtype(name: str) -> str:
+    name = str(name).lower().removeprefix("torch.")
+    return DTYPE_ALIASES.get(name, name)
+
+
+MAX_LEN = 1 << 24  # q_len, kv_len and window: 16,777,216 tokens
+MAX_DIM = 1 << 16  # batch, heads, kv_heads and head_dim
+LIMITS = {"q_len": MAX_LEN, "kv_len": MAX_LEN, "window": MAX_LEN, "batch": MAX_DIM, "heads": MAX_DIM,
+          "kv_heads": MAX_DIM, "head_dim": MAX_DIM}
+
+
+def _positive(field: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CaseError(field, value, "must be a positive integer")
+    if value > LIMITS[field]:
+        raise CaseError(field, value, f"must be at most {LIMITS[field]:,}")
+
+
+@dataclass(frozen=True)
+class Case:
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch: int = 1
+    heads: int = 8
+    kv_heads: int = 8
+    q_len: int = 1024
+    kv_len: int = 1024
+    head_dim: int = 64
+    mask: str = "none"
+    window: int | None = None
+    direction: str = "fwd"
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
+        if self.device not in DEVICES:
+            raise CaseError("device", self.device, f"valid: {', '.join(DEVICES)}")
+        if self.dtype not in DTYPES:
+            raise CaseError("dtype", self.dtype, f"valid: {', '.join(DTYPES)}")
+        for field in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim"):
+            _positive(field, getattr(self, field))
+        if self.heads % self.kv_heads:
+            raise CaseError("kv_heads", self.kv_heads,
+                            f"heads ({self.heads}) must be divisible by kv_heads")
+        if not isinstance(self.mask, str) or not MASK_SPELLING.match(self.mask):
+            raise CaseError("mask", self.mask, "a mask name with its parameters, terms joined by '+' "
+                                               "(python -m bench list --masks)")
+        if self.mask == "window":
+            _positive("window", self.window)
+        elif self.window is not None:
+            raise CaseError("window", self.window, "only the window mask takes a window size")
+        if self.direction not in DIRECTIONS:
+            raise CaseError("direction", self.direction, f"valid: {', '.join(DIRECTIONS)}")
+
+    # -- derived -------------------------------------------------------------
+    @property
+    def is_cross(self) -> bool:
+        return self.q_len != self.kv_len
+
+    @property
+    def is_gqa(self) -> bool:
+        return self.kv_heads != self.heads
+
+    @property
+    def needs_grad(self) -> bool:
+        return self.direction != "fwd"
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    @property
+    def scale(self) -> float:
+        return self.head_dim ** -0.5
+
+    def replace(self, **changes) -> Case:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Case:
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+    def label(self) -> str:
+        lens = f"n={self.q_len}" if not self.is_cross else f"q={self.q_len},kv={self.kv_len}"
+        heads = f"h={self.heads}" + (f"/{self.kv_heads}" if self.is_gqa else "")
+        mask = self.mask + (f"({self.window})" if self.window else "")
+        return (f"{self.device} {self.dtype} b={self.batch} {heads} {lens} d={self.head_dim} "
+                f"{mask} {self.direction}")
+
+
+CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))

@@ -1,0 +1,474 @@
+"""Masks and score modifications, each defined once as a predicate.
+
+A **mask** is FlexAttention's ``mask_mod``: ``fn(b, h, q_idx, kv_idx, **params) -> bool``,
+true where query ``q_idx`` of batch element ``b``, head ``h``, sees key ``kv_idx``.  A
+**score mod** is ``fn(score, b, h, q_idx, kv_idx, **params) -> score``, applied to the scaled
+scores ``q.k / sqrt(d)`` before the mask and the softmax.  Register one with a decorator::
+
+    from bench.model.masks import mask
+
+    @mask("checkerboard", params={"cell": 64}, description="query and key cells of the same colour")
+    def checkerboard(b, h, q_idx, kv_idx, cell):
+        return (q_idx // cell + kv_idx // cell) % 2 == 0
+
+Everything else is derived from that one definition: the dense keep mask (built query block
+by query block for large n), FlexAttention's mask_mod and block mask, the float64
+reference, the exact number of kept (query, key) pairs and so the FLOPs and the density.
+A mask may also give ``intervals=fn(q_idx, case, **params) -> [(lo, hi), ...]``, the key
+ranges each query row keeps: then the pairs are counted in O(n) memory and time per row
+block instead of by evaluating the predicate on every pair (how the built-ins count at 128k).
+
+Indices share one position space, aligned top-left: query ``i`` and key ``i`` are the same
+position, also when ``q_len != kv_len`` (so with ``q_len > kv_len`` causal queries past the
+last key see every key, as PyTorch SDPA's ``is_causal`` and xformers'
+``LowerTriangularMask``).  A query that sees no key returns zeros and passes no gradient,
+as PyTorch SDPA does.
+
+**Spelling** (``--masks`` and TOML): terms joined by ``+``; a term is a name with its
+parameters after colons, positional in declaration order or ``key=value``:
+``window:256``, ``document:4``, ``sink:4:window=512``, ``document:lengths=64/192``.  Masks
+joined by ``+`` keep a pair when any of them keeps it (their union, as attention-gym's
+``or_masks``); score mods apply in the order written.  ``causal+softcap:50`` is the causal
+mask with a tanh soft cap of 50.  A bare ``window`` takes its size from ``--window``.
+
+The built-in catalogue lives in ``bench.model.mask_catalog``; ``python -m bench list --masks``
+prints it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from bench.model.case import Case
+from bench.model.maskdefs import _DEFS, MaskDef, MaskError, _fmt, catalogue, mask, names, score_mod  # noqa: F401
+
+ANY = "any"  # a variant's masks= / score_mods= value: every registered one
+ADDITIVE = "additive"  # a variant's score_mods= value: every mod that only adds a bias
+
+# -- spelling ------------------------------------------------------------------------------
+
+def _value(term: str, key: str, default, raw: str):
+    try:
+        if isinstance(default, tuple):
+            return tuple(int(x) for x in raw.split("/") if x != "")
+        if isinstance(default, float):
+            out = float(raw)
+            if not math.isfinite(out):
+                raise ValueError
+            return out
+        return int(raw)
+    except ValueError:
+        kind = "numbers joined by '/'" if isinstance(default, tuple) else type(default).__name__
+        raise MaskError(f"mask term {term!r}: {key}={raw!r} is not valid: {key} takes {kind}") from None
+
+
+def _unknown(name: str) -> MaskError:
+    return MaskError(f"unknown mask or score mod {name!r}; masks: {', '.join(names('mask'))}; "
+                     f"score mods: {', '.join(names('score_mod'))} (python -m bench list --masks)")
+
+
+@dataclass(frozen=True)
+class Term:
+    d: MaskDef
+    params: tuple  # ((key, value), ...) in declaration order
+
+    @property
+    def kw(self) -> dict:
+        return dict(self.params)
+
+    def text(self) -> str:
+        """The one spelling: the first parameter positionally, the others as key=value when not
+        their default (the first too, as key=value, when only later ones differ)."""
+        items = list(self.params)
+        if not items:
+            return self.d.name
+        changed = [(k, v) for k, v in items if v != self.d.params[k]]
+        if not changed or changed[0][0] == items[0][0]:
+            first, rest = items[0][1], [kv for kv in changed if kv[0] != items[0][0]]
+            return f"{self.d.name}:{_fmt(first)}" + "".join(f":{k}={_fmt(v)}" for k, v in rest)
+        return self.d.name + "".join(f":{k}={_fmt(v)}" for k, v in changed)
+
+
+def parse_term(text: str, window: int | None = None) -> Term:
+    name, *parts = text.strip().split(":")
+    d = _DEFS.get(name)
+    if d is None:
+        raise _unknown(name)
+    keys = list(d.params)
+    given: dict = {}
+    for i, part in enumerate(parts):
+        key, sep, raw = part.partition("=")
+        if not sep:
+            if i >= len(keys) or any("=" in p for p in parts[:i]):
+                raise MaskError(f"mask term {text!r}: too many positional values; {d.signature()}")
+            key, raw = keys[i], part
+        elif key not in d.params:
+            raise MaskError(f"mask term {text!r}: {name} has no parameter {key!r}; {d.signature()}")
+        if key in given:
+            raise MaskError(f"mask term {text!r}: {key} given twice")
+        given[key] = _value(text, key, d.params[key], raw)
+    if name == "window" and "window" not in given:
+        if window is None:
+            raise MaskError("mask 'window' needs a size: window:256, or --window 256")
+        given["window"] = window
+    return Term(d, tuple((k, given.get(k, v)) for k, v in d.params.items()))
+
+
+def parse(text: str, window: int | None = None) -> tuple[list[Term], list[Term]]:
+    """(mask terms, score-mod terms) of a spelling such as ``causal+softcap:50``."""
+    if not isinstance(text, str) or not text.strip():
+        raise MaskError(f"mask {text!r}: empty; valid: {', '.join(names('mask'))}")
+    terms = [parse_term(t, window) for t in text.split("+")]
+    ms = [t for t in terms if t.d.kind == "mask"]
+    mods = [t for t in terms if t.d.kind == "score_mod"]
+    if not ms:
+        ms = [parse_term("none")]
+    return ms, mods
+
+
+def canonical(text: str, window: int | None = None) -> tuple[str, int | None]:
+    """The (mask, window) a Case stores for a spelling: the lone window mask keeps its size in
+    Case.window (as it always has); every other spelling is written out in full, in one form."""
+    ms, mods = parse(text, window)
+    if len(ms) == 1 and not mods and ms[0].d.name == "window":
+        return "window", ms[0].kw["window"]
+    if any(t.d.name == "none" for t in ms):  # a union with 'none' keeps every pair
+        ms = [] if mods else [parse_term("none")]
+    return "+".join(t.text() for t in ms + mods), None
+
+
+def uses_window_flag(text: str) -> bool:
+    """True when a spelling has a bare ``window`` term (one that takes --window)."""
+    return any(t.strip() == "window" for t in str(text).split("+"))
+
+
+# -- a mask bound to a case ------------------------------------------------------------------
+
+def _key(case: Case):
+    return (case.mask, case.window, case.batch, case.heads, case.q_len, case.kv_len)
+
+
+def _on(value, device):
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+class Bound:
+    """The mask and score mods of a case, with their prepared tensors."""
+
+    def __init__(self, case: Case):
+        self.case = case
+        ms, mods = parse(case.mask, case.window)
+        full = any(t.d.name == "none" for t in ms)  # a union with 'none' keeps every pair
+        self.masks = [] if full else [(t, self._extra(t)) for t in ms]
+        self.mods = [(t, self._extra(t)) for t in mods]
+        self._devices: dict = {}
+
+    def _extra(self, t: Term) -> dict:
+        kw = t.kw
+        if t.d.prepare is not None:
+            try:
+                kw.update(t.d.prepare(self.case, **t.kw))
+            except MaskError:
+                raise
+            except ValueError as exc:
+                raise MaskError(f"mask {t.text()!r} at q_len={self.case.q_len}, kv_len={self.case.kv_len}: {exc}") \
+                    from None
+        return kw
+
+    @property
+    def is_full(self) -> bool:
+        """True when every pair is kept (mask none, or a union with none)."""
+        return not self.masks
+
+    def _kw(self, device):
+        device = str(device)
+        if device not in self._devices:
+            self._devices[device] = ([(t, {k: _on(v, device) for k, v in kw.items()}) for t, kw in self.masks],
+                                     [(t, {k: _on(v, device) for k, v in kw.items()}) for t, kw in self.mods])
+        return self._devices[device]
+
+    # FlexAttention form ------------------------------------------------------------------
+    def mask_mod(self, device="cpu") -> Callable | None:
+        """One ``mask_mod(b, h, q_idx, kv_idx)``: the union of the masks; None when all pairs are kept."""
+        ms, _ = self._kw(device)
+        if not ms:
+            return None
+        fns = [functools.partial(t.d.fn, **kw) for t, kw in ms]
+        if len(fns) == 1:
+            return fns[0]
+
+        def union(b, h, q_idx, kv_idx):
+            out = fns[0](b, h, q_idx, kv_idx)
+            for f in fns[1:]:
+                out = out | f(b, h, q_idx, kv_idx)
+            return out
+        return union
+
+    def score_mod(self, device="cpu") -> Callable | None:
+        """One ``score_mod(score, b, h, q_idx, kv_idx)``: the mods in order; None when there are none."""
+        _, mods = self._kw(device)
+        if not mods:
+            return None
+        fns = [functools.partial(t.d.fn, **kw) for t, kw in mods]
+
+        def composed(score, b, h, q_idx, kv_idx):
+            for f in fns:
+                score = f(score, b, h, q_idx, kv_idx)
+            return score
+        return composed
+
+    @functools.cached_property
+    def depends(self) -> tuple[bool, bool]:
+        """(on the batch index, on the head index): from the shape the predicate returns."""
+        fn = self.mask_mod()
+        if fn is None:
+            return False, False
+        b, h, q, kv = indices(self.case, rows=(0, 1), kv=(0, 1))
+        shape = torch.as_tensor(fn(b, h, q, kv)).shape
+        shape = (1,) * (4 - len(shape)) + tuple(shape)
+        return shape[0] > 1, shape[1] > 1
+
+    # dense forms ---------------------------------------------------------------------------
+    def keep(self, device="cpu", rows=None, batches=None, heads=None, kv=None) -> torch.Tensor | None:
+        """Bool (B|1, H|1, n, m) for query rows [s, e) and keys [ks, ke) (all by default); None
+        when all is kept."""
+        fn = self.mask_mod(device)
+        if fn is None:
+            return None
+        b, h, q, kv = indices(self.case, device, rows, kv, batches=batches, heads=heads)
+        out = torch.as_tensor(fn(b, h, q, kv), device=device)
+        out = out.reshape((1,) * (4 - out.dim()) + tuple(out.shape))
+        return out.expand(*out.shape[:2], q.shape[2], kv.shape[3])
+
+    def apply_mods(self, scores: torch.Tensor, rows=None, batches=None, heads=None, kv=None) -> torch.Tensor:
+        """The score mods applied to ``scores`` (B, H, n, m) of query rows [s, e) and keys [ks, ke)."""
+        fn = self.score_mod(scores.device)
+        if fn is None:
+            return scores
+        b, h, q, kv = indices(self.case, scores.device, rows, kv, batches=batches, heads=heads)
+        return fn(scores, b, h, q, kv).to(scores.dtype)
+
+    def bias(self, device, dtype) -> torch.Tensor | None:
+        """Additive mods as a float bias (B|1, H|1, Lq, Lk), masked pairs at -inf; None without mods."""
+        if not self.mods:
+            return None
+        zero = torch.zeros((1, 1, self.case.q_len, self.case.kv_len), device=device, dtype=torch.float32)
+        bias = self.apply_mods(zero)
+        keep = self.keep(device)
+        if keep is not None:
+            bias = bias.masked_fill(~keep, float("-inf"))
+        return bias.to(dtype)
+
+    # counting -------------------------------------------------------------------------------
+    @functools.cached_property
+    def counts(self) -> tuple[int, int]:
+        """(pairs kept, summed over batch and heads; fewest keys any query row keeps)."""
+        c = self.case
+        if self.is_full:
+            return c.batch * c.heads * c.q_len * c.kv_len, c.kv_len
+        if all(t.d.intervals is not None for t, _ in self.masks):
+            return self._count_intervals()
+        return self._count_dense()
+
+    def _count_intervals(self) -> tuple[int, int]:
+        c = self.case
+        total, fewest = 0, c.kv_len
+        step = 1 << 14  # query rows at a time: memory stays bounded at any length
+        for s in range(0, c.q_len, step):
+            e = min(c.q_len, s + step)
+            q = torch.arange(s, e)
+            spans = [span for t, kw in self.masks for span in t.d.intervals(q, c, **kw)]
+            per = covered(spans, c.kv_len, e - s)  # (B|1, n)
+            total += int(per.sum()) * (c.batch // per.shape[0]) * c.heads
+            fewest = min(fewest, int(per.min()))
+        return total, fewest
+
+    def _count_dense(self) -> tuple[int, int]:
+        c = self.case
+        per_b, per_h = self.depends
+        bs, hs = (c.batch if per_b else 1), (c.heads if per_h else 1)
+        rows = max(1, (1 << 24) // max(1, bs * hs * c.kv_len))
+        total, fewest = 0, c.kv_len
+        for s in range(0, c.q_len, rows):
+            e = min(c.q_len, s + rows)
+            keep = self.keep("cpu", (s, e))
+            per = keep.sum(-1)
+            total += int(per.sum()) * (c.batch // keep.shape[0]) * (c.heads // keep.shape[1])
+            fewest = min(fewest, int(per.min()))
+        return total, fewest
+
+    @property
+    def density(self) -> float:
+        c = self.case
+        return self.counts[0] / (c.batch * c.heads * c.q_len * c.kv_len)
+
+
+def _rows2d(t, n: int) -> torch.Tensor:
+    t = torch.as_tensor(t, dtype=torch.long)
+    if t.dim() == 0:
+        t = t.expand(n)
+    return t if t.dim() == 2 else t.unsqueeze(0)
+
+
+def covered(spans, kv_len: int, n: int) -> torch.Tensor:
+    """Keys covered by the union of half-open ranges ``[(lo, hi), ...]`` per query row,
+    clipped to [0, kv_len): int64 (B|1, n)."""
+    los = [_rows2d(lo, n) for lo, _ in spans]
+    his = [_rows2d(hi, n) for _, hi in spans]
+    shape = torch.broadcast_shapes(*(t.shape for t in los + his))
+    lo = torch.stack([t.expand(shape) for t in los]).clamp(0, kv_len)
+    hi = torch.stack([t.expand(shape) for t in his]).clamp(0, kv_len)
+    hi = torch.maximum(hi, lo)
+    order = lo.argsort(0)
+    lo, hi = lo.gather(0, order), hi.gather(0, order)
+    reach = torch.cummax(hi, 0).values  # the furthest key covered by the ranges so far
+    before = torch.cat([torch.zeros_like(reach[:1]), reach[:-1]])
+    return (hi - torch.maximum(lo, before)).clamp(min=0).sum(0)
+
+
+def indices(case: Case, device="cpu", rows=None, kv=None, batches=None, heads=None):
+    """Broadcastable index tensors b (B,1,1,1), h (1,H,1,1), q (1,1,n,1), kv (1,1,1,Lk)."""
+    s, e = rows if rows is not None else (0, case.q_len)
+    ks, ke = kv if kv is not None else (0, case.kv_len)
+    b = torch.as_tensor(list(range(case.batch)) if batches is None else list(batches), device=device)
+    h = torch.arange(case.heads, device=device)
+    if heads is not None:
+        h = h[heads]
+    return (b.view(-1, 1, 1, 1), h.view(1, -1, 1, 1), torch.arange(s, e, device=device).view(1, 1, -1, 1),
+            torch.arange(ks, ke, device=device).view(1, 1, 1, -1))
+
+
+@functools.lru_cache(maxsize=256)
+def _bound(key) -> Bound:
+    mask_, window, batch, heads, q_len, kv_len = key
+    return Bound(Case(batch=batch, heads=heads, kv_heads=heads, q_len=q_len, kv_len=kv_len, mask=mask_,
+                      window=window))
+
+
+def bind(case: Case) -> Bound:
+    """The case's mask and score mods, resolved and prepared (cached per shape)."""
+    return _bound(_key(case))
+
+
+# -- the functions variants have always called ------------------------------------------------
+
+def kv_lengths(case: Case) -> list[int]:
+    """Valid key count per batch element for the padding mask; kv_len for other masks.
+    ``len_b = kv_len - ((b + 1) * kv_len) // (2 * batch)``: from nearly kv_len (b = 0) down
+    to about kv_len / 2 (last b); never below 1."""
+    if case.mask != "padding":
+        return [case.kv_len] * case.batch
+    b2 = 2 * case.batch
+    return [case.kv_len - ((b + 1) * case.kv_len) // b2 for b in range(case.batch)]
+
+
+def kept_pairs(case: Case) -> int:
+    """(query, key) pairs the mask keeps, summed over the batch, for one head (averaged over
+    heads for a mask that depends on the head): exact, in bounded memory."""
+    total = bind(case).counts[0]
+    return total // case.heads if total % case.heads == 0 else total / case.heads
+
+
+def density(case: Case) -> float:
+    """The fraction of (query, key) pairs the mask keeps."""
+    return bind(case).density
+
+
+def row_columns(case: Case) -> dict:
+    """What a row records about its mask: every term's parameters (defaults included) and the
+    density, the fraction of (query, key) pairs kept."""
+    ms, mods = parse(case.mask, case.window)
+    params = {t.d.name: {k: list(v) if isinstance(v, tuple) else v for k, v in t.params} for t in ms + mods}
+    return {"mask_params": params, "density": round(bind(case).density, 6)}
+
+
+def key_range(case: Case, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi) int64 tensors (B|1, q_len): query i keeps keys lo <= j < hi, for masks whose
+    rows keep one contiguous range (none, causal, window, padding, prefix_lm, chunked_causal,
+    document); MaskError for the others."""
+    bound = bind(case)
+    q = torch.arange(case.q_len)
+    if bound.is_full:
+        return torch.zeros(1, case.q_len, dtype=torch.long), torch.full((1, case.q_len), case.kv_len)
+    if len(bound.masks) != 1 or bound.masks[0][0].d.intervals is None:
+        raise MaskError(f"mask {case.mask!r} does not keep one key range per query row")
+    t, kw = bound.masks[0]
+    spans = t.d.intervals(q, case, **kw)
+    if len(spans) != 1:
+        raise MaskError(f"mask {case.mask!r} does not keep one key range per query row")
+    lo, hi = (torch.as_tensor(x).long() for x in spans[0])
+    lo, hi = torch.broadcast_tensors(lo.reshape((1,) * (2 - lo.dim()) + tuple(lo.shape)),
+                                     hi.reshape((1,) * (2 - hi.dim()) + tuple(hi.shape)))
+    lo, hi = lo.expand(lo.shape[0], case.q_len), hi.expand(hi.shape[0], case.q_len)
+    return lo.clamp(0, case.kv_len).to(device), hi.clamp(0, case.kv_len).to(device)
+
+
+def dense_keep(case: Case, device="cpu") -> torch.Tensor | None:
+    """Boolean keep-mask of shape (B|1, H|1, q_len, kv_len); None when every pair is kept."""
+    return bind(case).keep(device)
+
+
+def has_empty_rows(case: Case) -> bool:
+    """True when some query sees no key (its output is defined as zero)."""
+    return bind(case).counts[1] == 0
+
+
+def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None, empty_rows: bool) -> torch.Tensor:
+    """softmax(scores) over keys with masked positions at -inf; empty rows give zeros.
+
+    The empty-row handling keeps both the forward and its gradient finite.
+    """
+    if keep is None:
+        return scores.softmax(-1)
+    scores = scores.masked_fill(~keep, float("-inf"))
+    if not empty_rows:
+        return scores.softmax(-1)
+    empty = ~keep.any(-1, keepdim=True)
+    return scores.masked_fill(empty, 0.0).softmax(-1).masked_fill(empty, 0.0)
+
+
+def pattern(case: Case, size: int = 256) -> torch.Tensor:
+    """The keep pattern of batch element 0, head 0 at q_len = kv_len = ``size``: float (size, size)."""
+    small = case.replace(q_len=size, kv_len=size, heads=1, kv_heads=1)
+    keep = bind(small).keep("cpu")
+    if keep is None:
+        return torch.ones(size, size)
+    return keep[0, 0].float()
+
+
+def label(mask_: str, window) -> str:
+    """How reports name a mask: the spelling, with the window mask's size in brackets."""
+    return mask_ + (f"({int(window)})" if window not in (None, "-") and window == window else "")
+
+
+def picture(case: Case, size: int = 256) -> dict:
+    """What masks.json keeps of a case's mask: the definitions and parameters of its terms, its
+    density at q_len = kv_len = ``size``, and that keep pattern (batch element 0, head 0) as one
+    hex string per query row (bit j of a row: key j kept)."""
+    try:
+        keep = pattern(case, size).bool()
+    except MaskError as exc:
+        return {"mask": case.mask, "window": case.window, "size": size, "error": str(exc)}
+    weights = 1 << torch.arange(3, -1, -1)
+    nibbles = (keep.view(size, -1, 4).long() * weights).sum(-1)
+    rows = ["".join("0123456789abcdef"[int(x)] for x in r) for r in nibbles]
+    ms, mods = parse(case.mask, case.window)
+    return {"mask": case.mask, "window": case.window, "size": size, "density": float(keep.float().mean()),
+            "terms": [{"name": t.d.name, "kind": t.d.kind, "params": {k: list(v) if isinstance(v, tuple) else v
+                                                                     for k, v in t.params},
+                       "description": t.d.description} for t in ms + mods],
+            "rows": rows}
+
+
+def unpack(rows: list[str]) -> torch.Tensor:
+    """A picture's hex rows back to a bool (size, size) tensor."""
+    bits = [[(int(c, 16) >> (3 - i)) & 1 for c in r for i in range(4)] for r in rows]
+    return torch.tensor(bits, dtype=torch.bool)
+
+
+from bench.model import mask_catalog  # noqa: E402,F401  (registers the built-in catalogue)

@@ -1,0 +1,350 @@
+"""Variant registry: a decorator that records capabilities, discovery, availability.
+
+A variant is a *factory*: ``factory(case)`` does every piece of setup that is not
+attention (building a mask or bias, compiling) and returns the callable that will be
+timed, ``fn(q, k, v) -> out``.  A factory may return ``Prepared(fn, info, scope)`` to report
+figures about its setup (``info={"compile_ms": ...}``) or to hold state open around
+the timed calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import pkgutil
+import sys
+import types
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.errors import RegistryError
+from bench.model.case import DEVICES, DTYPES, MASKS, Case
+
+ENTRY_POINT_GROUP = "attnbench.variants"
+
+
+class DuplicateVariantError(RegistryError):
+    pass
+
+
+@dataclass
+class Prepared:
+    """What a factory built: the callable to time, figures about its setup, and a scope
+    (a context manager factory) that the harness holds open around every call, so that
+    state such as a pinned SDPA backend is set once, not inside the timed call."""
+    fn: Callable
+    info: dict = field(default_factory=dict)
+    scope: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    factory: Callable[[Case], Callable | Prepared]
+    description: str
+    devices: tuple[str, ...] = DEVICES
+    dtypes: tuple[str, ...] = DTYPES
+    masks: tuple[str, ...] = MASKS
+    score_mods: tuple[str, ...] = ()
+    cross: bool = True
+    gqa: bool = True
+    backward: bool = True
+    requires: tuple[str, ...] = ()
+    baseline: bool = False
+    check: Callable[[Case], str | None] | None = None
+    approximate: bool = False
+    error_budget: float | None = None
+    module: str = ""
+    source: str = ""
+    # the answers of ``check`` per case, kept with the variant (a probe runs library code once)
+    probes: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def prepare(self, case: Case) -> Prepared:
+        out = self.factory(case)
+        return out if isinstance(out, Prepared) else Prepared(out)
+
+    def static_reason(self, case: Case) -> str | None:
+        """Why the declared capabilities exclude ``case`` (None when they admit it)."""
+        if case.device not in self.devices:
+            return f"device {case.device} not supported (supports {', '.join(self.devices)})"
+        if case.dtype not in self.dtypes:
+            return f"dtype {case.dtype} not supported (supports {', '.join(self.dtypes)})"
+        why = self.mask_reason(case.mask)
+        if why:
+            return why
+        if case.is_cross and not self.cross:
+            return "cross-attention (q_len != kv_len) not supported"
+        if case.is_gqa and not self.gqa:
+            return "GQA (kv_heads != heads) not supported"
+        if case.needs_grad and not self.backward:
+            return "backward not supported"
+        return None
+
+    @property
+    def default_mask(self) -> str:
+        """The mask a command that names none uses for this variant: none when it takes it."""
+        return "none" if "none" in self.masks or "any" in self.masks else self.masks[0]
+
+    def mask_reason(self, spelling: str) -> str | None:
+        """Why the declared masks and score mods exclude a mask spelling (None when they admit it)."""
+        from bench.model import masks
+
+        try:
+            ms, mods = masks.parse(spelling, window=1)
+        except masks.MaskError as exc:
+            return str(exc)
+        for t in ms:
+            if masks.ANY not in self.masks and t.d.name not in self.masks:
+                return f"mask {t.d.name} not supported (supports {', '.join(self.masks)})"
+        for t in mods:
+            if masks.ANY in self.score_mods or t.d.name in self.score_mods:
+                continue
+            if masks.ADDITIVE in self.score_mods and t.d.additive:
+                continue
+            if masks.ADDITIVE in self.score_mods:
+                return (f"score mod {t.d.name} not supported: {self.name} takes only score mods that add a bias "
+                        f"to the scores ({', '.join(n for n, d in masks.catalogue().items() if d.additive)}); "
+                        f"{t.d.name} is not one")
+            takes = ", ".join(self.score_mods) if self.score_mods else "none"
+            return f"score mod {t.d.name} not supported (takes score mods: {takes})"
+        return None
+
+    def capabilities(self) -> dict:
+        return {"name": self.name, "description": self.description, "devices": list(self.devices),
+                "dtypes": list(self.dtypes), "masks": list(self.masks), "score_mods": list(self.score_mods),
+                "cross": self.cross,
+                "gqa": self.gqa, "backward": self.backward, "requires": list(self.requires),
+                "baseline": self.baseline, "approximate": self.approximate, "error_budget": self.error_budget,
+                "source": self.source}
+
+
+# Every decorated factory is kept by the module that defines it, under this attribute;
+# discover() reads the modules it was asked for, so that there is no process-wide
+# catalogue and tests and plugins never leak into each other.
+MODULE_ATTR = "__attnbench_variants__"
+
+
+def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
+            dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, score_mods: Iterable[str] = (),
+            cross: bool = True, gqa: bool = True, backward: bool = True, requires: Iterable[str] = (),
+            baseline: bool = False, check: Callable[[Case], str | None] | None = None,
+            approximate: bool = False, error_budget: float | None = None):
+    """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
+
+    ``approximate=True`` declares a variant that does not compute attention exactly: it is
+    timed like any other, its rows carry its errors against the float64 reference (output and
+    gradients), and it is ``ok`` when the relative Frobenius error of its output is within
+    ``error_budget`` (always, without one), ``mismatch`` beyond it.
+
+    ``masks`` names the masks the variant computes (``bench.model.masks.ANY``: every registered one,
+    through ``bench.model.masks``); ``score_mods`` the score mods it applies (``ANY``, or
+    ``bench.model.masks.ADDITIVE`` for every mod that is a bias added to the scores)."""
+    from bench.model import masks as mask_defs
+
+    for label, given, valid in (("devices", devices, DEVICES), ("dtypes", dtypes, DTYPES),
+                                ("masks", masks, [mask_defs.ANY, *mask_defs.names("mask")]),
+                                ("score_mods", score_mods,
+                                 [mask_defs.ANY, mask_defs.ADDITIVE, *mask_defs.names("score_mod")])):
+        if isinstance(given, str):
+            raise RegistryError(f"variant {name!r}: {label} takes a tuple of names, got the string {given!r}")
+        bad = set(given) - set(valid)
+        if bad:
+            raise RegistryError(f"variant {name!r}: unknown {label} {sorted(bad)}; valid: {', '.join(valid)} "
+                                f"(define a mask before the variants that use it)")
+
+    if error_budget is not None and (not approximate or not error_budget > 0):
+        raise RegistryError(f"variant {name!r}: error_budget is a positive relative error, for approximate=True "
+                            f"variants only (an exact variant is held to the dtype's tolerance)")
+
+    def deco(factory):
+        mod = sys.modules.get(factory.__module__)
+        entry = Variant(name=name, factory=factory, description=description, devices=tuple(devices),
+                        dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods), cross=cross, gqa=gqa,
+                        backward=backward, requires=tuple(requires), baseline=baseline, check=check,
+                        approximate=approximate, error_budget=error_budget,
+                        module=factory.__module__, source=_source_of(mod, factory.__module__))
+        entries = _module_variants(mod, create=True)
+        if any(v.name == name for v in entries):
+            raise DuplicateVariantError(f"variant {name!r} is registered twice in {entry.source}")
+        entries.append(entry)
+        return factory
+
+    return deco
+
+
+def _module_variants(mod, create: bool = False) -> list[Variant]:
+    """The variants ``mod`` registered (an empty list for none)."""
+    if mod is None:
+        if create:
+            raise RegistryError("@variant is used at the top level of a module (a file), not in exec'd code")
+        return []
+    if create and MODULE_ATTR not in vars(mod):
+        setattr(mod, MODULE_ATTR, [])
+    return vars(mod).get(MODULE_ATTR, [])
+
+
+def _source_of(mod, modname: str) -> str:
+    path = getattr(mod, "__file__", None)
+    if not path:
+        return modname
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path(__file__).resolve().parents[2]))
+    except ValueError:
+        return str(p)
+
+
+def plugin_module(path: str) -> str:
+    """The module name a ``--plugin`` file is loaded under."""
+    p = Path(path).expanduser().resolve()
+    return "attnbench_plugin_" + "".join(c if c.isalnum() else "_" for c in str(p))
+
+
+def _load_plugin(path: str):
+    p = Path(path).expanduser().resolve()
+    if not p.is_file() or p.suffix != ".py":
+        raise RegistryError(f"--plugin {path}: not a Python file (expected a path to a .py file)")
+    modname = plugin_module(path)
+    if modname in sys.modules:
+        return modname
+    spec = importlib.util.spec_from_file_location(modname, p)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except RegistryError:
+        del sys.modules[modname]
+        raise
+    except SystemExit as exc:
+        del sys.modules[modname]
+        raise RegistryError(f"--plugin {path}: called sys.exit({exc.code!r}) while being imported; a plugin "
+                            f"file defines variants and must not exit") from None
+    except Exception as exc:
+        del sys.modules[modname]
+        raise RegistryError(f"--plugin {path}: import failed: {type(exc).__name__}: {exc}") from exc
+    return modname
+
+
+def _builtin_modules() -> list[str]:
+    import variants
+
+    names = []
+    for info in sorted(pkgutil.iter_modules(variants.__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            modname = f"variants.{info.name}"
+            importlib.import_module(modname)
+            names.append(modname)
+    return names
+
+
+def _entry_point_modules() -> list[str]:
+    names = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            raise RegistryError(f"entry point {ep.name!r} ({ep.value}) failed to load: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        names.append(obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__)
+    return names
+
+
+class Registry:
+    """The variants one run can use, by name, in discovery order."""
+
+    def __init__(self, variants: Iterable[Variant] = ()):
+        self._by_name: dict[str, Variant] = {}
+        for v in variants:
+            self.add(v)
+
+    def add(self, v: Variant) -> None:
+        old = self._by_name.get(v.name)
+        if old is not None and old is not v:
+            raise DuplicateVariantError(
+                f"variant {v.name!r} is defined twice: in {old.source} and in {v.source}")
+        self._by_name[v.name] = v
+
+    def __getitem__(self, name: str) -> Variant:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise RegistryError(f"unknown variant {name!r}; valid: {', '.join(self.names())}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def __iter__(self):
+        return iter(self._by_name.values())
+
+    def __len__(self):
+        return len(self._by_name)
+
+    def names(self) -> list[str]:
+        return list(self._by_name)
+
+    def baseline(self) -> Variant | None:
+        return next((v for v in self if v.baseline), None)
+
+
+def discover(plugins: Iterable[str] = (), entry_points: bool = True) -> Registry:
+    """Built-in variants, then ``--plugin`` files, then installed entry points."""
+    modules = _builtin_modules()
+    modules += [_load_plugin(p) for p in plugins]
+    if entry_points:
+        modules += _entry_point_modules()
+    reg = Registry()
+    seen = set()
+    for m in modules:
+        if m in seen:
+            continue
+        seen.add(m)
+        for v in _module_variants(sys.modules.get(m)):
+            reg.add(v)
+    return reg
+
+
+@functools.cache
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def available(v: Variant, case: Case, probe: bool = True) -> tuple[bool, str]:
+    """(True, "") when this machine can run ``v`` on ``case``, else (False, why not).
+    ``probe=False`` leaves out the variant's own check (which runs library code: the sweep
+    runs it in the worker, isolated, see ``probe_reason``)."""
+    reason = v.static_reason(case)
+    if reason:
+        return False, reason
+    for mod in v.requires:
+        if importlib.util.find_spec(mod) is None:
+            return False, f"module {mod!r} is not installed"
+    if case.device == "cuda" and not _cuda_available():
+        return False, "CUDA is not available on this machine"
+    if probe:
+        reason = probe_reason(v, case)
+        if reason:
+            return False, reason
+    return True, ""
+
+
+def probe_reason(v: Variant, case: Case) -> str | None:
+    """The variant's own availability check (a library probe) for ``case``, or None."""
+    if v.check is None:
+        return None
+    if case not in v.probes:
+        try:
+            v.probes[case] = v.check(case)
+        except Exception as exc:  # a probe that breaks is a reason, not a crash
+            v.probes[case] = f"availability probe failed: {type(exc).__name__}: {first_line(exc)}"
+    return v.probes[case]
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,160 @@
+"""One measured cell: a typed, frozen row.
+
+``Row`` declares every column a row can have, grouped by what it says, once: the writer
+validates against it, and the readers (reports, compare, export) take their column lists
+from these groups.  ``status`` is a ``Status``; ``reason_kind`` says what kind of reason
+``reason`` gives, so no layer has to read the words.  A variant's own figures
+(``Prepared.info``) live in ``extra``, their own namespace: they never replace a column.
+
+On disk (``results.jsonl``) a row is one JSON object: the columns, and ``extra`` as an
+object.  Rows of older run folders, with a variant's figures at the top level, still read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.model.case import CASE_FIELDS
+
+
+class Status(str, enum.Enum):
+    """What became of a cell.  A ``str``: ``Status.OK == "ok"`` and JSON writes ``"ok"``."""
+    OK = "ok"
+    MISMATCH = "mismatch"  # ran, but its output is not the reference's
+    UNSUPPORTED = "unsupported"  # cannot run here; the reason says why
+    OOM = "oom"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def failed(self) -> bool:
+        """A failure to look at (unsupported and ok are not)."""
+        return self not in (Status.OK, Status.UNSUPPORTED)
+
+    @property
+    def word(self) -> str:
+        """How tables show it where a number would be."""
+        return self.value.upper()
+
+
+STATUSES = tuple(s.value for s in Status)
+FAILED = tuple(s.value for s in Status if s.failed)
+
+
+class ReasonKind(str, enum.Enum):
+    """What kind of reason a row's ``reason`` is."""
+    NONE = ""  # an ok row
+    CAPABILITY = "capability"  # the variant's declared capabilities exclude the case
+    ENVIRONMENT = "environment"  # a required module, or CUDA, is missing on this machine
+    LIBRARY = "library"  # the library refused the case (its probe, or its own error)
+    MISMATCH_SHAPE = "mismatch-shape"  # the output has the wrong shape or non-finite values
+    MISMATCH_VALUES = "mismatch-values"  # the output (or a gradient) is beyond the tolerance
+    OOM = "oom"
+    ERROR = "error"  # an exception of the variant or the harness
+    TIMEOUT = "timeout"
+    CRASH = "crash"  # the worker died
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# the column groups, in the order a row's columns are written
+IDENTITY = ("variant", *CASE_FIELDS)
+OUTCOME = ("status", "reason", "reason_kind")
+WORKLOAD = ("mask_params", "density", "flops", "bytes", "approximate")
+SETTINGS = ("threads", "budget_ms", "precision")
+TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth",
+          "noisy", "ci_lo_ms", "ci_hi_ms", "number", "warmup_calls", "timer", "samples_ms", "round_medians_ms",
+          "rounds", "timed_s")
+SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time and its spread (compare's verdict)
+CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why")
+ACCURACY = ("max_abs_err", "max_rel_err", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err", "grad_cosine")
+FIGURES = ("setup_ms", "peak_mem_bytes", "tflops", "gbps", "pct_peak")
+COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES)
+NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
+           "rel_iqr", "ci_halfwidth", "timed_s", "cpu_util", "other_cpu", "density", "flops", "bytes",
+           *ACCURACY, *FIGURES)
+FLAGS = ("noisy", "contended")  # booleans that make an ok row shaky
+MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")
+ALWAYS = (*IDENTITY, *OUTCOME, "mask_params", "density", "flops", "bytes", *MEASURED)  # written even when None
+
+
+def _fields():
+    out = []
+    for name in COLUMNS:
+        if name in ("variant", "status"):
+            continue
+        out.append((name, Any, field(default=None)))
+    return out
+
+
+@dataclass(frozen=True)
+class _RowBase:
+    variant: str
+    status: Status
+
+
+Row = dataclasses.make_dataclass(
+    "Row", [*_fields(), ("extra", dict, field(default_factory=dict))], bases=(_RowBase,), frozen=True,
+    namespace={"__doc__": "One measured cell; its columns are ``COLUMNS`` (see the module doc)."})
+
+
+class RowError(ValueError):
+    """A row with a column that is not declared, or a status that is not a Status."""
+
+
+def make_row(values: dict) -> Row:
+    """A Row from a dict of columns (and ``extra``); an undeclared column is an error."""
+    values = dict(values)
+    extra = dict(values.pop("extra", None) or {})
+    unknown = sorted(set(values) - set(COLUMNS))
+    if unknown:
+        raise RowError(f"undeclared row column(s) {unknown}: declare them in bench.model.row, or report a "
+                       f"variant's figure in Prepared.info (a row's extra)")
+    try:
+        values["status"] = Status(values.get("status"))
+    except ValueError:
+        raise RowError(f"row status {values.get('status')!r}; valid: {', '.join(STATUSES)}") from None
+    kind = values.get("reason_kind")
+    values["reason_kind"] = ReasonKind(kind) if kind else default_kind(values["status"])
+    return Row(**values, extra=extra)
+
+
+def default_kind(status: Status) -> ReasonKind:
+    return {Status.OK: ReasonKind.NONE, Status.MISMATCH: ReasonKind.MISMATCH_VALUES,
+            Status.UNSUPPORTED: ReasonKind.LIBRARY, Status.OOM: ReasonKind.OOM, Status.ERROR: ReasonKind.ERROR,
+            Status.TIMEOUT: ReasonKind.TIMEOUT, Status.CRASH: ReasonKind.CRASH}[status]
+
+
+def to_record(row: Row) -> dict:
+    """The row as written to results.jsonl: its columns (a None one only where every row has
+    it, ``ALWAYS``), then ``extra`` when it has any."""
+    out = {}
+    for name in COLUMNS:
+        value = getattr(row, name)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        if value is not None or name in ALWAYS:
+            out[name] = value
+    if row.extra:
+        out["extra"] = dict(row.extra)
+    return out
+
+
+def flatten(record: dict) -> dict:
+    """A record as read, with ``extra``'s figures as columns of their own (an old row has them
+    there already); a figure named like a column comes as ``extra.<name>``."""
+    extra = record.get("extra")
+    if not isinstance(extra, dict):
+        return record
+    out = {k: v for k, v in record.items() if k != "extra"}
+    for k, v in extra.items():
+        out[f"extra.{k}" if k in out or k in COLUMNS else k] = v
+    return out

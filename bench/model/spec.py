@@ -1,0 +1,337 @@
+"""The sweep specification, every setting declared once.
+
+Each field of ``Spec`` is one setting. Its ``setting(...)`` declaration (what it means, how
+its value is read and checked, whether it is an axis swept over) is the only place the
+setting is written down: the command-line flags (``bench.cli``), the TOML keys of
+``--config``, the presets (``bench/model/presets/<device>.toml``), the validation messages
+and ``--help`` all come from it. A value is parsed once, where it enters (a flag, a TOML
+key, a preset), and the frozen ``Spec`` saved in a run folder is what a resume starts from.
+
+Adding an axis is one field here plus the code that uses it (``Spec.cases`` and ``Case``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from bench.errors import UsageError
+from bench.model.case import DEVICES, DIRECTIONS, DTYPES, MAX_DIM, MAX_LEN, Case, CaseError, normalize_dtype
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+DEFAULT_TIMEOUT_S = {"cpu": 300.0, "cuda": 120.0}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one ``Spec`` field is given and read: ``parse(raw, name)`` turns flag text, a TOML
+    value or a preset value into the field's value, or raises UsageError saying what is
+    valid (``name`` is how the user spelt it: ``--seq-lens`` or ``seq_lens``)."""
+    help: str
+    parse: Callable[[Any, str], Any]
+    axis: bool = False  # a list of values swept over
+    case: bool = False  # also a flag of the single-case commands (profile, selfcheck)
+    metavar: str | None = None
+
+
+def setting(help: str, parse, *, default=None, axis: bool = False, case: bool = False, metavar: str | None = None):
+    return field(default=default, metadata={"setting": Setting(help, parse, axis, case, metavar)})
+
+
+# --- parsers: raw value -> typed value, or a UsageError that says what is valid ---------------
+
+def _items(raw, name: str) -> list:
+    if isinstance(raw, (list, tuple)):
+        items = list(raw)
+    elif isinstance(raw, str):
+        items = [x.strip() for x in raw.split(",") if x.strip()]
+    else:
+        items = [raw]
+    if not items:
+        raise UsageError(f"{name} is empty; give at least one value")
+    return items
+
+
+def ints(limit: int):
+    def parse(raw, name: str) -> list[int]:
+        out = []
+        for x in _items(raw, name):  # 64.5 and true are not lengths: no silent conversion
+            if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.lstrip("+-").isdigit())):
+                raise UsageError(f"{name} takes positive integers up to {limit:,}, got {x!r}")
+            if not 1 <= int(x) <= limit:
+                raise UsageError(f"{name} takes positive integers up to {limit:,}, got {int(x)}")
+            out.append(int(x))
+        return list(dict.fromkeys(out))  # a value given twice is one cell, not two
+    return parse
+
+
+def text(raw, name: str) -> str:
+    return str(raw)
+
+
+def texts(raw, name: str) -> list[str]:
+    return list(dict.fromkeys(str(x) for x in _items(raw, name)))
+
+
+def choices(what: str, valid, normalize: Callable[[str], str] = str):
+    def parse(raw, name: str) -> list[str]:
+        values = list(dict.fromkeys(normalize(str(x)) for x in _items(raw, name)))
+        for v in values:
+            if v not in valid:
+                raise UsageError(f"unknown {what} {v!r}; valid: {', '.join(valid)}")
+        return values
+    return parse
+
+
+def mask_spellings(raw, name: str) -> list[str]:
+    from bench.model import masks
+
+    values = texts(raw, name)
+    for text in values:
+        try:
+            masks.parse(text, window=1)
+        except masks.MaskError as exc:
+            raise UsageError(f"--masks {text}: {exc}") from None
+    return values
+
+
+def choice(what: str, valid):
+    def parse(raw, name: str) -> str:
+        if str(raw) not in valid:
+            raise UsageError(f"unknown {what} {raw!r}; valid: {', '.join(valid)}")
+        return str(raw)
+    return parse
+
+
+def number(lo: float, hi: float, whole: bool):
+    """A number in [lo, hi] (nan, inf and booleans refused; a whole number when ``whole``)."""
+    def parse(raw, name: str):
+        what = f"{name} takes {'a whole number' if whole else 'a number'} from {lo:g} to {hi:g}"
+        try:
+            if isinstance(raw, bool) or (whole and isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            value = int(raw) if whole else float(raw)
+        except (TypeError, ValueError):
+            raise UsageError(f"{what}, got {raw!r}") from None
+        if not lo <= value <= hi:  # also refuses nan
+            raise UsageError(f"{what}, got {value if whole else repr(raw)}")
+        return value
+    return parse
+
+
+def positive(unit: str):
+    def parse(raw, name: str) -> float:
+        try:
+            value = float(raw) if not isinstance(raw, bool) else math.nan
+        except (TypeError, ValueError):
+            value = math.nan
+        if not 0 < value < math.inf:
+            raise UsageError(f"{name} takes a positive, finite number of {unit}, got {raw!r}")
+        return value
+    return parse
+
+
+def paths(raw, name: str) -> list[str]:
+    if isinstance(raw, str):
+        raw = [raw]  # plugins = "x.py" is one file, not four characters
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise UsageError(f"{name} takes a list of paths, got {raw!r}")
+    return list(dict.fromkeys(str(Path(p).expanduser().resolve()) for p in raw))
+
+
+# --- the specification ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spec:
+    """What a sweep measures and how. Axis fields are lists; ``cases()`` is their product."""
+    device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
+                          default="cpu", case=True)
+    preset: str = setting("quick, default, full or decode (default: default); sized per device", text,
+                          default="default")
+    variants: list[str] = setting("comma-separated variant names (default: all registered)", texts,
+                                  axis=True, case=True)
+    seq_lens: list[int] = setting("query lengths, e.g. 512,1024,2048", ints(MAX_LEN), axis=True, case=True)
+    kv_lens: list[int] | None = setting("key/value lengths for cross-attention (default: = seq len)",
+                                        ints(MAX_LEN), axis=True, case=True)
+    heads: list[int] = setting("query heads", ints(MAX_DIM), axis=True, case=True)
+    kv_heads: list[int] | None = setting("key/value heads for GQA (must divide heads; default: = heads)",
+                                         ints(MAX_DIM), axis=True, case=True)
+    head_dims: list[int] = setting("head dimensions", ints(MAX_DIM), axis=True, case=True)
+    batch: list[int] = setting("batch sizes", ints(MAX_DIM), axis=True, case=True)
+    dtypes: list[str] = setting("float32, float16, bfloat16 (fp32, fp16, bf16 accepted)",
+                                choices("dtype", DTYPES, normalize_dtype), axis=True, case=True)
+    masks: list[str] = setting("masks with their parameters, e.g. none,causal,window:256,document:4,"
+                               "causal+softcap:50 (python -m bench list --masks)", mask_spellings,
+                               axis=True, case=True)
+    window: list[int] = setting("sliding-window sizes for a bare window mask (window:256 names its own)",
+                                ints(MAX_LEN), axis=True, case=True)
+    directions: list[str] = setting("fwd, bwd, fwd+bwd", choices("direction", DIRECTIONS), axis=True, case=True)
+    timeout: float = setting("seconds per cell before it is killed (default: 300 CPU, 120 GPU)", positive("seconds"))
+    budget_ms: float = setting("timing budget per cell in ms (default: the preset's)", positive("milliseconds"),
+                               metavar="MS")
+    plugins: list[str] = setting("Python files with more variants", paths, default=())
+    threads: int | None = setting("torch threads in the worker (default: torch's, one per core); fewer than the "
+                                  "cores leaves room for other processes on a shared machine", number(1, 4096, True))
+    precision: float = setting("CPU: stop sampling when the 95%% CI of the median is within +-PCT%% of it "
+                               "(default 2), or when the budget is spent", number(0.1, 50.0, False), default=2.0,
+                               metavar="PCT")
+    rounds: int = setting("interleaved rounds per case: its variants take turns, A B C A B C (default 3)",
+                          number(1, 100, True), default=3)
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+    def replace(self, **changes) -> Spec:
+        return dataclasses.replace(self, **changes)
+
+    def cases(self) -> list[Case]:
+        """Every case, grouped so that cells sharing inputs run back to back, and ordered
+        from small to large n within a group."""
+        from bench.model import masks
+
+        out, seen = [], set()
+        for dtype, direction, spelling, batch, heads, head_dim in itertools.product(
+                self.dtypes, self.directions, self.masks, self.batch, self.heads, self.head_dims):
+            for kv_heads in self.kv_heads or [heads]:
+                for size in (self.window if masks.uses_window_flag(spelling) else [None]):
+                    try:
+                        mask, window = masks.canonical(spelling, size)
+                    except masks.MaskError as exc:
+                        raise UsageError(f"--masks {spelling}: {exc}") from None
+                    for q_len in sorted(self.seq_lens):
+                        for kv_len in self.kv_lens or [q_len]:
+                            try:
+                                case = Case(self.device, dtype, batch, heads, kv_heads, q_len, kv_len,
+                                            head_dim, mask, window, direction)
+                                masks.bind(case)  # parameters that do not fit the lengths are refused here
+                            except (CaseError, masks.MaskError) as exc:
+                                raise UsageError(str(exc)) from None
+                            if case not in seen:
+                                seen.add(case)
+                                out.append(case)
+        return out
+
+
+SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(Spec)}
+AXES = tuple(name for name, s in SETTINGS.items() if s.axis)
+
+
+def flag(name: str) -> str:
+    return "--plugin" if name == "plugins" else "--" + name.replace("_", "-")
+
+
+def parse_values(raw: dict, source: str | None = None) -> dict:
+    """Settings given by name (None: not given) parsed into Spec values, once. ``source``
+    names a file the values came from (its messages then name the key, not a flag)."""
+    out = {}
+    for key, value in raw.items():
+        if value is None:
+            continue
+        if key not in SETTINGS:
+            raise UsageError(f"unknown setting {key!r}; valid: {', '.join(SETTINGS)}")
+        try:
+            out[key] = SETTINGS[key].parse(value, key if source else flag(key))
+        except UsageError as exc:
+            raise UsageError(f"{source}: {exc}" if source else str(exc)) from None
+    return out
+
+
+def load_config(path: str) -> dict:
+    """The settings of a TOML file (keys at the top level or under ``[sweep]``), parsed."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--config {path}: no such file")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--config {path}: malformed TOML: {exc}") from None
+    data = data.get("sweep", data)
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: 'sweep' must be a table ([sweep] with keys under it), "
+                         f"got {type(data).__name__}")
+    norm = {k.replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(norm) - set(SETTINGS))
+    if unknown:
+        raise UsageError(f"--config {path}: unknown key {unknown[0]!r}; valid: {', '.join(SETTINGS)}")
+    return parse_values(norm, source=f"--config {path}")
+
+
+@cache
+def presets(device: str) -> dict[str, dict]:
+    """The presets of a device, from the packaged ``presets/<device>.toml``, parsed."""
+    text = resources.files("bench.model").joinpath("presets", f"{device}.toml").read_text()
+    return {name: parse_values(values, source=f"preset {name} ({device})")
+            for name, values in tomllib.loads(text).items()}
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_spec(given: dict, registry, base: Spec | None = None) -> Spec:
+    """The Spec from settings given by name, already parsed (``parse_values``, ``load_config``;
+    None = unset), over ``base`` (a frozen spec, for a resume) or else the preset.  The checks
+    that involve several settings or the registry are made here."""
+    values = {k: v for k, v in given.items() if v is not None}
+    device = values.get("device") or (base.device if base else default_device())
+    if device == "cuda" and default_device() != "cuda":
+        raise UsageError("device cuda: CUDA is not available on this machine; valid here: cpu")
+    preset = values.get("preset") or (base.preset if base else "default")
+    if preset not in presets(device):
+        raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(presets(device))}")
+    if base is not None and "preset" not in values and "device" not in values:
+        merged = base.to_dict()
+    else:
+        merged = {f.name: f.default for f in dataclasses.fields(Spec)} | dict(presets(device)[preset])
+        if base is not None:  # a resume that names another preset keeps the run's other settings
+            merged |= {k: v for k, v in base.to_dict().items() if not SETTINGS[k].axis and k != "budget_ms"}
+    merged |= values | {"device": device, "preset": preset}
+    if merged["variants"] is None:
+        merged["variants"] = registry.names()
+    choices("variant", registry.names())(merged["variants"], "--variants")
+    for h, kvh in itertools.product(merged["heads"], merged["kv_heads"] or []):
+        if h % kvh:
+            raise UsageError(f"heads {h} is not divisible by kv_heads {kvh}; kv_heads must divide heads "
+                             f"(GQA groups of equal size)")
+    merged["timeout"] = merged["timeout"] or DEFAULT_TIMEOUT_S[device]
+    timeout, budget = merged["timeout"], merged["budget_ms"]
+    if timeout * 1e3 < budget:
+        raise UsageError(f"--timeout {timeout:g} s is shorter than the timing budget (--budget-ms {budget:g}): no cell "
+                         f"could finish; give a timeout of at least {math.ceil(budget / 1e3)} s")
+    merged["plugins"] = list(merged["plugins"] or [])
+    return Spec(**merged)
+
+
+def spec_from_dict(saved: dict) -> Spec:
+    """A Spec saved in a run folder's env.json, as it was (keys it lacks take their defaults)."""
+    names = {f.name for f in dataclasses.fields(Spec)}
+    return Spec(**{k: v for k, v in saved.items() if k in names})
+
+
+def availability_on_this_machine(v, device: str | None = None, direction: str = "fwd") -> tuple[bool, str]:
+    """Availability for a representative case of ``v`` on ``device``: the variant's own
+    first mask and dtype, ``direction``, at a modest size."""
+    from bench.model.registry import available
+
+    device = device or default_device()
+    dtype = "float32" if device == "cpu" else "bfloat16"
+    if dtype not in v.dtypes:
+        dtype = v.dtypes[0]
+    mask = v.default_mask
+    case = Case(device=device, dtype=dtype, batch=1, heads=8, kv_heads=8, q_len=256, kv_len=256,
+                head_dim=64, mask=mask, window=64 if mask == "window" else None, direction=direction)
+    return available(v, case)

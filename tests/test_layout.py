@@ -1,0 +1,96 @@
+"""The architecture, checked: the layers import downwards only, and nothing imports in a circle.
+
+bench/model (what a case, mask, variant, spec and row are) <- bench/measure (timing, memory,
+FLOPs, the reference) <- bench/engine (cells, worker, sweep, run folder) <- reports <- bench/cli.
+"""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = {"bench.model": 0, "bench.measure": 1, "bench.engine": 2, "reports": 3, "bench.cli": 4}
+PUBLIC_PATHS = {"bench.case", "bench.masks", "bench.registry", "bench.probe"}  # the plugin API's stable names
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for top in ("bench", "reports"):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function."""
+    found = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from . import x, from ..y import z
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {m: {i for i in _imports(p, m) if i in mods and i != m} for m, p in mods.items()}
+
+
+def _layer(module: str) -> int | None:
+    hits = [(len(k), v) for k, v in LAYERS.items() if module == k or module.startswith(k + ".")]
+    return max(hits)[1] if hits else None
+
+
+def test_the_core_never_imports_the_command_line_or_the_reports():
+    face = ("bench.cli", "bench.__main__")  # the command line, and `python -m bench` that starts it
+    bad = [f"{m} imports {i}" for m, deps in _graph().items() if m.startswith("bench") and not m.startswith(face)
+           for i in deps if i.startswith(("reports", "bench.cli"))]
+    assert not bad, bad
+
+
+def test_layers_import_downwards_only():
+    bad = []
+    for m, deps in _graph().items():
+        mine = _layer(m)
+        for i in deps:
+            theirs = _layer(i)
+            if mine is not None and theirs is not None and theirs > mine:
+                bad.append(f"{m} (layer {mine}) imports {i} (layer {theirs})")
+    assert not bad, bad
+
+
+def test_no_import_cycle():
+    graph = _graph()
+    for public in PUBLIC_PATHS:  # a stable name is an alias of its module: follow it there
+        graph[public] = graph.get(public, set())
+    state, cycles = {}, []
+
+    def visit(m, stack):
+        state[m] = "open"
+        for d in sorted(graph.get(m, ())):
+            if d.startswith("bench.") and d.count(".") == 1 and d.rpartition(".")[2] in ("model", "measure", "engine"):
+                continue  # a package's empty __init__ is not a dependency of its modules
+            if state.get(d) == "open":
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]) if d in stack else f"{m} -> {d}")
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles
+
+
+def test_the_scan_sees_local_imports():
+    """The scan is not blind: a function-local import is found (the checks above rely on it)."""
+    assert "bench.measure.profiler" in _graph()["bench.engine.cell"]
