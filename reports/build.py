@@ -8,7 +8,7 @@ from reports.accuracy import error_chart, pareto_chart, roofline_chart
 from reports.charts import all_charts, variant_style
 from reports.frames import load_runs, speedups, with_peaks
 from reports.masks import density_chart, mask_table, pattern_chart, pictures, with_labels
-from reports.page import write_markdown, write_page
+from reports.page import ReportParts, write_markdown, write_page
 from reports.scaling import crossovers, scaling_table
 from reports.tables import facet_tables, failures, status_counts, write_csvs
 
@@ -49,5 +49,6 @@ def build_report(run_dirs, out: Path | None = None) -> Path:
     write_csvs(df, tables, folder)
     scaling.to_csv(folder / "scaling.csv", index=False)
     cross.to_csv(folder / "crossovers.csv", index=False)
-    write_markdown(folder, df, envs, tables, scaling, cross, counts, fails, charts, masks)
-    return write_page(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks)
+    parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks)
+    write_markdown(parts)
+    return write_page(parts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -90,7 +91,25 @@ def env_summary(envs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).fillna("-")
 
 
-def write_page(folder: Path, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks=None) -> Path:
+@dataclass(frozen=True)
+class ReportParts:
+    """Everything a report page is written from (``reports.build`` makes it)."""
+    folder: Path
+    df: pd.DataFrame
+    envs: list
+    tables: list
+    scaling: pd.DataFrame
+    cross: pd.DataFrame
+    counts: pd.DataFrame
+    fails: pd.DataFrame
+    charts: dict
+    baseline: str | None
+    masks: dict | None = None
+
+
+def write_page(r: ReportParts) -> Path:
+    folder, df, envs, tables, scaling, cross = r.folder, r.df, r.envs, r.tables, r.scaling, r.cross
+    counts, fails, charts, baseline, masks = r.counts, r.fails, r.charts, r.baseline, r.masks
     variants = sorted(df["variant"].unique())
     ran = sorted(df[df["status"] == "ok"]["variant"].unique())
     title = "attnbench report: " + ", ".join(e["run"] for e in envs)
@@ -161,7 +180,9 @@ def _masks_html(masks) -> list[str]:
     return parts
 
 
-def write_markdown(folder: Path, df, envs, tables, scaling, cross, counts, fails, charts, masks=None) -> Path:
+def write_markdown(r: ReportParts) -> Path:
+    folder, df, envs, tables, scaling, cross = r.folder, r.df, r.envs, r.tables, r.scaling, r.cross
+    counts, fails, charts, masks = r.counts, r.fails, r.charts, r.masks
     lines = ["# attnbench report: " + ", ".join(e["run"] for e in envs), "", "**Trust:** " + trust_line(df, envs), ""]
     for name, paths in charts.items():
         png = next(p for p in paths if p.suffix == ".png")

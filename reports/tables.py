@@ -60,9 +60,16 @@ def pivot(g: pd.DataFrame, metric: str) -> pd.DataFrame:
             if metric == "pct_roof" and r.get("bound"):
                 text += " " + {"memory": "mem", "compute": "comp"}[r["bound"]]
         cells.append((r["variant"], int(r["n"]), text))
-    t = pd.DataFrame(cells, columns=["variant", "n", "v"]).pivot_table(
-        index="variant", columns="n", values="v", aggfunc="first").fillna("-")
-    t.columns = [f"n={c}" for c in t.columns]
+    return cell_pivot(pd.DataFrame(cells, columns=["variant", "n", "v"]), ["variant"], "n", "v", empty="-",
+                      label="n={}")
+
+
+def cell_pivot(df: pd.DataFrame, index: list[str], columns: str, values: str, empty: str = "",
+               label: str = "{}") -> pd.DataFrame:
+    """The one pivot behind every table of cells: ``index`` x ``columns``, each cell's
+    (already formatted) value, ``empty`` where there is none; columns named by ``label``."""
+    t = df.pivot_table(index=index, columns=columns, values=values, aggfunc="first", sort=True).fillna(empty)
+    t.columns = [label.format(c) for c in t.columns]
     return t
 
 
@@ -146,9 +153,7 @@ def summary_table(rows: list[dict]) -> str:
         lambda g: not (g["status"] == "unsupported").all())
     lines = []
     if not df.empty:
-        table = df.pivot_table(index=facets + ["variant"], columns="q_len", values="cell",
-                               aggfunc="first", sort=True).fillna("")
-        table.columns = [f"n={c}" for c in table.columns]
+        table = cell_pivot(df, facets + ["variant"], "q_len", "cell", label="n={}")
         lines.append("median ms (or status) by sequence length")
         lines.append(tabulate(table.reset_index(), headers="keys", showindex=False))
         if shaky[df.index].any():

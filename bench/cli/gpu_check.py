@@ -157,7 +157,9 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     df["cell"] = [f"{m:.3g} ms" if s == "ok" else s for m, s in zip(df["median_ms"], df["status"])]
     df["where"] = df["dtype"].str.replace("float", "f") + " " + df["direction"] + \
         df["kv_len"].ne(df["q_len"]).map({True: " cross+gqa", False: ""})
-    table = df.pivot_table(index=["variant", "mask"], columns="where", values="cell", aggfunc="first")
+    from reports.tables import cell_pivot
+
+    table = cell_pivot(df, ["variant", "mask"], "where", "cell")
     print(f"\nstatus and median per cell (b=2, h=8, d=64; n={seq_len}, cross: q={small} kv={3 * small}):")
     print(tabulate(table.reset_index(), headers="keys", showindex=False))
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in df["status"].value_counts().items()))

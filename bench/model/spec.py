@@ -23,7 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import UsageError
-from bench.model.case import DEVICES, DIRECTIONS, DTYPES, MAX_DIM, MAX_LEN, Case, CaseError, normalize_dtype
+from bench.model.case import (
+    DEVICES,
+    DIRECTIONS,
+    DTYPES,
+    MASK_SPELLING,
+    MAX_DIM,
+    MAX_LEN,
+    Case,
+    CaseError,
+    normalize_dtype,
+)
 
 try:
     import tomllib
@@ -95,15 +105,25 @@ def choices(what: str, valid, normalize: Callable[[str], str] = str):
 
 
 def mask_spellings(raw, name: str) -> list[str]:
-    from bench.model import masks
-
+    """Mask spellings, checked for their form here; their names are checked by ``build_spec``,
+    once the plugins (which may define masks) are loaded."""
     values = texts(raw, name)
     for text in values:
+        if not MASK_SPELLING.match(text):
+            raise UsageError(f"--masks {text}: a mask is a name with ':'-separated parameters, terms joined by '+', "
+                             f"e.g. causal, window:256, causal+softcap:50 (python -m bench list --masks)")
+    return values
+
+
+def check_masks(spellings) -> None:
+    """Every term of every spelling names a registered mask or score mod, with valid parameters."""
+    from bench.model import masks
+
+    for text in spellings:
         try:
             masks.parse(text, window=1)
         except masks.MaskError as exc:
             raise UsageError(f"--masks {text}: {exc}") from None
-    return values
 
 
 def choice(what: str, valid):
@@ -155,10 +175,6 @@ def paths(raw, name: str) -> list[str]:
 @dataclass(frozen=True)
 class Spec:
     """What a sweep measures and how. Axis fields are lists; ``cases()`` is their product."""
-    device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
-                          default="cpu", case=True)
-    preset: str = setting("quick, default, full or decode (default: default); sized per device", text,
-                          default="default")
     variants: list[str] = setting("comma-separated variant names (default: all registered)", texts,
                                   axis=True, case=True)
     seq_lens: list[int] = setting("query lengths, e.g. 512,1024,2048", ints(MAX_LEN), axis=True, case=True)
@@ -177,6 +193,10 @@ class Spec:
     window: list[int] = setting("sliding-window sizes for a bare window mask (window:256 names its own)",
                                 ints(MAX_LEN), axis=True, case=True)
     directions: list[str] = setting("fwd, bwd, fwd+bwd", choices("direction", DIRECTIONS), axis=True, case=True)
+    device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
+                          default="cpu", case=True)
+    preset: str = setting("quick, default, full or decode (default: default); sized per device", text,
+                          default="default")
     timeout: float = setting("seconds per cell before it is killed (default: 300 CPU, 120 GPU)", positive("seconds"))
     budget_ms: float = setting("timing budget per cell in ms (default: the preset's)", positive("milliseconds"),
                                metavar="MS")
@@ -293,7 +313,7 @@ def build_spec(given: dict, registry, base: Spec | None = None) -> Spec:
     preset = values.get("preset") or (base.preset if base else "default")
     if preset not in presets(device):
         raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(presets(device))}")
-    if base is not None and "preset" not in values and "device" not in values:
+    if base is not None and preset == base.preset and device == base.device:
         merged = base.to_dict()
     else:
         merged = {f.name: f.default for f in dataclasses.fields(Spec)} | dict(presets(device)[preset])
@@ -303,6 +323,7 @@ def build_spec(given: dict, registry, base: Spec | None = None) -> Spec:
     if merged["variants"] is None:
         merged["variants"] = registry.names()
     choices("variant", registry.names())(merged["variants"], "--variants")
+    check_masks(merged["masks"])
     for h, kvh in itertools.product(merged["heads"], merged["kv_heads"] or []):
         if h % kvh:
             raise UsageError(f"heads {h} is not divisible by kv_heads {kvh}; kv_heads must divide heads "

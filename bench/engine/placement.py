@@ -1,0 +1,99 @@
+"""Where each worker of a sweep runs: one GPU per worker, or a disjoint set of cores.
+
+``place(...)`` is plain logic (no processes, no CUDA calls), so that it is tested on any
+machine: a worker on a GPU sees only its own device (``CUDA_VISIBLE_DEVICES`` with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so the numbers match ``nvidia-smi``); a worker on the CPU
+gets its own cores (its affinity) and as many torch threads as it has cores, unless
+``--threads`` says fewer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bench.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One worker's place: a label for its rows, the environment it starts with, its cores
+    (empty: any) and its torch threads (None: torch's default)."""
+    label: str
+    env: dict = field(default_factory=dict)
+    cpus: tuple[int, ...] = ()
+    threads: int | None = None
+
+
+def parse_gpus(text: str | None, visible: int) -> list[int] | None:
+    """``--gpus all`` or ``0,1,3``: the GPU indices (None when not given)."""
+    if text is None:
+        return None
+    if str(text).strip() == "all":
+        if visible < 1:
+            raise UsageError("--gpus all: no GPU is visible on this machine")
+        return list(range(visible))
+    try:
+        ids = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        ids = []
+    if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise UsageError(f"--gpus takes all or distinct GPU indices such as 0,1,3, got {text!r}")
+    bad = [i for i in ids if i >= visible]
+    if bad:
+        raise UsageError(f"--gpus {text}: GPU {bad[0]} does not exist here ({visible} visible: "
+                         f"{', '.join(map(str, range(visible))) or 'none'})")
+    return ids
+
+
+def place(device: str, workers: int | None, gpus: list[int] | None, cpus: list[int],
+          threads: int | None) -> list[Slot]:
+    """The slots of a sweep's workers.
+
+    - cuda: one worker per GPU of ``gpus`` (or the first ``workers`` GPUs); each sees only its own.
+    - cpu: ``workers`` workers, the available cores ``cpus`` dealt out in disjoint contiguous
+      blocks; each worker's threads are ``threads`` or its block's size.
+    One worker with no GPU list is the plain sweep: no pinning at all."""
+    if device == "cuda":
+        if gpus is None:
+            if not workers or workers == 1:
+                return [Slot("cuda", threads=threads)]
+            gpus = list(range(workers))
+        if workers and workers != len(gpus):
+            raise UsageError(f"--workers {workers} with --gpus {','.join(map(str, gpus))}: one worker per GPU "
+                             f"(give one of them)")
+        return [Slot(f"cuda:{g}", {"CUDA_VISIBLE_DEVICES": str(g), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+                     threads=threads) for g in gpus]
+    if gpus is not None:
+        raise UsageError("--gpus places workers on GPUs; on the CPU give --workers N")
+    n = workers or 1
+    if n == 1:
+        return [Slot("cpu", threads=threads)]
+    if n > len(cpus):
+        raise UsageError(f"--workers {n}: this machine gives the sweep {len(cpus)} cores; each worker needs one "
+                         f"of its own (valid: 1 to {len(cpus)})")
+    size, extra = divmod(len(cpus), n)
+    slots, start = [], 0
+    for i in range(n):
+        mine = tuple(cpus[start:start + size + (1 if i < extra else 0)])
+        start += len(mine)
+        if threads is not None and threads > len(mine):
+            raise UsageError(f"--threads {threads} with --workers {n}: each worker has {len(mine)} core(s) of its own "
+                             f"(give --threads {len(mine)} or fewer)")
+        slots.append(Slot(f"cpu:{mine[0]}-{mine[-1]}" if len(mine) > 1 else f"cpu:{mine[0]}",
+                          cpus=mine, threads=threads or len(mine)))
+    return slots
+
+
+def available_cpus() -> list[int]:
+    import os
+
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,0 +1,195 @@
+"""A sweep's cost before it runs, and how its cells are split over shards and workers.
+
+The unit of work is a case group: every variant of one case, which one worker times in
+interleaved rounds against one reference.  A group's predicted cost is
+
+    per variant: setup (a compile for variants declared ``compiles``) + the reference check
+                 and the memory pass (two calls) + the timing (the budget, or fewer samples
+                 when a call is short)
+    per group:   the float64 reference, and a little IPC
+
+with a call's time taken as its exact FLOPs over a rate.  Shards use the static rates below,
+so that ``--shard i/N`` gives every invocation the same split of a spec, whatever ran
+before.  The projection printed before a sweep refines the rates and setup times with the
+rows of earlier runs on this machine, when there are any.
+
+The split is longest-processing-time first: groups in decreasing cost (ties by their order
+in the spec), each to the least loaded bin.  It is deterministic, and no bin exceeds the
+mean load by more than its largest group.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.measure import flops as flopcount
+from bench.model.case import Case
+
+# achieved FLOP/s of an attention call, by device, when no earlier run says better
+DEFAULT_RATE = {"cpu": 5e10, "cuda": 1e14}
+REFERENCE_RATE = {"cpu": 1e10, "cuda": 1e12}  # the float64 reference
+COMPILE_S = {"cpu": 8.0, "cuda": 25.0}  # a variant that compiles per case (torch.compile)
+SETUP_S = 0.01  # any other variant's setup
+GROUP_OVERHEAD_S = 0.05  # inputs, IPC, bookkeeping per case
+MIN_TIMING_S = 0.01  # a cell's timing never costs less than this
+SAMPLES_WANTED = 60  # calls a timer takes when the budget allows many
+WORKER_START_S = {"cpu": 4.0, "cuda": 10.0}
+PEAK_MEASURE_S = 3.0  # per dtype, at the start and at the end
+REPORT_S = 12.0
+
+
+@dataclass(frozen=True)
+class Group:
+    case: Case
+    variants: tuple[str, ...]
+    index: int  # its place in the spec's order (ties, and the order a bin runs them in)
+    cost_s: float
+
+
+@dataclass
+class History:
+    """What earlier runs on this machine measured: per (variant, device) the setup time, and
+    per (variant, device, dtype, direction) the achieved FLOP/s."""
+    setup_s: dict
+    rate: dict
+
+    @classmethod
+    def empty(cls) -> History:
+        return cls({}, {})
+
+
+def load_history(root: Path, device: str, limit: int = 30) -> History:
+    """The medians of up to ``limit`` newest run folders under ``root`` (ok rows of ``device``)."""
+    from bench.engine import store
+
+    setups: dict = {}
+    rates: dict = {}
+    folders = sorted((p for p in Path(root).glob("*") if (p / store.RESULTS).is_file() and not p.is_symlink()),
+                     key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
+    for folder in folders:
+        for r in store.read_rows(folder):
+            if r.get("status") != "ok" or r.get("device") != device:
+                continue
+            if r.get("setup_ms") is not None:
+                setups.setdefault((r["variant"], device), []).append(r["setup_ms"] / 1e3)
+            if r.get("median_ms") and r.get("flops"):
+                key = (r["variant"], device, r.get("dtype"), r.get("direction"))
+                rates.setdefault(key, []).append(r["flops"] / (r["median_ms"] / 1e3))
+    return History({k: statistics.median(v) for k, v in setups.items()},
+                   {k: statistics.median(v) for k, v in rates.items()})
+
+
+def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None = None) -> float:
+    """A cell's predicted seconds (module doc); ``variant`` is a registry Variant."""
+    history = history or History.empty()
+    rate = history.rate.get((variant.name, case.device, case.dtype, case.direction), DEFAULT_RATE[case.device])
+    call_s = flopcount.flops(case) / rate
+    setup = history.setup_s.get((variant.name, case.device))
+    if setup is None:
+        setup = COMPILE_S[case.device] if variant.compiles else SETUP_S
+    timing = min(budget_ms / 1e3, max(MIN_TIMING_S, SAMPLES_WANTED * call_s))
+    return setup + 2 * call_s + timing
+
+
+def group_cost_s(variants, case: Case, budget_ms: float, history: History | None = None) -> float:
+    reference = flopcount.flops(case.replace(direction="fwd")) / REFERENCE_RATE[case.device]
+    if case.needs_grad:
+        reference *= 3
+    return GROUP_OVERHEAD_S + reference + sum(cell_cost_s(v, case, budget_ms, history) for v in variants)
+
+
+def groups(cells, registry, budget_ms: float, history: History | None = None) -> list[Group]:
+    """``cells`` ((variant name, case) in spec order) as case groups with their costs."""
+    by_case: dict = {}
+    for name, case in cells:
+        by_case.setdefault(case, []).append(name)
+    return [Group(case, tuple(names), i, group_cost_s([registry[n] for n in names], case, budget_ms, history))
+            for i, (case, names) in enumerate(by_case.items())]
+
+
+def split(items: list[Group], n: int) -> list[list[Group]]:
+    """``items`` in ``n`` bins of near-equal cost (longest first, to the least loaded bin);
+    each bin keeps the spec's order."""
+    bins: list[list[Group]] = [[] for _ in range(n)]
+    loads = [0.0] * n
+    for g in sorted(items, key=lambda g: (-g.cost_s, g.index)):
+        i = min(range(n), key=lambda b: (loads[b], b))
+        bins[i].append(g)
+        loads[i] += g.cost_s
+    return [sorted(b, key=lambda g: g.index) for b in bins]
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``--shard i/N`` (1 <= i <= N) as (i, N)."""
+    from bench.errors import UsageError
+
+    if text is None:
+        return None
+    i, _, n = str(text).partition("/")
+    try:
+        i, n = int(i), int(n)
+    except ValueError:
+        i = n = 0
+    if not 1 <= i <= n:
+        raise UsageError(f"--shard takes i/N with 1 <= i <= N, e.g. 2/4, got {text!r}")
+    return i, n
+
+
+def shard_cells(cells, registry, budget_ms: float, shard: tuple[int, int]):
+    """The cells of shard ``(i, N)``: the static split of the spec's groups (module doc)."""
+    i, n = shard
+    mine = split(groups(cells, registry, budget_ms), n)[i - 1]
+    keep = {(name, g.case) for g in mine for name in g.variants}
+    return [(name, case) for name, case in cells if (name, case) in keep]
+
+
+@dataclass(frozen=True)
+class Projection:
+    cells: int
+    groups: int
+    cells_s: float  # the cells' own cost, all of them
+    per_shard_s: list  # wall time of each shard: its fixed costs and its busiest worker
+    per_worker_s: list  # within one shard (the first), each worker's cells
+    fixed_s: float  # a shard's start (worker, peaks) and end (peaks again, report)
+    calibrated: bool  # earlier runs refined the rates
+
+    def lines(self) -> list[str]:
+        out = [f"{self.cells} cells in {self.groups} cases: about {_fmt(self.cells_s)} of measuring"
+               + (" (rates from earlier runs here)" if self.calibrated else " (default rates: no earlier run here)")]
+        if len(self.per_shard_s) > 1:
+            out.append("per shard: " + ", ".join(f"{i + 1}: {_fmt(s)}" for i, s in enumerate(self.per_shard_s)))
+        if len(self.per_worker_s) > 1:
+            out.append("per worker: " + ", ".join(f"{i}: {_fmt(s)}" for i, s in enumerate(self.per_worker_s)))
+        out.append(f"projected wall time: {_fmt(max(self.per_shard_s))}"
+                   + (" per shard, shards running side by side" if len(self.per_shard_s) > 1 else "")
+                   + f" (of it {_fmt(self.fixed_s)} start-up, peaks and report)")
+        return out
+
+
+def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: History | None = None,
+            report: bool = True) -> Projection:
+    """The projected wall time of running ``cells`` of ``spec`` over ``shards`` shards of
+    ``workers`` workers each."""
+    gs = groups(cells, registry, spec.budget_ms, history)
+    fixed = (WORKER_START_S[spec.device] + 2 * PEAK_MEASURE_S * len(spec.dtypes) + (REPORT_S if report else 0.0))
+    shard_bins = split(groups(cells, registry, spec.budget_ms), shards) if shards > 1 else [gs]
+    cost = {g.index: g.cost_s for g in gs}  # the calibrated cost of each group, in whichever split
+    per_shard, first_workers = [], []
+    for k, b in enumerate(shard_bins):
+        worker_bins = split([Group(g.case, g.variants, g.index, cost[g.index]) for g in b], workers)
+        loads = [sum(g.cost_s for g in w) for w in worker_bins]
+        per_shard.append(fixed + max(loads, default=0.0))
+        if k == 0:
+            first_workers = loads
+    return Projection(len(cells), len(gs), sum(cost.values()), per_shard, first_workers, fixed,
+                      bool(history and (history.rate or history.setup_s)))
+
+
+def _fmt(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,59 @@
+"""A run in pytest-benchmark's format, and the pytest-benchmark suite itself."""
+
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from bench.case import Case
+from bench.cli import main
+from bench.engine import store
+from tests.conftest import ROOT, run_cli
+
+
+@pytest.mark.slow
+def test_export_is_read_by_pytest_benchmark(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("sweep", "--variants", "naive,sdpa.math", "--seq-lens", "64", "--heads", "2",
+                   "--head-dims", "16", "--masks", "none,causal", "--budget-ms", "5", "--out", out,
+                   "--no-report", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert main(["export", str(out), "--format", "pytest-benchmark"]) == 0
+    path = out / "pytest-benchmark.json"
+    from pytest_benchmark.storage.file import FileStorage
+
+    class _Log:
+        def info(self, *a, **k):
+            pass
+
+        warning = error = debug = info
+
+    storage = FileStorage(str(tmp_path / "storage"), logger=_Log(), default_machine_id="m")
+    loaded = list(storage.load_benchmarks(str(path)))
+    assert len(loaded) == 4
+    assert {b["name"].split("[")[0] for b in loaded} == {"naive", "sdpa.math"}
+    rows = {f"{r['variant']}[{Case.from_dict(r).label().replace(' ', '-')}]": r for r in store.read_rows(out)}
+    for b in loaded:  # the loader flattens stats: each benchmark carries its cell's own samples, in seconds
+        samples = rows[b["name"]]["samples_ms"]
+        assert b["rounds"] == len(samples) >= 1
+        assert b["median"] == pytest.approx(statistics.median(samples) / 1e3)
+        assert b["min"] == pytest.approx(min(samples) / 1e3)
+    cli = subprocess.run([sys.executable, "-c", "from pytest_benchmark.cli import main; main()",
+                          "compare", str(path), "--columns", "min,median,rounds"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert "naive" in cli.stdout and "sdpa.math" in cli.stdout
+
+
+def test_benchmark_suite_runs_under_pytest_benchmark(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/benchmarks", "--benchmark-only", "-q",
+                           "-k", "naive or sdpa.math", "--benchmark-max-time=0.02",
+                           f"--benchmark-json={out}", "-p", "no:cacheprovider"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = {b["name"] for b in json.loads(out.read_text())["benchmarks"]}
+    assert any(n.startswith("test_variant[naive-") for n in names)
+    assert any(n.startswith("test_variant[sdpa.math-") for n in names)

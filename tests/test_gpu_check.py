@@ -1,0 +1,76 @@
+"""`python -m bench gpu-check`: its refusals, and its steps rehearsed on the CPU."""
+
+import json
+
+import pytest
+import torch
+
+from bench.cli import main
+from tests.conftest import read_jsonl, run_cli
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_gpu_check_refuses_cleanly_without_gpu(capsys, tmp_path):
+    assert main(["gpu-check", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "needs an NVIDIA GPU" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_on_cpu(tmp_path, capsys):
+    """The GPU check's own steps (sweeps, profiles, self-check, final table) on the CPU."""
+    assert main(["gpu-check", "--device", "cpu", "--seq-len", "32", "--variants", "naive,window.chunked",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "status and median per cell" in out and "statuses: ok" in out
+    assert "profile naive:" in out and "ratio_tub" in out
+    for sub in ("matrix", "cross", "scaling-causal", "scaling-window"):
+        assert (tmp_path / sub / "report" / "index.html").exists()
+    scaled = {(r["variant"], r["mask"]) for r in read_jsonl(tmp_path / "scaling-causal" / "results.jsonl")}
+    assert scaled == {("naive", "causal")}  # causal for naive and SDPA, window for the windowed ones
+    scaled = {(r["variant"], r["mask"]) for r in read_jsonl(tmp_path / "scaling-window" / "results.jsonl")}
+    assert scaled == {("window.chunked", "window")}
+    assert list(tmp_path.glob("trace_naive_*.json"))
+    assert out.strip().splitlines()[-1] == "PASS"
+
+
+@pytest.mark.slow
+def test_gpu_check_refuses_a_used_folder_and_a_bad_length(tmp_path, capsys):
+    (tmp_path / "old.txt").write_text("an earlier run")
+    assert main(["gpu-check", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert main(["gpu-check", "--device", "cpu", "--seq-len", "abc"]) == 2
+    assert "--seq-len takes a positive whole number, got 'abc'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_gpu_check_quick_rehearsal_on_cpu(tmp_path):
+    """The device acceptance check, at CPU sizes: five verdicts, one PASS or FAIL line, an
+    exit code that agrees, and the verdicts written to quick-check.json."""
+    proc = run_cli("gpu-check", "--quick", "--device", "cpu", "--out", tmp_path / "q", timeout=900)
+    lines = proc.stdout.strip().splitlines()
+    verdicts = {v["check"]: v for v in json.loads((tmp_path / "q" / "quick-check.json").read_text())}
+    assert [c[0] for c in verdicts] == ["1", "2", "3", "3", "4", "4", "5"]
+    assert (lines[-1] == "PASS") == (proc.returncode == 0) and all(v["ok"] for v in verdicts.values()) == \
+        (proc.returncode == 0)
+    for name, v in verdicts.items():
+        if not name.startswith("4"):  # timer agreement on a shared CPU is the one noisy verdict
+            assert v["ok"], (name, v["detail"])
+    assert "memory exponent naive" in proc.stdout and "best sdpa" in proc.stdout
+
+
+def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
+    import bench.engine.cell as cell
+
+    def broken():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", broken)
+    monkeypatch.setattr(torch.cuda, "empty_cache", broken)
+    cell._free("cuda")  # the error is already in the row; freeing must not raise again
+    row = cell.fail({}, RuntimeError("cuDNN Frontend error: No execution plans support the graph"))
+    assert row["status"] == "unsupported"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert cell.cuda_broken()  # the worker then exits, and a fresh one takes the next case

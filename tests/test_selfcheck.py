@@ -1,0 +1,43 @@
+"""`python -m bench selfcheck`: the harness's median next to torch.utils.benchmark's, round by round."""
+
+
+import pytest
+
+from bench.case import Case
+from tests.conftest import run_cli
+
+
+@pytest.mark.slow
+def test_selfcheck_pairs_the_tools_round_by_round(monkeypatch):
+    """The two tools take turns (harness, tub, harness, tub, ...), and the ratio is the median
+    of the per-round ratios, with its spread."""
+    import bench.measure.selfcheck as sc
+    from bench.registry import discover
+
+    order = []
+    real_interleave = sc.interleave
+
+    def spy(timers, rounds, budget_ms, **kw):
+        for name, t in timers.items():
+            inner = t.run_round
+            t.run_round = lambda ms, min_samples=1, _n=name, _f=inner: (order.append(_n), _f(ms, min_samples))
+        return real_interleave(timers, rounds, budget_ms, **kw)
+
+    monkeypatch.setattr(sc, "interleave", spy)
+    case = Case("cpu", "float32", 1, 2, 2, 128, 128, 16, "none", None, "fwd")
+    row = sc.check_cell(discover()["sdpa.math"], case, budget_ms=60, rounds=3)
+    assert order == ["harness", "tub"] * 3
+    assert row["ratio_tub_lo"] <= row["ratio_tub"] <= row["ratio_tub_hi"]
+    assert 0.5 < row["ratio_tub"] < 2.0  # the same call, timed by two tools
+    assert row["harness_samples"] >= 3 and {"cpu_util", "other_cpu", "contended"} <= set(row)
+    assert sc._ratio([2.0, 4.0, 3.0], [1.0, 2.0, 2.0]) == (2.0, 1.5, 2.0)
+
+
+@pytest.mark.slow
+def test_selfcheck_command_prints_a_paired_ratio_per_cell():
+    proc = run_cli("selfcheck", "--variants", "naive,sdpa.math", "--seq-lens", "128", "--heads", "2",
+                   "--budget-ms", "50")
+    assert proc.returncode == 0, proc.stderr
+    assert "median of the per-round ratios" in proc.stdout
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("naive", "sdpa.math"))]
+    assert len(lines) == 2 and all("-" in ln.split()[-3] for ln in lines)  # the per-round spread
