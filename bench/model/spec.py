@@ -73,14 +73,16 @@ def _items(raw, name: str) -> list:
     return items
 
 
-def ints(limit: int):
+def ints(limit: int, lo: int = 1):
+    what = "positive integers" if lo == 1 else f"integers from {lo}"
+
     def parse(raw, name: str) -> list[int]:
         out = []
         for x in _items(raw, name):  # 64.5 and true are not lengths: no silent conversion
             if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.lstrip("+-").isdigit())):
-                raise UsageError(f"{name} takes positive integers up to {limit:,}, got {x!r}")
-            if not 1 <= int(x) <= limit:
-                raise UsageError(f"{name} takes positive integers up to {limit:,}, got {int(x)}")
+                raise UsageError(f"{name} takes {what} up to {limit:,}, got {x!r}")
+            if not lo <= int(x) <= limit:
+                raise UsageError(f"{name} takes {what} up to {limit:,}, got {int(x)}")
             out.append(int(x))
         return list(dict.fromkeys(out))  # a value given twice is one cell, not two
     return parse
