@@ -93,6 +93,6 @@ def _prepare(case, flex):
     return Prepared(attention, info, scope=_dynamo_limits)
 
 
-variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check,
+variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True,
         description="FlexAttention: any mask as a block mask from its mask_mod, any score mod; torch.compile'd "
                     "once per shape")(FlexFactory())

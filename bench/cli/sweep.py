@@ -54,7 +54,7 @@ def command(args) -> int:
     from bench.engine.runner import prestart
     from bench.model.registry import discover, plugin_module
 
-    prestart()  # the worker imports torch while this process does the same
+    prestart(_workers_hint(args))  # the workers import torch while this process does the same
     flags = given_settings(args)
     config = load_config(args.config) if args.config else {}
     plugins = list(dict.fromkeys([*config.get("plugins", []), *flags.get("plugins", [])]))
@@ -83,6 +83,15 @@ def command(args) -> int:
                            given=given, command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]))
     summary = run_sweep(spec, _run_folder(resume, args.out, spec.device), options)
     return _finish(summary, spec, args)
+
+
+def _workers_hint(args) -> int:
+    """How many CPU workers to start ahead: --workers when it is plain (a GPU worker sets its
+    device before it imports torch, so it is never started ahead)."""
+    text = str(args.workers or "1")
+    if args.gpus or args.device == "cuda" or not text.isdigit():
+        return 1
+    return max(1, min(int(text), 64))
 
 
 def _finish(summary, spec, args) -> int:

@@ -22,6 +22,8 @@ class WorkerSettings:
     log_path: str | None = None  # the worker's stdout and stderr go here
     precision: float = 0.02
     rounds: int = 3
+    env: dict = field(default_factory=dict)  # set before torch is imported (CUDA_VISIBLE_DEVICES)
+    cpus: tuple = ()  # the cores this worker may use (its affinity); empty: any
 
 
 def _die_with_parent() -> None:
@@ -34,10 +36,34 @@ def _die_with_parent() -> None:
         pass
 
 
+def _pin(settings: WorkerSettings) -> None:
+    """The worker's place (bench.engine.placement): its environment and its cores."""
+    import os
+
+    os.environ.update(settings.env)
+    if settings.cpus:
+        try:
+            os.sched_setaffinity(0, settings.cpus)
+        except (AttributeError, OSError):  # not Linux: the threads setting alone
+            pass
+
+
+def _device_name() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    from bench.measure.envinfo import cpu_name
+
+    return cpu_name()
+
+
 def _worker_main(conn, settings: WorkerSettings | None) -> None:
     import os
 
     _die_with_parent()
+    if settings is not None:
+        _pin(settings)
     try:
         os.setpgid(0, 0)  # its own process group: a timeout kills whatever the variant spawned too
     except OSError:
@@ -53,6 +79,7 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
             return
         if settings is None:
             return
+        _pin(settings)  # cores only: a worker with an environment to set is never started ahead
     if settings.log_path:  # native libraries write straight to fd 1 and 2
         fd = os.open(settings.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
@@ -71,7 +98,7 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     cache = ReferenceCache()
     gc.collect()
     gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
-    conn.send(("ready", torch.get_num_threads()))
+    conn.send(("ready", (torch.get_num_threads(), _device_name())))
     while True:
         try:
             msg = conn.recv()
@@ -136,46 +163,62 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-_PRESTARTED: list = []  # [(process, connection, imported)] of a worker spawned ahead of its settings
+_PRESTARTED: list = []  # [process, connection, imported] of workers spawned ahead of their settings
 
 
-def prestart() -> None:
-    """Spawn a worker now, before the sweep knows its settings, so that its imports (torch,
-    dynamo) run beside the sweep's own start-up instead of after it.  The first Worker to
-    start takes it over; call ``wait_prestarted`` before measuring anything."""
-    if _PRESTARTED:
-        return
+def prestart(n: int = 1) -> None:
+    """Spawn ``n`` workers now, before the sweep knows its settings, so that their imports
+    (torch, dynamo) run beside the sweep's own start-up instead of after it.  Each Worker
+    that starts without an environment to set takes one over; call ``wait_prestarted``
+    before measuring anything."""
     ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_worker_main, args=(child, None), daemon=True)
-    proc.start()
-    child.close()
-    _PRESTARTED.append([proc, parent, False])
+    while len(_PRESTARTED) < n:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker_main, args=(child, None), daemon=True)
+        proc.start()
+        child.close()
+        _PRESTARTED.append([proc, parent, False])
 
 
 def wait_prestarted(timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
-    """Block until a prestarted worker has finished its imports (it is idle from then on,
-    so a measurement taken next has the cores to itself)."""
-    if not _PRESTARTED or _PRESTARTED[0][2]:
-        return
-    proc, conn, _ = _PRESTARTED[0]
-    try:
-        if conn.poll(timeout_s) and conn.recv()[0] == "imported":
-            _PRESTARTED[0][2] = True
-            return
-    except (EOFError, OSError):
-        pass
-    _PRESTARTED.clear()  # it failed: a worker is started the ordinary way when needed
-    if proc.is_alive():
-        proc.kill()
+    """Block until the prestarted workers have finished their imports (they are idle from
+    then on, so a measurement taken next has the cores to itself)."""
+    deadline = time.monotonic() + timeout_s
+    for item in list(_PRESTARTED):
+        proc, conn, imported = item
+        if imported:
+            continue
+        try:
+            if conn.poll(max(0.0, deadline - time.monotonic())) and conn.recv()[0] == "imported":
+                item[2] = True
+                continue
+        except (EOFError, OSError):
+            pass
+        _PRESTARTED.remove(item)  # it failed: a worker is started the ordinary way when needed
+        if proc.is_alive():
+            proc.kill()
 
 
 def _take_prestarted():
     wait_prestarted()
-    if not _PRESTARTED:
-        return None
-    proc, conn, _ = _PRESTARTED.pop()
-    return (proc, conn) if proc.is_alive() else None
+    while _PRESTARTED:
+        proc, conn, _ = _PRESTARTED.pop()
+        if proc.is_alive():
+            return proc, conn
+    return None
+
+
+def release_prestarted() -> None:
+    """Stop the prestarted workers nobody took (a sweep that needed fewer)."""
+    while _PRESTARTED:
+        proc, conn, _ = _PRESTARTED.pop()
+        try:
+            conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        proc.join(2)
+        if proc.is_alive():
+            proc.kill()
 
 
 class Worker:
@@ -188,9 +231,10 @@ class Worker:
         self._conn = None
         self.restarts = 0
         self.last_started: str | None = None  # the variant that ran when the worker died or hung
+        self.device_name: str | None = None  # what it measures on, once started
 
     def _start(self) -> None:
-        ahead = _take_prestarted()
+        ahead = _take_prestarted() if not self.settings.env else None
         if ahead is not None:  # its imports are done: it only needs the settings
             self._proc, parent = ahead
             parent.send(self.settings)
@@ -204,12 +248,13 @@ class Worker:
             self.stop()
             raise RuntimeError("the worker did not start")
         try:
-            tag, _ = parent.recv()
+            tag, info = parent.recv()
         except EOFError:
             code = self._proc.exitcode
             self.stop()
             raise RuntimeError(f"the worker failed to start: {_death(code)[1]}") from None
         assert tag == "ready"
+        self.device_name = info[1]
 
     def run_group(self, names: list[str], case: Case, timeout_s: float, on_row, mode: str = "time") -> tuple[str, str]:
         """Run the variants ``names`` on ``case``; ``on_row(row)`` for each row as it arrives.

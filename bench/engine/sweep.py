@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bench.engine import store
 from bench.engine.cell import base_row
-from bench.engine.runner import Worker, WorkerSettings
+from bench.engine.runner import Worker, WorkerSettings, release_prestarted
 from bench.errors import UsageError
 from bench.model import masks
 from bench.model.case import Case
@@ -50,21 +50,48 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
     from bench.model.registry import discover
 
     registry = discover(spec.plugins)
+    slots = worker_slots(spec)
     run_dir = store.writable_dir(run_dir)
     with store.locked(run_dir):
         env = _open_run(run_dir, options.resume, spec, options.given, registry, options.allow_env_change,
-                        options.command)
+                        options.command, slots)
         done = {store.cell_key(r["variant"], r) for r in store.read_rows(run_dir, repair=True)
                 if r.get("status") not in options.retry}
-        cells = [(name, case) for case in spec.cases() for name in spec.variants
-                 if store.cell_key(name, case) not in done]
+        cells = [(name, case) for name, case in spec_cells(spec, registry) if store.cell_key(name, case) not in done]
+        where = f"{len(slots)} workers ({', '.join(s.label for s in slots)})" if len(slots) > 1 else \
+            f"{env['threads']} threads"
         print(f"run folder: {run_dir}  ({len(cells)} cells to run, {len(done)} already there; "
-              f"device {spec.device}, {env['threads']} threads)", file=sys.stderr)
+              f"device {spec.device}, {where}" + (f"; shard {spec.shard} of sweep {env['sweep_id']}" if spec.shard
+                                                  else "") + ")", file=sys.stderr)
+        if len(slots) > 1 and spec.device == "cpu":
+            print("note: the workers have cores of their own but share the memory bandwidth and the caches: a "
+                  "memory-bound cell can run slower beside another than alone", file=sys.stderr)
         t0 = time.perf_counter()
-        counts, timed_s = _run_cells(cells, run_dir, spec, registry, env["peaks_tflops"], options)
+        counts, timed_s = _run_cells(cells, run_dir, spec, registry, env["peaks_tflops"], options, slots)
         rows = store.read_rows(run_dir)
         _close_run(run_dir, spec, rows)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s)
+
+
+def spec_cells(spec: Spec, registry) -> list:
+    """(variant, case) of every cell of ``spec``, in order; with ``spec.shard`` only the
+    shard's share (bench.engine.plan: the same for every invocation of the spec)."""
+    cells = [(name, case) for case in spec.cases() for name in spec.variants]
+    if spec.shard:
+        from bench.engine import plan
+
+        i, n = (int(x) for x in spec.shard.split("/"))
+        cells = plan.shard_cells(cells, registry, spec.budget_ms, (i, n))
+    return cells
+
+
+def worker_slots(spec: Spec) -> list:
+    """Where the sweep's workers run (bench.engine.placement)."""
+    from bench.engine import placement
+
+    gpus = placement.parse_gpus(spec.gpus, placement.visible_gpus()) if spec.gpus else None
+    cpus = placement.available_cpus() if spec.device == "cpu" else []
+    return placement.place(spec.device, spec.workers, gpus, cpus, spec.threads)
 
 
 def failures(rows: list[dict]) -> list[str]:
@@ -97,7 +124,7 @@ FINGERPRINT_KEYS = ("torch", "xformers", "cuda", "python", "device", "device_nam
 
 
 def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_env_change: bool = False,
-              command: str = ""):
+              command: str = "", slots=()):
     """The run folder with its env.json written: the fingerprint, the spec, the load
     average, the matmul peak of every dtype the spec uses and the copy bandwidth (measured
     once per run, at the sweep's thread count), and a history entry for this invocation.  A resume on a machine
@@ -127,8 +154,13 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
         env = here | {"peaks_tflops": {}}
     env["threads"] = here["threads"]
     baseline = registry.baseline()
+    from bench.model.spec import sweep_id
+
     env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None,
-            "loadavg_start": load_average()}
+            "loadavg_start": load_average(), "sweep_id": sweep_id(spec), "shard": spec.shard,
+            "workers": [s.label for s in slots]}
+    threads = slots[0].threads if len(slots) > 1 else spec.threads  # the peak at one worker's threads
+    env["peak_threads"] = threads
     env.setdefault("history", []).append({
         "command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in FINGERPRINT_KEYS}})
@@ -137,9 +169,9 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     wait_prestarted()  # no import running beside the peak measurement
     for dtype in spec.dtypes:
         if dtype not in env["peaks_tflops"]:
-            env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, spec.threads)
+            env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, threads)
     if not env.get("peak_gbps"):
-        env["peak_gbps"] = measure_peak_gbps(spec.device, spec.threads)
+        env["peak_gbps"] = measure_peak_gbps(spec.device, threads)
     store.write_env(run_dir, env)
     _write_mask_pictures(run_dir, spec)
     return env
@@ -171,7 +203,7 @@ def _close_run(run_dir: Path, spec, rows: list[dict]) -> None:
             best_cell[r["dtype"]] = max(best_cell.get(r["dtype"], 0.0), float(r["tflops"]))
     unreliable = env.setdefault("peak_unreliable", {})
     for dtype in spec.dtypes:
-        again = measure_peak_tflops(spec.device, dtype, spec.threads)
+        again = measure_peak_tflops(spec.device, dtype, env.get("peak_threads", spec.threads))
         start = env["peaks_tflops"].get(dtype, 0.0)
         checks[dtype] = {"start": start, "end": again}
         env["peaks_tflops"][dtype] = peak = max(start, again)
@@ -185,39 +217,52 @@ def _close_run(run_dir: Path, spec, rows: list[dict]) -> None:
     store.write_env(run_dir, env)
 
 
-def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options) -> tuple[dict, float]:
+def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options, slots) -> tuple[dict, float]:
     """Each cell to a row, appended as soon as it is known; unavailable cells are recorded
-    as 'unsupported' without launching them.  The variants of one case go to the worker
+    as 'unsupported' without launching them.  The variants of one case go to one worker
     together, to be timed in interleaved rounds; when the worker dies or overruns in a
     group, the variants still without a row run again one at a time, so that the cell
-    that crashed is the one marked.  Returns the status counts and the timed seconds."""
+    that crashed is the one marked, and only that worker restarts.  With several workers
+    (``slots``, one thread each here), cases are dealt out largest first to whichever worker
+    is free; every row goes through the one writer.  Returns the status counts and the
+    timed seconds."""
+    import threading
+
     from tqdm import tqdm
 
+    from bench.engine import plan
+
     writer = store.ResultWriter(run_dir)
-    worker = Worker(WorkerSettings(plugins=spec.plugins, budget_ms=spec.budget_ms, threads=spec.threads,
-                                   precision=spec.precision / 100.0, rounds=spec.rounds,
-                                   log_path=str(run_dir / "worker.log")))
+    many = len(slots) > 1
+    workers = [Worker(WorkerSettings(plugins=spec.plugins, budget_ms=spec.budget_ms, threads=slot.threads,
+                                     precision=spec.precision / 100.0, rounds=spec.rounds, env=dict(slot.env),
+                                     cpus=tuple(slot.cpus),
+                                     log_path=str(run_dir / (f"worker-{i}.log" if many else "worker.log"))))
+               for i, slot in enumerate(slots)]
     counts = dict.fromkeys(STATUSES, 0)
     timed = [0.0]
     measured: dict = {}  # case: names of the variants measured ok in this invocation
+    lock = threading.Lock()
     bar = tqdm(total=len(cells), unit="cell", dynamic_ncols=True, file=sys.stderr,
                disable=not options.progress)
 
-    def record(row: dict) -> None:
-        dtype = row.get("dtype")
-        if row.get("tflops") and peaks.get(dtype):
-            row["pct_peak"] = 100.0 * row["tflops"] / peaks[dtype]
-        writer.write(row)
-        if row["status"] == "ok":
-            measured.setdefault(Case.from_dict(row), []).append(row["variant"])
-        counts[row["status"]] += 1
-        timed[0] += row.get("timed_s") or 0.0
-        bar.update(1)
+    def record(row: dict, label: str) -> None:
+        with lock:
+            row["worker"] = label
+            dtype = row.get("dtype")
+            if row.get("tflops") and peaks.get(dtype):
+                row["pct_peak"] = 100.0 * row["tflops"] / peaks[dtype]
+            writer.write(row)
+            if row["status"] == "ok":
+                measured.setdefault(Case.from_dict(row), []).append(row["variant"])
+            counts[row["status"]] += 1
+            timed[0] += row.get("timed_s") or 0.0
+            bar.update(1)
 
-    def run(names: list[str], case) -> None:
+    def run(worker: Worker, label: str, names: list[str], case) -> None:
         got = []
         tag, why = worker.run_group(names, case, spec.timeout, lambda row: (got.append(row["variant"]),
-                                                                            record(row)))
+                                                                            record(row, label)))
         missing = [n for n in names if n not in got]
         if tag == "done" or not missing:
             return
@@ -226,31 +271,59 @@ def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options) -> tu
             culprit = missing[0]
         if culprit is None:
             for name in missing:  # find the culprit: one at a time
-                run([name], case)
+                run(worker, label, [name], case)
             return
-        record(base_row(culprit, case, tag, why))  # it was running when the worker died or hung
+        record(base_row(culprit, case, tag, why), label)  # it was running when the worker died or hung
         rest = [n for n in missing if n != culprit]
         if rest:
-            run(rest, case)
+            run(worker, label, rest, case)
+
+    groups = list(_by_case(cells))
+    if many:  # largest first, each to the next free worker
+        cost = {g.case: g.cost_s for g in plan.groups(cells, registry, spec.budget_ms)}
+        groups.sort(key=lambda item: -cost[item[0]])
+    queue = list(reversed(groups))
+    failures: list = []
+
+    def serve(worker: Worker, label: str) -> None:
+        try:
+            while True:
+                with lock:
+                    if not queue or failures:
+                        return
+                    case, names = queue.pop()
+                    bar.set_postfix_str(f"{case.label()}", refresh=False)
+                runnable = []
+                for name in names:
+                    ok, why = available(registry[name], case, probe=False)  # probes run in the worker
+                    if ok:
+                        runnable.append(name)
+                    else:
+                        kind = ReasonKind.CAPABILITY if registry[name].static_reason(case) else ReasonKind.ENVIRONMENT
+                        record(base_row(name, case, "unsupported", why, kind.value), label)
+                if runnable:
+                    run(worker, label, runnable, case)
+        except BaseException as exc:  # stop the others; the main thread raises it
+            failures.append(exc)
 
     try:
-        for case, names in _by_case(cells):
-            bar.set_postfix_str(f"{case.label()}", refresh=False)
-            runnable = []
-            for name in names:
-                ok, why = available(registry[name], case, probe=False)  # probes run in the worker
-                if ok:
-                    runnable.append(name)
-                else:
-                    kind = ReasonKind.CAPABILITY if registry[name].static_reason(case) else ReasonKind.ENVIRONMENT
-                    record(base_row(name, case, "unsupported", why, kind.value))
-            if runnable:
-                run(runnable, case)
+        if not many:
+            serve(workers[0], slots[0].label)
+        else:
+            threads = [threading.Thread(target=serve, args=(w, s.label), daemon=True) for w, s in zip(workers, slots)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        if failures:
+            raise failures[0]
         if options.profile and measured:
-            _profile_pass(worker, run_dir, measured, spec.timeout, bar)
+            _profile_pass(workers[0], run_dir, measured, spec.timeout, bar)
     finally:
         bar.close()
-        worker.stop()
+        for w in workers:
+            w.stop()
+        release_prestarted()
         writer.close()
     return counts, timed[0]
 

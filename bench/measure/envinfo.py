@@ -13,7 +13,7 @@ import torch
 PEAK_MATMUL_N = {"cpu": 2048, "cuda": 8192}
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -50,11 +50,11 @@ def fingerprint(device: str) -> dict:
         "platform": platform.platform(),
         "torch": torch.__version__,
         "xformers": _version("xformers"),
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "device": device,
-        "device_name": _cpu_name(),
+        "device_name": cpu_name(),
         "cuda": torch.version.cuda,
         "cudnn": None,
         "driver": None,

@@ -58,6 +58,7 @@ class Variant:
     check: Callable[[Case], str | None] | None = None
     approximate: bool = False
     error_budget: float | None = None
+    compiles: bool = False  # its setup compiles per case (seconds, not milliseconds: a sweep's plan counts it)
     module: str = ""
     source: str = ""
     # the answers of ``check`` per case, kept with the variant (a probe runs library code once)
@@ -119,6 +120,7 @@ class Variant:
                 "cross": self.cross,
                 "gqa": self.gqa, "backward": self.backward, "requires": list(self.requires),
                 "baseline": self.baseline, "approximate": self.approximate, "error_budget": self.error_budget,
+                "compiles": self.compiles,
                 "source": self.source}
 
 
@@ -132,13 +134,16 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, score_mods: Iterable[str] = (),
             cross: bool = True, gqa: bool = True, backward: bool = True, requires: Iterable[str] = (),
             baseline: bool = False, check: Callable[[Case], str | None] | None = None,
-            approximate: bool = False, error_budget: float | None = None):
+            approximate: bool = False, error_budget: float | None = None, compiles: bool = False):
     """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
 
     ``approximate=True`` declares a variant that does not compute attention exactly: it is
     timed like any other, its rows carry its errors against the float64 reference (output and
     gradients), and it is ``ok`` when the relative Frobenius error of its output is within
     ``error_budget`` (always, without one), ``mismatch`` beyond it.
+
+    ``compiles=True`` declares a setup that compiles per case (seconds of it): a sweep's cost
+    model counts it when it balances shards and workers.
 
     ``masks`` names the masks the variant computes (``bench.model.masks.ANY``: every registered one,
     through ``bench.model.masks``); ``score_mods`` the score mods it applies (``ANY``, or
@@ -165,7 +170,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
         entry = Variant(name=name, factory=factory, description=description, devices=tuple(devices),
                         dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods), cross=cross, gqa=gqa,
                         backward=backward, requires=tuple(requires), baseline=baseline, check=check,
-                        approximate=approximate, error_budget=error_budget,
+                        approximate=approximate, error_budget=error_budget, compiles=compiles,
                         module=factory.__module__, source=_source_of(mod, factory.__module__))
         entries = _module_variants(mod, create=True)
         if any(v.name == name for v in entries):

@@ -69,7 +69,7 @@ class ReasonKind(str, enum.Enum):
 IDENTITY = ("variant", *CASE_FIELDS)
 OUTCOME = ("status", "reason", "reason_kind")
 WORKLOAD = ("mask_params", "density", "flops", "bytes", "approximate")
-SETTINGS = ("threads", "budget_ms", "precision")
+SETTINGS = ("threads", "budget_ms", "precision", "worker")  # worker: where it ran (cpu, cpu:0-3, cuda:1)
 TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth",
           "noisy", "ci_lo_ms", "ci_hi_ms", "number", "warmup_calls", "timer", "samples_ms", "round_medians_ms",
           "rounds", "timed_s")

@@ -53,10 +53,12 @@ class Setting:
     axis: bool = False  # a list of values swept over
     case: bool = False  # also a flag of the single-case commands (profile, selfcheck)
     metavar: str | None = None
+    run: bool = False  # how the sweep runs (workers, shards, a cluster), not what it measures
 
 
-def setting(help: str, parse, *, default=None, axis: bool = False, case: bool = False, metavar: str | None = None):
-    return field(default=default, metadata={"setting": Setting(help, parse, axis, case, metavar)})
+def setting(help: str, parse, *, default=None, axis: bool = False, case: bool = False, metavar: str | None = None,
+            run: bool = False):
+    return field(default=default, metadata={"setting": Setting(help, parse, axis, case, metavar, run)})
 
 
 # --- parsers: raw value -> typed value, or a UsageError that says what is valid ---------------
@@ -164,6 +166,32 @@ def positive(unit: str):
     return parse
 
 
+def shard_text(raw, name: str) -> str:
+    """``i/N`` with 1 <= i <= N."""
+    i, _, n = str(raw).partition("/")
+    try:
+        i, n = int(i), int(n)
+    except ValueError:
+        i = n = 0
+    if not 1 <= i <= n:
+        raise UsageError(f"{name} takes i/N with 1 <= i <= N, e.g. 2/4, got {raw!r}")
+    return f"{i}/{n}"
+
+
+def gpu_list(raw, name: str) -> str:
+    text = str(raw).replace(" ", "")
+    if text != "all" and not all(x.isdigit() for x in text.split(",")):
+        raise UsageError(f"{name} takes all or GPU indices such as 0,1,3, got {raw!r}")
+    return text
+
+
+def sweep_name(raw, name: str) -> str:
+    text = str(raw)
+    if not text or not all(c.isalnum() or c in "-_." for c in text) or text.startswith("."):
+        raise UsageError(f"{name} takes letters, digits, '-', '_' and '.', got {raw!r}")
+    return text
+
+
 def paths(raw, name: str) -> list[str]:
     if isinstance(raw, str):
         raw = [raw]  # plugins = "x.py" is one file, not four characters
@@ -210,6 +238,26 @@ class Spec:
                                metavar="PCT")
     rounds: int = setting("interleaved rounds per case: its variants take turns, A B C A B C (default 3)",
                           number(1, 100, True), default=3)
+    # how the sweep runs: not part of what it measures (bench.engine.placement, bench.engine.plan, bench.engine.jobs)
+    workers: int | None = setting("worker processes side by side (default 1): on the CPU each gets its own cores, on "
+                                  "GPUs one GPU each; all variants of one case go to one worker",
+                                  number(1, 1024, True), metavar="N", run=True)
+    gpus: str | None = setting("all, or GPU indices such as 0,1,3: one worker per GPU", gpu_list, run=True)
+    shard: str | None = setting("i/N: measure only shard i of N, a deterministic share of the cells balanced by "
+                                "predicted cost; each shard writes its own run folder", shard_text, metavar="I/N",
+                                run=True)
+    shards: int | None = setting("with --executor: the number of shards, one job each (default 1)",
+                                 number(1, 100000, True), metavar="N", run=True)
+    sweep_id: str | None = setting("the name the shards of one sweep share (default: from the spec)", sweep_name,
+                                   metavar="ID", run=True)
+    executor: str | None = setting("run the shards as jobs through submitit: slurm, or local (this machine)",
+                                   choice("executor", ("local", "slurm")), run=True)
+    slurm_partition: str | None = setting("the Slurm partition of the jobs", text, metavar="NAME", run=True)
+    slurm_gpus_per_node: int | None = setting("GPUs per job (and node)", number(0, 64, True), metavar="N", run=True)
+    slurm_time: int | None = setting("minutes each job may run (default: the projection, doubled, at least 10)",
+                                     number(1, 100000, True), metavar="MIN", run=True)
+    slurm_array_parallelism: int | None = setting("jobs running at once (default: all)", number(1, 100000, True),
+                                                  metavar="N", run=True)
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
@@ -248,6 +296,24 @@ class Spec:
 
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(Spec)}
 AXES = tuple(name for name, s in SETTINGS.items() if s.axis)
+RUN_SETTINGS = tuple(name for name, s in SETTINGS.items() if s.run)
+
+
+def measured_part(spec: Spec) -> dict:
+    """What a spec measures: every setting but those of how it runs (shards of one sweep agree on it)."""
+    return {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
+
+
+def sweep_id(spec: Spec) -> str:
+    """The name the shards of one sweep share: ``spec.sweep_id``, or one made from what the spec
+    measures (the same spec gives the same name, on any machine)."""
+    if spec.sweep_id:
+        return spec.sweep_id
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(json.dumps(measured_part(spec), sort_keys=True, default=str).encode()).hexdigest()
+    return f"sweep-{spec.device}-{digest[:10]}"
 
 
 def flag(name: str) -> str:
