@@ -9,7 +9,7 @@ from bench.engine import store
 from bench.model import row
 from bench.model.case import CASE_FIELDS
 
-FACET_COLS = ["run", "device", "dtype", "direction", "mask", "window", "batch", "heads", "kv_heads",
+FACET_COLS = ["run", "hardware", "device", "dtype", "direction", "mask", "window", "batch", "heads", "kv_heads",
               "head_dim", "kv"]
 NUMERIC = [*row.NUMERIC, "compile_ms"]  # the row's numeric columns, and flex's compile time (an extra)
 FLAGS = list(row.FLAGS)
@@ -27,6 +27,9 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
         if not df.empty:  # a cell measured again (--retry) is its newest row; the file keeps both
             df = df.drop_duplicates(["variant", *CASE_FIELDS], keep="last")
         df["run"] = name
+        devices = env.get("worker_devices") or {}
+        if len(set(devices.values())) > 1 and "worker" in df:  # workers on different hardware: never one curve
+            df["hardware"] = df["worker"].map(devices)
         frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return tidy(df), envs

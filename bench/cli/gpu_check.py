@@ -142,6 +142,15 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
                               *common])
             scaling_rows += rows
     checks, timer_rows = [], []
+    if device == "cuda" and torch.cuda.device_count() > 1:  # one worker per GPU, cases dealt out
+        n_gpus = torch.cuda.device_count()
+        rc3, spread = _sweep(["--out", str(out / "workers"), "--gpus", "all", "--seq-lens", lengths, "--dtypes", "bf16",
+                              "--masks", "causal", "--directions", "fwd", *pick, *common])
+        used = sorted({r.get("worker") for r in spread})
+        keys = [(r["variant"], r["q_len"]) for r in spread]
+        whole = rc3 == 0 and len(used) == n_gpus and len(keys) == len(set(keys))
+        detail = f"rows from {', '.join(map(str, used))}; {len(keys)} rows, {len(set(keys))} cells"
+        checks.append((f"one worker per GPU ({n_gpus})", whole, detail))
     dims = dict(batch=1, heads=16, head_dim=128) if device == "cuda" else dict(batch=1, heads=8, head_dim=64)
     n_timer = 4096 if device == "cuda" else seq_len  # cells of 0.5 ms and more on a GPU: a 3% verdict needs it
     for name in [n for n in ("naive", "sdpa.flash", "sdpa.math") if n in names] or names[:2]:

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from bench.cli.common import Parser, add_setting_flags, given_settings
-from bench.engine import store
-from bench.engine.sweep import SweepOptions, contention_warning, failures, run_sweep
+from bench.engine import plan, store
+from bench.engine.runner import release_prestarted
+from bench.engine.sweep import SweepOptions, contention_warning, failures, run_sweep, spec_cells, worker_slots
 from bench.errors import UsageError
 from bench.model import masks
 from bench.model.row import STATUSES
@@ -41,6 +42,8 @@ def add_arguments(sp) -> None:
                     help="exit 1 when any cell is error, crash, timeout, mismatch or oom, or unsupported "
                          "without a reason")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--dry-run", dest="dry_run", action="store_true",
+                    help="print the cell count and the projected wall time (per shard and per worker), then exit")
 
 
 def run(argv: list[str]) -> int:
@@ -52,9 +55,17 @@ def run(argv: list[str]) -> int:
 
 def command(args) -> int:
     from bench.engine.runner import prestart
-    from bench.model.registry import discover, plugin_module
 
     prestart(_workers_hint(args))  # the workers import torch while this process does the same
+    try:
+        return _command(args)
+    finally:
+        release_prestarted()  # any that no worker took (a dry run, a refusal)
+
+
+def _command(args) -> int:
+    from bench.model.registry import discover, plugin_module
+
     flags = given_settings(args)
     config = load_config(args.config) if args.config else {}
     plugins = list(dict.fromkeys([*config.get("plugins", []), *flags.get("plugins", [])]))
@@ -78,11 +89,102 @@ def command(args) -> int:
     if flags.get("window") is not None and not any(masks.uses_window_flag(m) for m in spec.masks):
         print(f"warning: --window {','.join(map(str, flags['window']))} has no effect: no window mask in --masks "
               f"({','.join(spec.masks)}); add window to --masks to use it", file=sys.stderr)
-    options = SweepOptions(resume=resume is not None, retry=frozenset(_retry_statuses(args.retry, resume)),
-                           allow_env_change=args.allow_env_change, profile=args.profile, progress=not args.quiet,
-                           given=given, command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]))
-    summary = run_sweep(spec, _run_folder(resume, args.out, spec.device), options)
+    _check_run_settings(spec, resume, args)
+    if spec.executor:
+        return _submit(spec, registry, args)
+    target = _run_folder(resume, args.out, spec, create=False)
+    resumed = resume is not None or (spec.shard is not None and (target / store.ENV).exists())
+    retry = frozenset(_retry_statuses(args.retry, resume))
+    cells = _cells_left(spec, registry, target if resumed else None, retry)
+    projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)),
+                              history=plan.load_history(store.DEFAULT_ROOT, spec.device), report=not args.no_report)
+    if args.dry_run:
+        print("\n".join(projection.lines()))
+        return 0
+    print("plan: " + "; ".join(projection.lines()), file=sys.stderr)
+    run_dir = _run_folder(resume, args.out, spec)
+    options = SweepOptions(resume=resumed, retry=retry, allow_env_change=args.allow_env_change, profile=args.profile,
+                           progress=not args.quiet, given=given,
+                           command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]))
+    summary = run_sweep(spec, run_dir, options)
     return _finish(summary, spec, args)
+
+
+def _check_run_settings(spec, resume, args) -> None:
+    if spec.shards and not spec.executor:
+        raise UsageError("--shards N submits N jobs: give it with --executor local or --executor slurm (one shard "
+                         "here is --shard i/N)")
+    if spec.executor and spec.shard:
+        raise UsageError("--executor submits every shard itself: give --shards N, not --shard i/N")
+    if spec.executor and resume is not None:
+        raise UsageError("--executor resumes by itself: run the same command again and each shard measures only "
+                         "the cells its folder lacks")
+    slurm = [k for k in ("slurm_partition", "slurm_gpus_per_node", "slurm_time", "slurm_array_parallelism")
+             if getattr(spec, k) is not None]
+    if slurm and spec.executor != "slurm" and not (spec.executor == "local" and slurm == ["slurm_time"]):
+        raise UsageError(f"--{slurm[0].replace('_', '-')} is a setting of --executor slurm")
+
+
+def _cells_left(spec, registry, run_dir, retry) -> list:
+    cells = spec_cells(spec, registry)
+    if run_dir is None or not (run_dir / store.RESULTS).exists():
+        return cells
+    done = {store.cell_key(r["variant"], r) for r in store.read_rows(run_dir) if r.get("status") not in retry}
+    return [(n, c) for n, c in cells if store.cell_key(n, c) not in done]
+
+
+def _submit(spec, registry, args) -> int:
+    """--executor: one job per shard through submitit; the local executor's jobs are waited
+    for, then merged into one run folder with its report."""
+    from bench.engine import jobs
+    from bench.engine.merge import merge_runs
+    from bench.model.spec import sweep_id
+
+    jobs.require_submitit(spec.executor)
+    shards = spec.shards or 1
+    sweep_dir = Path(args.out) if args.out else store.DEFAULT_ROOT / sweep_id(spec)
+    cells = spec_cells(spec, registry)
+    projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), shards=shards,
+                              history=plan.load_history(store.DEFAULT_ROOT, spec.device), report=False)
+    if args.dry_run:
+        print("\n".join(projection.lines()))
+        return 0
+    release_prestarted()  # the jobs start their own workers
+    print("plan: " + "; ".join(projection.lines()), file=sys.stderr)
+    record = jobs.submit(spec, sweep_dir, shards, max(projection.per_shard_s))
+    print(f"sweep {record['sweep_id']}: {shards} job(s) through submitit ({spec.executor}), "
+          f"{record['timeout_min']} min each")
+    print(f"  {sweep_dir}/{jobs.SWEEP_FILE}     the jobs")
+    for job in record["jobs"]:
+        print(f"  {job['folder']}/   shard {job['shard']}, job {job['job_id']}")
+    print(f"  {record['submitit_folder']}/   submitit's files and the jobs' logs")
+    print(f"follow it with: python -m bench status {sweep_dir if args.out else record['sweep_id']}")
+    if spec.executor != "local":
+        print(f"when the jobs are done: python -m bench merge {sweep_dir}/shard-* --out {sweep_dir}/merged")
+        return 0
+    failed = []
+    for job, handle in zip(record["jobs"], record["handles"]):
+        try:
+            handle.result()
+        except Exception as exc:  # its rows are kept; running the command again resumes it
+            failed.append(f"shard {job['shard']}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}")
+    if failed:
+        print("error: " + "; ".join(failed) + ". Run the same command again: each shard resumes from its folder",
+              file=sys.stderr)
+        return 1
+    merged = sweep_dir / "merged"
+    if merged.exists():
+        import shutil
+
+        shutil.rmtree(merged)
+    out = merge_runs([j["folder"] for j in record["jobs"]], merged)
+    rows = store.read_rows(out)
+    print(f"merged {len(rows)} rows into {out}")
+    if not args.no_report:
+        from reports.build import build_report
+
+        print(f"report: {build_report([out])}")
+    return 0
 
 
 def _workers_hint(args) -> int:
@@ -136,16 +238,23 @@ def _retry_statuses(raw: str | None, resume) -> set:
     return set(wanted)
 
 
-def _run_folder(resume: Path | None, out: str | None, device: str) -> Path:
-    """The folder to write: the resumed one, a new --out, or a new timestamped one.  An
+def _run_folder(resume: Path | None, out: str | None, spec, create: bool = True) -> Path:
+    """The folder to write: the resumed one, a new --out, a shard's own folder in its sweep's
+    (runs/<sweep id>/shard-i-of-N, resumed when it exists), or a new timestamped one.  An
     existing run is never written to without --resume (its env.json holds its history)."""
     if resume is not None:
         return resume
+    if not out and spec.shard:
+        from bench.engine.jobs import shard_folder
+        from bench.model.spec import sweep_id
+
+        i, n = (int(x) for x in spec.shard.split("/"))
+        folder = shard_folder(store.DEFAULT_ROOT / sweep_id(spec), i, n)
+        return store.writable_dir(folder) if create else folder
     if not out:
-        return store.new_run_dir(device)
+        return store.new_run_dir(spec.device) if create else store.DEFAULT_ROOT / "(new)"
     path = Path(out)
     if path.is_dir() and ((path / store.RESULTS).exists() or (path / store.ENV).exists()):
         raise UsageError(f"--out {out}: already a run folder; --resume {out} measures only the cells it lacks "
                          f"(or choose a new --out)")
-    return store.writable_dir(path)
-
+    return store.writable_dir(path) if create else path

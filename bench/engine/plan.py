@@ -30,14 +30,16 @@ from bench.model.case import Case
 # achieved FLOP/s of an attention call, by device, when no earlier run says better
 DEFAULT_RATE = {"cpu": 5e10, "cuda": 1e14}
 REFERENCE_RATE = {"cpu": 1e10, "cuda": 1e12}  # the float64 reference
-COMPILE_S = {"cpu": 8.0, "cuda": 25.0}  # a variant that compiles per case (torch.compile)
+COMPILE_S = {"cpu": 0.6, "cuda": 8.0}  # a variant that compiles, per case (torch.compile, a warm compiler)
+COMPILE_FIRST_S = {"cpu": 4.0, "cuda": 20.0}  # once per worker: the compiler's own start
 SETUP_S = 0.01  # any other variant's setup
 GROUP_OVERHEAD_S = 0.05  # inputs, IPC, bookkeeping per case
 MIN_TIMING_S = 0.01  # a cell's timing never costs less than this
-SAMPLES_WANTED = 60  # calls a timer takes when the budget allows many
-WORKER_START_S = {"cpu": 4.0, "cuda": 10.0}
-PEAK_MEASURE_S = 3.0  # per dtype, at the start and at the end
+SAMPLES_WANTED = 200  # calls a timer takes when the budget allows many (it stops at its precision)
+WORKER_START_S = {"cpu": 4.0, "cuda": 10.0}  # the interpreter, torch and the first worker
+PEAK_MEASURE_S = 1.5  # per dtype, at the start and at the end
 REPORT_S = 12.0
+MIN_CALLS = 3  # a timer takes at least a few calls, whatever its budget
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None =
     setup = history.setup_s.get((variant.name, case.device))
     if setup is None:
         setup = COMPILE_S[case.device] if variant.compiles else SETUP_S
-    timing = min(budget_ms / 1e3, max(MIN_TIMING_S, SAMPLES_WANTED * call_s))
+    timing = max(min(budget_ms / 1e3, max(MIN_TIMING_S, SAMPLES_WANTED * call_s)), MIN_CALLS * call_s)
     return setup + 2 * call_s + timing
 
 
@@ -101,12 +103,16 @@ def group_cost_s(variants, case: Case, budget_ms: float, history: History | None
 
 
 def groups(cells, registry, budget_ms: float, history: History | None = None) -> list[Group]:
-    """``cells`` ((variant name, case) in spec order) as case groups with their costs."""
+    """``cells`` ((variant name, case) in spec order) as case groups with their costs; a
+    variant that cannot run here by its declared capabilities costs nothing (it is not launched)."""
     by_case: dict = {}
     for name, case in cells:
         by_case.setdefault(case, []).append(name)
-    return [Group(case, tuple(names), i, group_cost_s([registry[n] for n in names], case, budget_ms, history))
-            for i, (case, names) in enumerate(by_case.items())]
+    out = []
+    for i, (case, names) in enumerate(by_case.items()):
+        runs = [registry[n] for n in names if registry[n].static_reason(case) is None]
+        out.append(Group(case, tuple(names), i, group_cost_s(runs, case, budget_ms, history) if runs else 0.001))
+    return out
 
 
 def split(items: list[Group], n: int) -> list[list[Group]]:
@@ -173,7 +179,9 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     """The projected wall time of running ``cells`` of ``spec`` over ``shards`` shards of
     ``workers`` workers each."""
     gs = groups(cells, registry, spec.budget_ms, history)
-    fixed = (WORKER_START_S[spec.device] + 2 * PEAK_MEASURE_S * len(spec.dtypes) + (REPORT_S if report else 0.0))
+    compiles = any(registry[n].compiles for n in spec.variants)
+    fixed = (WORKER_START_S[spec.device] + 2 * PEAK_MEASURE_S * len(spec.dtypes) + (REPORT_S if report else 0.0)
+             + (COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0))
     shard_bins = split(groups(cells, registry, spec.budget_ms), shards) if shards > 1 else [gs]
     cost = {g.index: g.cost_s for g in gs}  # the calibrated cost of each group, in whichever split
     per_shard, first_workers = [], []

@@ -211,14 +211,16 @@ def _take_prestarted():
 def release_prestarted() -> None:
     """Stop the prestarted workers nobody took (a sweep that needed fewer)."""
     while _PRESTARTED:
-        proc, conn, _ = _PRESTARTED.pop()
-        try:
-            conn.send(None)
-        except (OSError, BrokenPipeError):
-            pass
-        proc.join(2)
-        if proc.is_alive():
+        proc, conn, imported = _PRESTARTED.pop()
+        if imported:  # idle, waiting for its settings: told to stop
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+            proc.join(2)
+        if proc.is_alive():  # still importing: nothing to finish
             proc.kill()
+            proc.join()
 
 
 class Worker:

@@ -67,9 +67,9 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
             print("note: the workers have cores of their own but share the memory bandwidth and the caches: a "
                   "memory-bound cell can run slower beside another than alone", file=sys.stderr)
         t0 = time.perf_counter()
-        counts, timed_s = _run_cells(cells, run_dir, spec, registry, env["peaks_tflops"], options, slots)
+        counts, timed_s, devices = _run_cells(cells, run_dir, spec, registry, env["peaks_tflops"], options, slots)
         rows = store.read_rows(run_dir)
-        _close_run(run_dir, spec, rows)
+        _close_run(run_dir, spec, rows, devices)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s)
 
 
@@ -89,7 +89,10 @@ def worker_slots(spec: Spec) -> list:
     """Where the sweep's workers run (bench.engine.placement)."""
     from bench.engine import placement
 
-    gpus = placement.parse_gpus(spec.gpus, placement.visible_gpus()) if spec.gpus else None
+    if spec.gpus and spec.device != "cuda":
+        gpus = []  # refused by place(), with what to give instead
+    else:
+        gpus = placement.parse_gpus(spec.gpus, placement.visible_gpus()) if spec.gpus else None
     cpus = placement.available_cpus() if spec.device == "cpu" else []
     return placement.place(spec.device, spec.workers, gpus, cpus, spec.threads)
 
@@ -187,7 +190,7 @@ def _write_mask_pictures(run_dir: Path, spec) -> None:
     store.write_json(run_dir, store.MASKS, pictures)
 
 
-def _close_run(run_dir: Path, spec, rows: list[dict]) -> None:
+def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = None) -> None:
     """The end of a sweep in env.json: the load average, and the matmul peak measured again.
     The peak kept is the higher of the two; a cell above it means the peak is still wrong,
     and env.json says so (``peak_unreliable``) for the report to show."""
@@ -196,6 +199,7 @@ def _close_run(run_dir: Path, spec, rows: list[dict]) -> None:
 
     env = store.read_env(run_dir)
     env["loadavg_end"] = load_average()
+    env["worker_devices"] = (env.get("worker_devices") or {}) | (devices or {})  # worker: what it measured on
     checks = env.setdefault("peak_checks", {})
     best_cell = {}
     for r in rows:
@@ -325,7 +329,7 @@ def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options, slots
             w.stop()
         release_prestarted()
         writer.close()
-    return counts, timed[0]
+    return counts, timed[0], {s.label: w.device_name for s, w in zip(slots, workers) if w.device_name}
 
 
 def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, bar) -> None:

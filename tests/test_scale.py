@@ -1,0 +1,271 @@
+"""Scaling out: workers side by side, shards of a spec, merge, submitit's local executor, the plan."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.engine import plan
+from bench.engine.placement import Slot, parse_gpus, place
+from bench.errors import UsageError
+from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
+
+SMALL = ["--seq-lens", "32,64", "--heads", "2", "--head-dims", "16", "--masks", "none,causal", "--budget-ms", "5",
+         "--threads", "1", "--quiet", "--device", "cpu"]
+
+
+# --- placement: pure logic, tested without GPUs -----------------------------------------------
+
+def test_each_gpu_worker_sees_only_its_own_gpu():
+    slots = place("cuda", None, parse_gpus("0,1,3", visible=4), [], None)
+    assert [s.label for s in slots] == ["cuda:0", "cuda:1", "cuda:3"]
+    assert [s.env for s in slots] == [{"CUDA_VISIBLE_DEVICES": g, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+                                      for g in ("0", "1", "3")]
+    assert place("cuda", 2, None, [], None)[1].env["CUDA_VISIBLE_DEVICES"] == "1"  # --workers 2: the first two
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in place("cuda", None, parse_gpus("all", 2), [], None)] == ["0", "1"]
+    assert place("cuda", None, None, [], None) == [Slot("cuda")]  # one worker, nothing pinned
+    for text, visible, words in [("0,0", 2, "distinct"), ("x", 2, "all or distinct"), ("2", 2, "GPU 2 does not exist"),
+                                 ("all", 0, "no GPU is visible")]:
+        with pytest.raises(UsageError, match=words):
+            parse_gpus(text, visible)
+    with pytest.raises(UsageError, match="one worker per GPU"):
+        place("cuda", 3, [0, 1], [], None)
+
+
+def test_cpu_workers_get_disjoint_cores_and_threads_to_match():
+    slots = place("cpu", 3, None, list(range(8)), None)
+    assert [s.cpus for s in slots] == [(0, 1, 2), (3, 4, 5), (6, 7)]  # every core once, none shared
+    assert [s.threads for s in slots] == [3, 3, 2] and [s.label for s in slots] == ["cpu:0-2", "cpu:3-5", "cpu:6-7"]
+    assert [s.threads for s in place("cpu", 2, None, [4, 5, 6, 7], 1)] == [1, 1]  # --threads 1: fewer than its cores
+    assert place("cpu", None, None, [0, 1], 2) == [Slot("cpu", threads=2)]
+    with pytest.raises(UsageError, match="each worker needs one of its own"):
+        place("cpu", 3, None, [0, 1], None)
+    with pytest.raises(UsageError, match="each worker has 1 core"):
+        place("cpu", 2, None, [0, 1], 2)
+    with pytest.raises(UsageError, match="--gpus places workers on GPUs"):
+        place("cpu", None, [0], [0, 1], None)
+
+
+# --- shards and the plan ------------------------------------------------------------------
+
+def _cells(registry, preset="default", device="cpu"):
+    from bench.model.spec import build_spec
+
+    spec = build_spec({"preset": preset, "device": device}, registry)
+    return spec, [(n, c) for c in spec.cases() for n in spec.variants]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_shards_cover_every_cell_once_keep_cases_whole_and_balance_the_cost(registry, n):
+    spec, cells = _cells(registry)
+    shards = [plan.shard_cells(cells, registry, spec.budget_ms, (i, n)) for i in range(1, n + 1)]
+    flat = [c for s in shards for c in s]
+    assert sorted(map(str, flat)) == sorted(map(str, cells)) and len(flat) == len(set(flat))  # each cell once
+    for s in shards:  # all the variants of a case in one shard
+        cases = {c for _, c in s}
+        assert all(c not in {c2 for _, c2 in other} for other in shards if other is not s for c in cases)
+    assert shards == [plan.shard_cells(cells, registry, spec.budget_ms, (i, n)) for i in range(1, n + 1)]
+    groups = plan.groups(cells, registry, spec.budget_ms)
+    loads = [sum(g.cost_s for g in b) for b in plan.split(groups, n)]
+    assert max(loads) <= sum(loads) / n + max(g.cost_s for g in groups) + 1e-9  # LPT's bound
+    if n > 1:  # by cost, not by count: the long cases are spread, so counts differ
+        counts = [len({c for _, c in s}) for s in shards]
+        assert max(loads) < 1.5 * min(loads) or len(set(counts)) > 1
+
+
+def test_the_plan_counts_compiles_and_the_budget(registry):
+    from bench.model.case import Case
+
+    case = Case(q_len=256, kv_len=256, heads=4, kv_heads=4, head_dim=64)
+    naive, flex = registry["naive"], registry["flex"]
+    assert plan.cell_cost_s(flex, case, 100) - plan.cell_cost_s(naive, case, 100) == \
+        pytest.approx(plan.COMPILE_S["cpu"] - plan.SETUP_S)
+    big = case.replace(q_len=8192, kv_len=8192)  # a call beyond the budget: a few calls, whatever the budget
+    assert plan.cell_cost_s(naive, big, 1) >= plan.MIN_CALLS * 4 * 8192 ** 2 * 64 * 4 / plan.DEFAULT_RATE["cpu"]
+    history = plan.History({("naive", "cpu"): 2.0}, {("naive", "cpu", "float32", "fwd"): 1e12})  # earlier runs
+    call = 4 * 256 ** 2 * 64 * 4 / 1e12  # its FLOPs at the measured rate
+    assert plan.cell_cost_s(naive, case, 100, history) == pytest.approx(2.0 + 2 * call + plan.SAMPLES_WANTED * call)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--shard", "0/3"], "--shard takes i/N with 1 <= i <= N"),
+    (["--shard", "4/3"], "--shard takes i/N with 1 <= i <= N"),
+    (["--shards", "2"], "--shards N submits N jobs: give it with --executor"),
+    (["--executor", "local", "--shard", "1/2"], "give --shards N, not --shard i/N"),
+    (["--slurm-partition", "gpu"], "--slurm-partition is a setting of --executor slurm"),
+    (["--executor", "pbs"], "unknown executor 'pbs'; valid: local, slurm"),
+    (["--workers", "0"], "--workers takes a whole number from 1 to 1024, got 0"),
+    (["--gpus", "0,x"], "--gpus takes all or GPU indices"),
+    (["--gpus", "0"], "--gpus places workers on GPUs"),
+])
+def test_bad_scale_settings_exit_2_with_one_line(capsys, argv, words):
+    assert main(["sweep", "--device", "cpu", "--variants", "naive", "--dry-run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_without_submitit_the_executor_says_what_to_install(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit now raises ImportError
+    assert main(["sweep", "--device", "cpu", "--variants", "naive", "--executor", "slurm", "--shards", "2"]) == 2
+    assert "pip install -e '.[slurm]'" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_projection_and_writes_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--preset", "quick", "--device", "cpu", "--workers", "2", "--threads", "1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^208 cells in 16 cases: about .+ of measuring", out, re.M), out
+    assert re.search(r"^per worker: 0: .+, 1: .+$", out, re.M) and "projected wall time:" in out
+    assert main(["sweep", "--preset", "quick", "--device", "cpu", "--executor", "local", "--shards", "3",
+                 "--dry-run"]) == 0
+    assert re.search(r"^per shard: 1: .+, 2: .+, 3: .+$", capsys.readouterr().out, re.M)
+    assert not (tmp_path / "runs").exists()  # a dry run makes no folder
+
+
+# --- end to end -----------------------------------------------------------------------------
+
+def _keys(rows):
+    return [(r["variant"], r["q_len"], r["mask"], r["direction"]) for r in rows]
+
+
+@pytest.mark.slow
+def test_two_workers_write_every_cell_once_and_a_crash_restarts_only_its_worker(tmp_path):
+    plugin = write_plugin(tmp_path, "crashy", """
+        import os
+        import torch.nn.functional as F
+        from bench.registry import variant
+
+        @variant("crashy", masks=("none", "causal"), description="dies on n=64 causal")
+        def crashy(case):
+            if case.q_len == 64 and case.mask == "causal":
+                os._exit(7)
+            return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=case.mask == "causal")
+    """)
+    proc = run_cli("sweep", "--plugin", plugin, "--variants", "naive,sdpa,crashy", "--workers", "2", *SMALL,
+                   "--out", tmp_path / "run", "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    rows = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert len(rows) == 12 and len(set(_keys(rows))) == 12  # 3 variants x 2 lengths x 2 masks, each once
+    assert {r["worker"] for r in rows} == {"cpu:0", "cpu:1"}
+    crashed = [r for r in rows if r["status"] == "crash"]
+    assert [(r["variant"], r["q_len"], r["mask"]) for r in crashed] == [("crashy", 64, "causal")]
+    assert all(r["status"] == "ok" for r in rows if r["variant"] != "crashy")
+    env = json.loads((tmp_path / "run" / "env.json").read_text())
+    assert env["workers"] == ["cpu:0", "cpu:1"] and set(env["worker_devices"]) == {"cpu:0", "cpu:1"}
+    assert "2 workers (cpu:0, cpu:1)" in proc.stderr and "share the memory bandwidth" in proc.stderr
+
+
+@pytest.mark.slow
+def test_three_shards_cover_the_spec_and_merge_into_one_report(tmp_path):
+    folders = []
+    for i in (1, 2, 3):
+        folder = tmp_path / f"s{i}"
+        proc = run_cli("sweep", "--variants", "naive,sdpa", *SMALL, "--shard", f"{i}/3", "--out", folder, "--no-report")
+        assert proc.returncode == 0, proc.stderr
+        assert f"shard {i}/3 of sweep sweep-cpu-" in proc.stderr
+        folders.append(folder)
+    parts = [read_jsonl(f / "results.jsonl") for f in folders]
+    everything = [k for p in parts for k in _keys(p)]
+    assert len(everything) == 8 and len(set(everything)) == 8 and all(parts)  # 2 x 2 x 2, each once
+    assert len({json.loads((f / "env.json").read_text())["sweep_id"] for f in folders}) == 1
+    proc = run_cli("merge", *folders, "--out", tmp_path / "merged")
+    assert proc.returncode == 0, proc.stderr
+    assert "merged 8 rows of 3 run folders" in proc.stdout
+    assert (tmp_path / "merged" / "report" / "index.html").exists()
+    assert sorted(_keys(read_jsonl(tmp_path / "merged" / "results.jsonl"))) == sorted(everything)
+    twice = run_cli("merge", folders[0], folders[1], folders[0], "--out", tmp_path / "m2")
+    assert twice.returncode == 2 and "named twice" in twice.stderr
+    other = tmp_path / "other"
+    assert run_cli("sweep", "--variants", "naive", *SMALL, "--out", other, "--no-report").returncode == 0
+    mixed = run_cli("merge", folders[0], other, "--out", tmp_path / "m3")
+    assert mixed.returncode == 2 and "measure different things" in mixed.stderr and "variants" in mixed.stderr
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+@pytest.mark.slow
+def test_local_executor_runs_shards_as_jobs_resumes_a_killed_one_and_merges(tmp_path):
+    pytest.importorskip("submitit")
+    plugin = write_plugin(tmp_path, "slow", """
+        import time
+        import torch.nn.functional as F
+        from bench.registry import variant
+
+        @variant("slow", masks=("none", "causal"), description="a second of setup per cell")
+        def slow(case):
+            time.sleep(1.0)
+            return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=case.mask == "causal")
+    """)
+    sweep = tmp_path / "sweep"
+    argv = ["sweep", "--executor", "local", "--shards", "2", "--plugin", plugin, "--variants", "naive,slow",
+            "--seq-lens", "32,48,64,80", *SMALL[2:], "--out", sweep]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    first = subprocess.Popen([sys.executable, "-m", "bench", *map(str, argv)], cwd=ROOT, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    shard1 = sweep / "shard-1-of-2"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not ((shard1 / "results.jsonl").exists()
+                                               and (shard1 / "results.jsonl").read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    record = json.loads((sweep / "sweep.json").read_text())
+    job1 = int(record["jobs"][0]["job_id"])
+    for pid in reversed(_descendants(job1)):  # the job and everything it started, as a preemption would
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 1 and "shard 1/2" in err and "Run the same command again" in err, err
+    partial = read_jsonl(shard1 / "results.jsonl")
+    assert 2 <= len(partial) < 8  # killed part way: some cells measured, not all
+    status = run_cli("status", sweep)
+    assert status.returncode == 0 and re.search(r"1/2 .* (INTERRUPTED|FAILED) +\d/8", status.stdout), status.stdout
+    again = run_cli(*argv, timeout=600)  # the same command: each shard resumes from its folder
+    assert again.returncode == 0, again.stderr
+    resumed = read_jsonl(shard1 / "results.jsonl")
+    assert resumed[:len(partial)] == partial and len(set(_keys(resumed))) == len(resumed)  # nothing measured twice
+    merged = read_jsonl(sweep / "merged" / "results.jsonl")
+    assert len(merged) == 16 and len(set(_keys(merged))) == 16  # 2 variants x 4 lengths x 2 masks
+    assert (sweep / "merged" / "report" / "index.html").exists()
+    log = "".join(p.read_text() for p in (sweep / "submitit").glob("*_log.err"))
+    assert f"{len(partial)} already there" in log  # the resubmitted job said it resumed
+
+
+@pytest.mark.slow
+def test_the_projection_is_compared_with_a_measured_sweep(tmp_path, record_property):
+    argv = ["sweep", "--variants", "naive,sdpa,sdpa.math", "--seq-lens", "128,256,512", "--heads", "4",
+            "--head-dims", "32", "--masks", "none,causal", "--budget-ms", "40", "--device", "cpu", "--quiet"]
+    dry = run_cli(*argv, "--dry-run", "--out", tmp_path / "run")
+    assert dry.returncode == 0, dry.stderr
+    m = re.search(r"projected wall time: ([\d.]+) (s|min)", dry.stdout)
+    projected = float(m.group(1)) * (60 if m.group(2) == "min" else 1)
+    t0 = time.perf_counter()
+    proc = run_cli(*argv, "--out", tmp_path / "run")
+    measured = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr
+    ratio = measured / projected
+    record_property("projection_ratio", round(ratio, 3))
+    print(f"projected {projected:.1f} s, measured {measured:.1f} s, measured/projected {ratio:.2f}")
+    (tmp_path / "projection.json").write_text(json.dumps({"projected_s": projected, "measured_s": measured}))
+    assert 0.25 <= ratio <= 4, (projected, measured)  # a projection, not a promise; off by 4x it is useless
