@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -164,13 +165,16 @@ def test_two_workers_write_every_cell_once_and_a_crash_restarts_only_its_worker(
 
 @pytest.mark.slow
 def test_three_shards_cover_the_spec_and_merge_into_one_report(tmp_path):
-    folders = []
-    for i in (1, 2, 3):
-        folder = tmp_path / f"s{i}"
-        proc = run_cli("sweep", "--variants", "naive,sdpa", *SMALL, "--shard", f"{i}/3", "--out", folder, "--no-report")
-        assert proc.returncode == 0, proc.stderr
-        assert f"shard {i}/3 of sweep sweep-cpu-" in proc.stderr
-        folders.append(folder)
+    folders = [tmp_path / f"s{i}" for i in (1, 2, 3)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-m", "bench", "sweep", "--variants", "naive,sdpa", *SMALL, "--shard",
+                               f"{i}/3", "--out", str(folder), "--no-report"], cwd=ROOT, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for i, folder in zip((1, 2, 3), folders)]  # three machines, as it were
+    for i, proc in zip((1, 2, 3), procs):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert f"shard {i}/3 of sweep sweep-cpu-" in err
     parts = [read_jsonl(f / "results.jsonl") for f in folders]
     everything = [k for p in parts for k in _keys(p)]
     assert len(everything) == 8 and len(set(everything)) == 8 and all(parts)  # 2 x 2 x 2, each once
@@ -182,8 +186,11 @@ def test_three_shards_cover_the_spec_and_merge_into_one_report(tmp_path):
     assert sorted(_keys(read_jsonl(tmp_path / "merged" / "results.jsonl"))) == sorted(everything)
     twice = run_cli("merge", folders[0], folders[1], folders[0], "--out", tmp_path / "m2")
     assert twice.returncode == 2 and "named twice" in twice.stderr
-    other = tmp_path / "other"
-    assert run_cli("sweep", "--variants", "naive", *SMALL, "--out", other, "--no-report").returncode == 0
+    other = tmp_path / "other"  # a shard of another spec: one more variant
+    shutil.copytree(folders[1], other)
+    env_json = json.loads((other / "env.json").read_text())
+    env_json["spec"]["variants"] = ["naive", "sdpa", "flex"]
+    (other / "env.json").write_text(json.dumps(env_json))
     mixed = run_cli("merge", folders[0], other, "--out", tmp_path / "m3")
     assert mixed.returncode == 2 and "measure different things" in mixed.stderr and "variants" in mixed.stderr
 
@@ -212,14 +219,14 @@ def test_local_executor_runs_shards_as_jobs_resumes_a_killed_one_and_merges(tmp_
         import torch.nn.functional as F
         from bench.registry import variant
 
-        @variant("slow", masks=("none", "causal"), description="a second of setup per cell")
+        @variant("slow", masks=("none", "causal"), description="setup that takes its time")
         def slow(case):
-            time.sleep(1.0)
+            time.sleep(0.7)
             return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=case.mask == "causal")
     """)
     sweep = tmp_path / "sweep"
     argv = ["sweep", "--executor", "local", "--shards", "2", "--plugin", plugin, "--variants", "naive,slow",
-            "--seq-lens", "32,48,64,80", *SMALL[2:], "--out", sweep]
+            "--seq-lens", "32,48,64,80", *SMALL[2:], "--out", sweep, "--no-report"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     first = subprocess.Popen([sys.executable, "-m", "bench", *map(str, argv)], cwd=ROOT, env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -247,15 +254,14 @@ def test_local_executor_runs_shards_as_jobs_resumes_a_killed_one_and_merges(tmp_
     assert resumed[:len(partial)] == partial and len(set(_keys(resumed))) == len(resumed)  # nothing measured twice
     merged = read_jsonl(sweep / "merged" / "results.jsonl")
     assert len(merged) == 16 and len(set(_keys(merged))) == 16  # 2 variants x 4 lengths x 2 masks
-    assert (sweep / "merged" / "report" / "index.html").exists()
     log = "".join(p.read_text() for p in (sweep / "submitit").glob("*_log.err"))
     assert f"{len(partial)} already there" in log  # the resubmitted job said it resumed
 
 
 @pytest.mark.slow
 def test_the_projection_is_compared_with_a_measured_sweep(tmp_path, record_property):
-    argv = ["sweep", "--variants", "naive,sdpa,sdpa.math", "--seq-lens", "128,256,512", "--heads", "4",
-            "--head-dims", "32", "--masks", "none,causal", "--budget-ms", "40", "--device", "cpu", "--quiet"]
+    argv = ["sweep", "--variants", "naive,sdpa", "--seq-lens", "128,512", "--heads", "4", "--head-dims", "32",
+            "--masks", "none,causal", "--budget-ms", "40", "--device", "cpu", "--quiet", "--no-report"]
     dry = run_cli(*argv, "--dry-run", "--out", tmp_path / "run")
     assert dry.returncode == 0, dry.stderr
     m = re.search(r"projected wall time: ([\d.]+) (s|min)", dry.stdout)

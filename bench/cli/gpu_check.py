@@ -29,10 +29,6 @@ import math
 import statistics
 from pathlib import Path
 
-import pandas as pd
-import torch
-from tabulate import tabulate
-
 from bench.engine import store
 from bench.errors import UsageError
 from bench.model.case import Case
@@ -60,6 +56,8 @@ MEMORY_EXPONENTS = {  # device: variant: (low, high)
 
 
 def _gpu_banner() -> None:
+    import torch
+
     from bench.measure.timing import L2_FLUSH_BYTES
 
     props = torch.cuda.get_device_properties(0)
@@ -70,6 +68,8 @@ def _gpu_banner() -> None:
 
 
 def _prepare(out: Path | None, device: str, label: str) -> Path:
+    import torch
+
     if device == "cuda":
         if not torch.cuda.is_available():
             raise UsageError("gpu-check needs an NVIDIA GPU; torch.cuda.is_available() is False here "
@@ -97,6 +97,8 @@ def _sweep(argv: list[str]) -> tuple[int, list[dict]]:
 
 
 def _verdict(checks: list[tuple[str, bool, str]]) -> int:
+    from tabulate import tabulate
+
     print(tabulate([[name, "ok" if ok else "FAIL", detail] for name, ok, detail in checks],
                    headers=["check", "result", "detail"], maxcolwidths=[None, None, 100]))
     failed = [name for name, ok, _ in checks if not ok]
@@ -112,6 +114,10 @@ def _failed_cells(rows: list[dict]) -> list[str]:
 
 def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
                   variants: list[str] | None = None) -> int:
+    import pandas as pd
+    import torch
+    from tabulate import tabulate
+
     from bench.measure.profiler import profile_case
     from bench.measure.selfcheck import check_cell
     from bench.model.registry import available, discover
@@ -188,6 +194,8 @@ def _fit(ns, ys) -> float:
 
 def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     """The device acceptance check (module doc); returns the exit code."""
+    import pandas as pd
+
     from bench.measure.profiler import profile_case
     from bench.measure.selfcheck import check_cell
     from bench.model.registry import available, discover

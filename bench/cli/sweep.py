@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 from bench.cli.common import Parser, add_setting_flags, given_settings
-from bench.engine import plan, store
-from bench.engine.runner import release_prestarted
-from bench.engine.sweep import SweepOptions, contention_warning, failures, run_sweep, spec_cells, worker_slots
+from bench.engine import store
+from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
-from bench.model import masks
 from bench.model.row import STATUSES
 from bench.model.spec import build_spec, load_config, spec_from_dict
+
+# torch and the engine are imported once the workers are started (prestart): they import
+# theirs meanwhile
 
 
 def add_parser(sub) -> None:
@@ -54,8 +55,6 @@ def run(argv: list[str]) -> int:
 
 
 def command(args) -> int:
-    from bench.engine.runner import prestart
-
     prestart(_workers_hint(args))  # the workers import torch while this process does the same
     try:
         return _command(args)
@@ -64,6 +63,9 @@ def command(args) -> int:
 
 
 def _command(args) -> int:
+    from bench.engine import plan
+    from bench.engine.sweep import SweepOptions, run_sweep, worker_slots
+    from bench.model import masks
     from bench.model.registry import discover, plugin_module
 
     flags = given_settings(args)
@@ -101,8 +103,8 @@ def _command(args) -> int:
     if args.dry_run:
         print("\n".join(projection.lines()))
         return 0
+    run_dir = _run_folder(resume, args.out, spec)  # a folder that cannot be written is refused before the plan
     print("plan: " + "; ".join(projection.lines()), file=sys.stderr)
-    run_dir = _run_folder(resume, args.out, spec)
     options = SweepOptions(resume=resumed, retry=retry, allow_env_change=args.allow_env_change, profile=args.profile,
                            progress=not args.quiet, given=given,
                            command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]))
@@ -126,6 +128,8 @@ def _check_run_settings(spec, resume, args) -> None:
 
 
 def _cells_left(spec, registry, run_dir, retry) -> list:
+    from bench.engine.sweep import spec_cells
+
     cells = spec_cells(spec, registry)
     if run_dir is None or not (run_dir / store.RESULTS).exists():
         return cells
@@ -136,8 +140,9 @@ def _cells_left(spec, registry, run_dir, retry) -> list:
 def _submit(spec, registry, args) -> int:
     """--executor: one job per shard through submitit; the local executor's jobs are waited
     for, then merged into one run folder with its report."""
-    from bench.engine import jobs
+    from bench.engine import jobs, plan
     from bench.engine.merge import merge_runs
+    from bench.engine.sweep import spec_cells, worker_slots
     from bench.model.spec import sweep_id
 
     jobs.require_submitit(spec.executor)
@@ -197,6 +202,7 @@ def _workers_hint(args) -> int:
 
 
 def _finish(summary, spec, args) -> int:
+    from bench.engine.sweep import contention_warning, failures
     from reports.tables import summary_table
 
     rows, run_dir = summary.rows, summary.run_dir
