@@ -47,6 +47,7 @@ def test_export_is_read_by_pytest_benchmark(tmp_path):
     assert "naive" in cli.stdout and "sdpa.math" in cli.stdout
 
 
+@pytest.mark.slow
 def test_benchmark_suite_runs_under_pytest_benchmark(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/benchmarks", "--benchmark-only", "-q",

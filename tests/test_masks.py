@@ -67,6 +67,7 @@ def test_the_dense_mask_is_the_predicate_in_every_block():
     assert masks.dense_keep(_case("padding", 5, 8)).shape == (3, 1, 5, 8)
 
 
+@pytest.mark.slow
 def test_counts_at_128k_are_exact_and_in_bounded_memory():
     """The dense mask at 128k x 128k is 16 GiB; the counts take a few MiB, and agree with the
     closed forms."""

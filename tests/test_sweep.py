@@ -51,7 +51,7 @@ def sleeps(case):
 def test_failing_variants_become_rows_and_the_sweep_goes_on(tmp_path):
     plugin = write_plugin(tmp_path, "bad", BAD_PLUGINS)
     out = tmp_path / "run"
-    proc = run_cli("sweep", "--plugin", plugin, "--out", out, "--timeout", "4",
+    proc = run_cli("sweep", "--plugin", plugin, "--out", out, "--timeout", "3",
                    "--variants", "naive,bad.raises,bad.wrong,bad.abort,bad.sleeps,sdpa.math,xformers",
                    *SMALL)
     assert proc.returncode == 0, proc.stderr
@@ -66,7 +66,7 @@ def test_failing_variants_become_rows_and_the_sweep_goes_on(tmp_path):
     reasons = {r["variant"]: r["reason"] for r in rows}
     assert reasons["bad.raises"] == "ValueError: deliberate failure"
     assert "SIGABRT" in reasons["bad.abort"]
-    assert "4 s beyond" in reasons["bad.sleeps"]
+    assert "3 s beyond" in reasons["bad.sleeps"]
     assert "tolerance" in reasons["bad.wrong"]
     assert "cuda" in reasons["xformers"] or "not installed" in reasons["xformers"]
     ok = [r for r in rows if r["status"] == "ok"]

@@ -143,9 +143,10 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     for mask, wanted in SCALING.items():
         chosen = [v for v in wanted if v in names]
         if chosen:
+            quick = ["--no-report"] if device == "cpu" else []  # a rehearsal: the GPU's scaling report is the one
             _, rows = _sweep(["--out", str(out / f"scaling-{mask}"), "--variants", ",".join(chosen),
                               "--seq-lens", lengths, "--dtypes", "bf16", "--masks", mask, "--directions", "fwd",
-                              *common])
+                              *common, *quick])
             scaling_rows += rows
     checks, timer_rows = [], []
     if device == "cuda" and torch.cuda.device_count() > 1:  # one worker per GPU, cases dealt out

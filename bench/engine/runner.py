@@ -69,9 +69,10 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     except OSError:
         pass
     import torch
-    import torch._dynamo  # noqa: F401  (torch.profiler's first use imports it: ~1.5 s, paid here)
 
-    if settings is None:  # started ahead (prestart): imports done, now the sweep's settings
+    if settings is None:  # started ahead (prestart), beside the sweep's own start-up
+        import torch._dynamo  # noqa: F401  (torch.profiler's and flex's first use import it: ~1.5 s, paid here)
+
         conn.send(("imported", None))
         try:
             settings = conn.recv()
