@@ -252,9 +252,9 @@ def _run_folder(resume: Path | None, out: str | None, spec, create: bool = True)
         return resume
     if not out and spec.shard:
         from bench.engine.jobs import shard_folder
-        from bench.model.spec import sweep_id
+        from bench.model.spec import shard_pair, sweep_id
 
-        i, n = (int(x) for x in spec.shard.split("/"))
+        i, n = shard_pair(spec.shard)
         folder = shard_folder(store.DEFAULT_ROOT / sweep_id(spec), i, n)
         return store.writable_dir(folder) if create else folder
     if not out:

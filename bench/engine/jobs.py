@@ -147,7 +147,6 @@ def job_states(record: dict) -> list[dict]:
     registry = discover(spec.plugins)
     out = []
     for job in record["jobs"]:
-        i, n = (int(x) for x in job["shard"].split("/"))
         wanted = {store.cell_key(name, case) for name, case in spec_cells(replace(spec, shard=job["shard"]), registry)}
         rows = store.read_rows(Path(job["folder"])) if Path(job["folder"], store.RESULTS).exists() else []
         done = {store.cell_key(r["variant"], r) for r in rows} & wanted

@@ -127,22 +127,6 @@ def split(items: list[Group], n: int) -> list[list[Group]]:
     return [sorted(b, key=lambda g: g.index) for b in bins]
 
 
-def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """``--shard i/N`` (1 <= i <= N) as (i, N)."""
-    from bench.errors import UsageError
-
-    if text is None:
-        return None
-    i, _, n = str(text).partition("/")
-    try:
-        i, n = int(i), int(n)
-    except ValueError:
-        i = n = 0
-    if not 1 <= i <= n:
-        raise UsageError(f"--shard takes i/N with 1 <= i <= N, e.g. 2/4, got {text!r}")
-    return i, n
-
-
 def shard_cells(cells, registry, budget_ms: float, shard: tuple[int, int]):
     """The cells of shard ``(i, N)``: the static split of the spec's groups (module doc)."""
     i, n = shard

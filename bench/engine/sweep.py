@@ -18,7 +18,7 @@ from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import available
 from bench.model.row import FAILED, STATUSES, ReasonKind
-from bench.model.spec import Spec
+from bench.model.spec import Spec, shard_pair
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,7 @@ def spec_cells(spec: Spec, registry) -> list:
     if spec.shard:
         from bench.engine import plan
 
-        i, n = (int(x) for x in spec.shard.split("/"))
-        cells = plan.shard_cells(cells, registry, spec.budget_ms, (i, n))
+        cells = plan.shard_cells(cells, registry, spec.budget_ms, shard_pair(spec.shard))
     return cells
 
 

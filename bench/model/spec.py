@@ -166,13 +166,18 @@ def positive(unit: str):
     return parse
 
 
+def shard_pair(text: str) -> tuple[int, int]:
+    """``i/N`` as (i, N); (0, 0) when it is not two whole numbers."""
+    i, _, n = str(text).partition("/")
+    try:
+        return int(i), int(n)
+    except ValueError:
+        return 0, 0
+
+
 def shard_text(raw, name: str) -> str:
     """``i/N`` with 1 <= i <= N."""
-    i, _, n = str(raw).partition("/")
-    try:
-        i, n = int(i), int(n)
-    except ValueError:
-        i = n = 0
+    i, n = shard_pair(raw)
     if not 1 <= i <= n:
         raise UsageError(f"{name} takes i/N with 1 <= i <= N, e.g. 2/4, got {raw!r}")
     return f"{i}/{n}"
