@@ -51,6 +51,29 @@ def test_the_copy_bandwidth_is_measured():
     assert 0.5 < gbps < 2000  # GB/s: any real memory system
 
 
+def test_peak_runs_last_as_long_as_the_sweeps_budget_within_bounds(monkeypatch):
+    import math
+    import time
+
+    from bench.measure import envinfo
+
+    step = 2.0 ** -8  # seconds per call, exact in binary: a clock that only the calls advance
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    calls = []
+
+    def op():
+        calls.append(1)
+        now[0] += step
+
+    for budget_ms, run_ms in ((5, envinfo.PEAK_RUN_MIN_MS), (60, 60), (300, envinfo.PEAK_RUN_MS["cpu"])):
+        calls.clear()
+        assert envinfo.peak_run_ms("cpu", budget_ms) == run_ms
+        rate = envinfo._best_rate(op, 1.0, "cpu", lambda: None, 1, envinfo.peak_run_ms("cpu", budget_ms))
+        per_run = math.ceil(run_ms / 1e3 / step)  # calls until a run has lasted run_ms
+        assert len(calls) == envinfo.PEAK_RUNS * per_run and rate == pytest.approx(1 / step)
+
+
 def test_decode_preset_is_one_query_against_a_gqa_kv_cache(registry):
     spec = build_spec({"preset": "decode", "device": "cpu"}, registry)
     cases = spec.cases()

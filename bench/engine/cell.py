@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -28,6 +28,7 @@ from bench.model.row import MEASURED, ReasonKind, Status, default_kind
 UNSUPPORTED_MARKERS = ("No available kernel", "No viable backend", "No operator found",
                        "not supported", "does not support", "No execution plans", "cuDNN Frontend error")
 DEFAULT_ROUNDS = 3
+
 
 @dataclass
 class CellSettings:
@@ -137,7 +138,6 @@ class _Live:
     call: Callable = None
     timer: object = None
     failed: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 def _nowhere(name: str) -> None:

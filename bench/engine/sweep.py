@@ -133,7 +133,7 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     whose fingerprint differs is refused unless ``allow_env_change``; then env.json says
     the run is mixed."""
     from bench.measure.contention import load_average
-    from bench.measure.envinfo import fingerprint, measure_peak_gbps, measure_peak_tflops
+    from bench.measure.envinfo import fingerprint, measure_peak_gbps, measure_peak_tflops, peak_run_ms
 
     here = fingerprint(spec.device)
     here["threads"] = spec.threads or here["threads"]
@@ -163,6 +163,7 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
             "workers": [s.label for s in slots]}
     threads = slots[0].threads if len(slots) > 1 else spec.threads  # the peak at one worker's threads
     env["peak_threads"] = threads
+    env["peak_run_ms"] = run_ms = peak_run_ms(spec.device, spec.budget_ms)
     env.setdefault("history", []).append({
         "command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in FINGERPRINT_KEYS}})
@@ -171,9 +172,9 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     wait_prestarted()  # no import running beside the peak measurement
     for dtype in spec.dtypes:
         if dtype not in env["peaks_tflops"]:
-            env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, threads)
+            env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, threads, run_ms)
     if not env.get("peak_gbps"):
-        env["peak_gbps"] = measure_peak_gbps(spec.device, threads)
+        env["peak_gbps"] = measure_peak_gbps(spec.device, threads, run_ms)
     store.write_env(run_dir, env)
     _write_mask_pictures(run_dir, spec)
     return env
@@ -194,7 +195,7 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
     The peak kept is the higher of the two; a cell above it means the peak is still wrong,
     and env.json says so (``peak_unreliable``) for the report to show."""
     from bench.measure.contention import load_average
-    from bench.measure.envinfo import measure_peak_tflops
+    from bench.measure.envinfo import measure_peak_tflops, peak_run_ms
 
     env = store.read_env(run_dir)
     env["loadavg_end"] = load_average()
@@ -206,7 +207,8 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
             best_cell[r["dtype"]] = max(best_cell.get(r["dtype"], 0.0), float(r["tflops"]))
     unreliable = env.setdefault("peak_unreliable", {})
     for dtype in spec.dtypes:
-        again = measure_peak_tflops(spec.device, dtype, env.get("peak_threads", spec.threads))
+        again = measure_peak_tflops(spec.device, dtype, env.get("peak_threads", spec.threads),
+                                    peak_run_ms(spec.device, spec.budget_ms))
         start = env["peaks_tflops"].get(dtype, 0.0)
         checks[dtype] = {"start": start, "end": again}
         env["peaks_tflops"][dtype] = peak = max(start, again)
@@ -286,13 +288,13 @@ def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options, slots
         cost = {g.case: g.cost_s for g in plan.groups(cells, registry, spec.budget_ms)}
         groups.sort(key=lambda item: -cost[item[0]])
     queue = list(reversed(groups))
-    failures: list = []
+    raised: list = []  # an exception in a worker's thread: the others stop, this thread raises it
 
     def serve(worker: Worker, label: str) -> None:
         try:
             while True:
                 with lock:
-                    if not queue or failures:
+                    if not queue or raised:
                         return
                     case, names = queue.pop()
                     bar.set_postfix_str(f"{case.label()}", refresh=False)
@@ -306,8 +308,8 @@ def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options, slots
                         record(base_row(name, case, "unsupported", why, kind.value), label)
                 if runnable:
                     run(worker, label, runnable, case)
-        except BaseException as exc:  # stop the others; the main thread raises it
-            failures.append(exc)
+        except BaseException as exc:
+            raised.append(exc)
 
     try:
         if not many:
@@ -318,8 +320,8 @@ def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options, slots
                 t.start()
             for t in threads:
                 t.join()
-        if failures:
-            raise failures[0]
+        if raised:
+            raise raised[0]
         if options.profile and measured:
             _profile_pass(workers[0], run_dir, measured, spec.timeout, bar)
     finally:

@@ -78,9 +78,17 @@ def fingerprint(device: str) -> dict:
 
 PEAK_RUNS = 4  # the peak is the best of these
 PEAK_RUN_MS = {"cpu": 100.0, "cuda": 100.0}  # each run: back-to-back products for at least this long
+PEAK_RUN_MIN_MS = 25.0  # ... or as long as a sweep's timing budget, when that is shorter, but never less
 
 
-def measure_peak_tflops(device: str, dtype: str, threads: int | None = None) -> float:
+def peak_run_ms(device: str, budget_ms: float) -> float:
+    """How long each run of a peak measurement lasts for a sweep of this timing budget: the
+    budget, between PEAK_RUN_MIN_MS and PEAK_RUN_MS (a smoke sweep of 5 ms cells does not
+    spend seconds on its peaks; a sweep of 100 ms cells and up gets the full runs)."""
+    return min(PEAK_RUN_MS[device], max(PEAK_RUN_MIN_MS, budget_ms))
+
+
+def measure_peak_tflops(device: str, dtype: str, threads: int | None = None, run_ms: float | None = None) -> float:
     """Best achieved TFLOP/s of a square matmul over PEAK_RUNS runs, each long enough to be
     stable, at ``threads`` torch threads (the sweep's): the ceiling that '% of peak' is
     measured against.  On CUDA the size is 8192 and the first products (cuBLAS handle,
@@ -109,14 +117,16 @@ def measure_peak_tflops(device: str, dtype: str, threads: int | None = None) -> 
         for _ in range(3):  # warm: library handles, caches, clocks
             a @ b
         sync()
-        return _best_rate(lambda: a @ b, 2 * n**3 / 1e12, device, sync, 4 if device == "cuda" else 1)
+        return _best_rate(lambda: a @ b, 2 * n**3 / 1e12, device, sync, 4 if device == "cuda" else 1, run_ms)
     finally:
         torch.set_num_threads(saved)
 
 
-def _best_rate(op, work: float, device: str, sync, every: int = 1) -> float:
-    """The best of PEAK_RUNS runs of ``op`` back to back, each at least PEAK_RUN_MS long, as
-    ``work`` per call per second (the device synchronised every ``every`` calls)."""
+def _best_rate(op, work: float, device: str, sync, every: int = 1, run_ms: float | None = None) -> float:
+    """The best of PEAK_RUNS runs of ``op`` back to back, each at least ``run_ms`` long
+    (default PEAK_RUN_MS), as ``work`` per call per second (the device synchronised every
+    ``every`` calls)."""
+    run_ms = run_ms or PEAK_RUN_MS[device]
     import time
 
     best = 0.0
@@ -129,7 +139,7 @@ def _best_rate(op, work: float, device: str, sync, every: int = 1) -> float:
             if count % every == 0:
                 sync()
                 elapsed = time.perf_counter() - t0
-                if elapsed * 1e3 >= PEAK_RUN_MS[device]:
+                if elapsed * 1e3 >= run_ms:
                     break
         best = max(best, work * count / elapsed)
     return best
@@ -138,7 +148,7 @@ def _best_rate(op, work: float, device: str, sync, every: int = 1) -> float:
 BANDWIDTH_BYTES = {"cpu": 256 << 20, "cuda": 1 << 30}  # each buffer: far beyond the last-level cache
 
 
-def measure_peak_gbps(device: str, threads: int | None = None) -> float:
+def measure_peak_gbps(device: str, threads: int | None = None, run_ms: float | None = None) -> float:
     """Best achieved memory bandwidth in GB/s (10^9 bytes) of a copy between two buffers of
     BANDWIDTH_BYTES (a read and a write per element, as STREAM's copy counts them), over
     PEAK_RUNS runs of PEAK_RUN_MS each, at ``threads`` torch threads: the roofline's
@@ -154,6 +164,6 @@ def measure_peak_gbps(device: str, threads: int | None = None) -> float:
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         dst.copy_(src)  # touch every page before timing
         sync()
-        return _best_rate(lambda: dst.copy_(src), 2 * 4 * n / 1e9, device, sync)
+        return _best_rate(lambda: dst.copy_(src), 2 * 4 * n / 1e9, device, sync, 1, run_ms)
     finally:
         torch.set_num_threads(saved)
