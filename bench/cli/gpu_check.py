@@ -18,8 +18,10 @@ torch.utils.benchmark and triton.testing.do_bench, and the reports.
 
 Both end with one ``PASS`` or ``FAIL: ...`` line and exit non-zero on a failure.
 ``--device cpu`` runs the same steps at small sizes on the CPU: a rehearsal of the script
-itself, with the thresholds that only a GPU can meet relaxed (QUICK["cpu"]).  Every run
-writes into a fresh timestamped folder (or the ``--out`` given).
+itself, with the thresholds that only a GPU can meet relaxed (QUICK["cpu"]); the full
+check's matrix there takes one dtype, and its scaling sweeps draw no report.  Every run
+writes into a fresh timestamped folder (or the ``--out`` given).  With more than one GPU,
+the full check also runs a sweep with one worker per GPU (``--gpus all``).
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
               "--window", str(max(8, seq_len // 8)), "--quiet", "--timeout", GPU_TIMEOUT_S]
     if device == "cpu":  # a dry run: the steps, not the numbers
         common += ["--budget-ms", "10"]
-    rc, matrix = _sweep(["--out", str(out / "matrix"), "--seq-lens", str(seq_len), "--dtypes", "bf16,fp16",
+    dtypes = "bf16,fp16" if device == "cuda" else "bf16"  # the CPU rehearsal: the steps, one dtype
+    rc, matrix = _sweep(["--out", str(out / "matrix"), "--seq-lens", str(seq_len), "--dtypes", dtypes,
                          "--masks", "none,causal,window,padding", "--directions", "fwd,bwd", "--profile",
                          *pick, *common])
     rc2, cross = _sweep(["--out", str(out / "cross"), "--seq-lens", str(small), "--kv-lens", str(3 * small),
