@@ -118,6 +118,15 @@ def test_without_submitit_the_executor_says_what_to_install(capsys, monkeypatch)
     assert "pip install -e '.[slurm]'" in capsys.readouterr().err
 
 
+def test_slurm_without_sbatch_is_refused_before_anything_is_written(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch on it
+    assert main(["sweep", "--device", "cpu", "--variants", "naive", "--seq-lens", "16", "--executor", "slurm",
+                 "--shards", "2", "--out", str(tmp_path / "sweep")]) == 2
+    assert "no Slurm here (sbatch is not on the PATH); --executor local" in capsys.readouterr().err
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_dry_run_prints_the_projection_and_writes_nothing(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", "--preset", "quick", "--device", "cpu", "--workers", "2", "--threads", "1", "--dry-run"]) == 0

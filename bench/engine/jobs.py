@@ -69,14 +69,15 @@ def submit(spec: Spec, sweep_dir: Path, shards: int, per_shard_s: float) -> dict
     from bench.model.spec import sweep_id
 
     submitit = require_submitit(spec.executor)
-    sweep_dir = store.writable_dir(sweep_dir)
-    minutes = spec.slurm_time or max(10, math.ceil(2 * per_shard_s / 60))
     if spec.executor == "slurm":
         import shutil
 
         if shutil.which("sbatch") is None:
             raise UsageError("--executor slurm: no Slurm here (sbatch is not on the PATH); --executor local runs "
                              "the same jobs on this machine")
+    sweep_dir = store.writable_dir(sweep_dir)
+    minutes = spec.slurm_time or max(10, math.ceil(2 * per_shard_s / 60))
+    if spec.executor == "slurm":
         ex = submitit.AutoExecutor(folder=sweep_dir / SUBMITIT_DIR, cluster="slurm")
         params = {"timeout_min": minutes, "name": sweep_id(spec), "slurm_partition": spec.slurm_partition,
                   "gpus_per_node": spec.slurm_gpus_per_node,
