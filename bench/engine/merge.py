@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.engine import store
 from bench.errors import UsageError
-from bench.model.spec import RUN_SETTINGS
+from bench.model.spec import measured_part, spec_from_dict
 
 FINGERPRINT = ("torch", "xformers", "cuda", "python", "device", "device_name", "cpu", "cpu_count")
 
@@ -68,7 +68,8 @@ def merge_runs(run_dirs, out) -> Path:
 
 
 def _measured(spec: dict) -> dict:
-    return {k: v for k, v in spec.items() if k not in RUN_SETTINGS}
+    """What a saved spec measures (the settings of how it ran left out, as for the sweep id)."""
+    return measured_part(spec_from_dict(spec))
 
 
 def _label(row: dict) -> str:
