@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullLocator
 
-from reports.charts import new_figure, save_figure
+from reports.charts import minor_label, new_figure, save_figure
 from reports.frames import facet_groups
 
 MAX_PANELS = 12
+PARETO_PANELS = 8  # each a log-log plot with its own legend
 EXACT_FLOOR = 1e-8  # an exact variant's error is drawn no lower than this (log axis)
 
 
@@ -86,18 +87,21 @@ def error_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
 
 def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
     """Median time against relative error at each n, every variant of the facet (exact ones
-    at the left edge), with the Pareto front: no point on it is beaten on both."""
+    at the left edge), with the Pareto front: no point on it is beaten on both.  At most
+    PARETO_PANELS panels: each facet's largest n first, then the next largest, and so on."""
     ok = df[(df["status"] == "ok") & df["rel_err"].notna() & df["median_ms"].notna()]
     if _approximate_rows(ok).empty:
         return []
-    panels = []
+    per_facet = []  # each facet's panels, largest n first
     for label, g in facet_groups(ok):
         if _approximate_rows(g).empty:
             continue
-        for n, gn in g.groupby("n", sort=True):
-            if gn["variant"].nunique() >= 2:
-                panels.append((f"n = {n}" + ("" if label == "all cells" else f"; {label}"), gn))
-    panels = panels[-MAX_PANELS:]  # the largest n when there are many
+        ns = [(n, gn) for n, gn in g.groupby("n", sort=True) if gn["variant"].nunique() >= 2]
+        per_facet.append([(f"n = {n}" + ("" if label == "all cells" else f"; {label}"), gn)
+                          for n, gn in reversed(ns)])
+    # at most PARETO_PANELS: every facet's largest n first, then each one's next largest, and so on
+    ranked = sorted((rank, i) for i, f in enumerate(per_facet) for rank in range(len(f)))[:PARETO_PANELS]
+    panels = [f[rank] for i, f in enumerate(per_facet) for rank in reversed(range(len(f))) if (rank, i) in ranked]
     if not panels:
         return []
     fig, axes = _grid(len(panels))
@@ -110,8 +114,10 @@ def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         ax.step(front["err"], front["median_ms"], where="post", color="#444444", lw=1.0, ls=":", zorder=1,
                 label="Pareto front")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(NullLocator())  # the errors span many decades: a tick per decade reads
         ax.set_yscale("log")
         _plain(ax, "y")
+        ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))  # 2 and 5 of each decade, no mathtext
         ax.set_xlabel("relative error (exact variants sit at the left)", fontsize=9)
         ax.set_ylabel("median time per call (ms)", fontsize=9)
         ax.set_title(title, fontsize=9)

@@ -63,15 +63,35 @@ def _grid_cols(n_facets: int) -> int:
     return 2 if n_facets == 4 else min(3, n_facets)
 
 
-def _subplots(n_facets: int, sharex: bool = True):
+def _subplots(n_facets: int):
+    """One panel per facet.  The panels share their y range (``_share``) without matplotlib's
+    shared axes, whose tick and title placement asks every sibling (quadratic in the panels)."""
     cols = _grid_cols(n_facets)
     rows = math.ceil(n_facets / cols)
     width = max(5.4 * cols, 10.0)
-    fig, axes = new_figure(rows, cols, figsize=(width, 3.9 * rows + 1.4), sharex=sharex,
-                             sharey=True, squeeze=False, layout="constrained")
+    fig, axes = new_figure(rows, cols, figsize=(width, 3.9 * rows + 1.4), squeeze=False, layout="constrained")
     for ax in axes.flat[n_facets:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n_facets])
+
+
+def _share(axes, x: bool) -> None:
+    """One y range for every panel (and one x range when ``x``), tick labels on the outer
+    panels only: the left column's y, the lowest panel of each column's x."""
+    cols = _grid_cols(len(axes))
+    lims = [ax.get_ylim() for ax in axes if ax.has_data()] or [ax.get_ylim() for ax in axes]
+    lo, hi = min(a for a, _ in lims), max(b for _, b in lims)
+    for i, ax in enumerate(axes):
+        ax.set_ylim(lo, hi)
+        if i % cols:
+            ax.tick_params(axis="y", which="both", labelleft=False)
+    if x:
+        lims = [ax.get_xlim() for ax in axes]
+        lo, hi = min(a for a, _ in lims), max(b for _, b in lims)
+        for i, ax in enumerate(axes):
+            ax.set_xlim(lo, hi)
+            if i + cols < len(axes):
+                ax.tick_params(axis="x", which="both", labelbottom=False)
 
 
 def _guides(ax, ns, ys) -> None:
@@ -124,7 +144,7 @@ def _subtitle(df: pd.DataFrame) -> str:
     return ", ".join(items) if len(items) <= 6 else ", ".join(items[:half]) + "\n" + ", ".join(items[half:])
 
 
-def _minor_label(y, _pos) -> str:
+def minor_label(y, _pos) -> str:
     """Label the 2x and 5x minor ticks of a log axis, so short ranges still read."""
     lead = y / 10 ** math.floor(math.log10(y)) if y > 0 else 0
     return f"{y:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
@@ -148,16 +168,17 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     if not any(len(m) for m in measured):
         return []  # nothing measured to draw: the failures are listed in the tables
     same_x = len({tuple(sorted(g["n"].unique())) for _, g in groups}) == 1  # else each panel its own n axis
-    fig, axes = _subplots(len(groups), sharex=same_x)
+    fig, axes = _subplots(len(groups))
     all_fails = failed_cells(df)
     shown = set()
     any_fail = any_shaky = False
     for ax, (label, g) in zip(axes, groups):
         ok = g[(g["status"] == "ok") & g[metric].notna() & (g[metric] > 0 if logy else True)]
+        keep = [c for c in ("n", metric, "shaky", *(band or ())) if c in ok]  # grouping a wide frame is slow
         for name, v in ok.groupby("variant", sort=True):
             # a failed n in between breaks the line instead of being bridged
             ns = sorted(g.loc[g["variant"] == name, "n"].unique())
-            v = v.groupby("n").first().reindex(ns).reset_index()
+            v = v[keep].groupby("n").first().reindex(ns).reset_index()
             st = style[name]
             ax.plot(v["n"], v[metric], color=st["color"], lw=st["lw"], label=name, zorder=st["z"])
             shaky = v["shaky"].fillna(False).astype(bool) if "shaky" in v else pd.Series(False, index=v.index)
@@ -191,10 +212,11 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
         if logy:
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-            ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
+            ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))
         ax.set_title("" if label == "all cells" else "\n".join(textwrap.wrap(label, 60)), fontsize=10)
         ax.grid(True, which="major", color="#e6e6e6", lw=0.7)
         ax.set_axisbelow(True)
+    _share(axes, x=same_x)
     cols = _grid_cols(len(axes))
     for i, ax in enumerate(axes):
         if i + cols >= len(axes) or not same_x:  # lowest plot of its column, or every plot of its own axis
@@ -307,6 +329,7 @@ def breakdown_chart(df: pd.DataFrame, out: Path) -> list[Path]:
         ax.set_title(title, fontsize=9)
         ax.tick_params(labelbottom=True)
         ax.set_xlabel("sequence length n (tokens)", fontsize=8)
+    _share(axes, x=False)
     for i, ax in enumerate(axes):
         if i % _grid_cols(len(axes)) == 0:
             ax.set_ylabel("share of profiled self time (%)", fontsize=9)

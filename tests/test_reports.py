@@ -285,3 +285,65 @@ def test_report_defaults_to_the_latest_run_and_names_it(tmp_path, monkeypatch):
     assert main(["report"]) == 0
     html = (run / "report" / "index.html").read_text()
     assert "<title>attnbench report: 20260101-000000-cpu</title>" in html
+
+
+def test_panels_share_one_y_range_with_labels_on_the_outer_panels_only(tmp_path, monkeypatch):
+    import reports.charts as charts
+
+    small = _timed_rows("naive", 1.0, 0.02)
+    large = [r | {"mask": "causal", "median_ms": 30 * r["median_ms"], "q1_ms": 29 * r["median_ms"],
+                  "q3_ms": 31 * r["median_ms"]} for r in _timed_rows("naive", 1.0, 0.02)]
+    run = _run_folder(tmp_path / "run", small + large)
+    seen = {}
+
+    def keep(fig, out):
+        if out.name == "time":
+            axes = [ax for ax in fig.axes if ax.get_visible()]
+            seen["ylims"] = [ax.get_ylim() for ax in axes]
+            seen["left_labels"] = [any(t.get_visible() and t.get_text() for t in ax.get_yticklabels()) for ax in axes]
+            seen["data"] = [(min(y for line in ax.get_lines() for y in line.get_ydata() if y == y),
+                             max(y for line in ax.get_lines() for y in line.get_ydata() if y == y)) for ax in axes]
+        return []
+
+    monkeypatch.setattr(charts, "save_figure", keep)
+    monkeypatch.setattr(charts, "_draw_all", lambda jobs: [charts._draw(j) for j in jobs])
+    build_report([run], tmp_path / "rep")
+    (lo0, hi0), (lo1, hi1) = seen["ylims"]
+    assert (lo0, hi0) == (lo1, hi1)  # one scale: the panels compare by eye
+    assert all(lo0 <= lo and hi <= hi0 for lo, hi in seen["data"])  # and every panel's data fits it
+    assert seen["left_labels"] == [True, False]  # the right panel reads its values off the left one
+
+
+def test_breakdown_panels_keep_their_own_sequence_lengths(tmp_path, monkeypatch):
+    import reports.charts as charts
+
+    rows = [dict(variant=v, n=n, status="ok", share_matmul=60.0, share_softmax=40.0, mask="none", direction="fwd")
+            for v, ns in (("naive", (64, 128, 256)), ("sdpa", (64, 256))) for n in ns]
+    seen = {}
+
+    def keep(fig, out):
+        seen["ticks"] = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes if ax.get_visible()]
+        return []
+
+    monkeypatch.setattr(charts, "save_figure", keep)
+    charts.breakdown_chart(pd.DataFrame(rows), tmp_path / "breakdown")
+    assert seen["ticks"] == [["64", "128", "256"], ["64", "256"]]
+
+
+def test_pareto_chart_keeps_each_facets_largest_lengths_first(tmp_path, monkeypatch):
+    import reports.accuracy as accuracy
+
+    rows = [dict(variant=v, n=n, status="ok", median_ms=t * n, rel_err=err, approximate=err > 0, mask=m,
+                 direction="fwd")
+            for m in ("causal", "none") for n in (64, 128, 256, 512, 1024, 2048)
+            for v, t, err in (("naive", 1.0, 0.0), ("performer", 0.5, 0.3))]
+    seen = {}
+
+    def keep(fig, out):
+        seen["titles"] = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.axison]
+        return []
+
+    monkeypatch.setattr(accuracy, "save_figure", keep)
+    accuracy.pareto_chart(pd.DataFrame(rows), tmp_path / "pareto", style={})
+    assert accuracy.PARETO_PANELS == 8
+    assert seen["titles"] == [f"n = {n}; mask={m}" for m in ("causal", "none") for n in (256, 512, 1024, 2048)]

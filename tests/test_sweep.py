@@ -12,6 +12,7 @@ import time
 import pytest
 
 from bench.cli import main
+from bench.cli.sweep import timed_share
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
 SMALL = ["--seq-lens", "32,64", "--heads", "2", "--head-dims", "16", "--masks", "none",
@@ -231,7 +232,14 @@ def test_config_file_with_flag_override(tmp_path):
     assert set(env["peak_checks"]["float32"]) == {"start", "end"}
     assert env["peaks_tflops"]["float32"] == max(env["peak_checks"]["float32"].values())
     assert "report: " in proc.stdout
-    assert re.search(r"timed samples: [\d.]+ s of [\d.]+ s wall \(\d+%\)", proc.stdout.splitlines()[-1])
+    last = re.fullmatch(r"timed samples: ([\d.]+) s, (\d+)% of the cells' ([\d.]+) s wall and (\d+)% of the command's "
+                        r"([\d.]+) s \(start-up, peaks and summary ([\d.]+) s, report ([\d.]+) s\)",
+                        proc.stdout.splitlines()[-1])
+    assert last, proc.stdout.splitlines()[-1]
+    timed, cells, command, rest, report = (float(last[i]) for i in (1, 3, 5, 6, 7))
+    assert 0 < timed <= cells < command and report > 0 and rest > 0
+    assert abs(cells + rest + report - command) <= 0.01 * command  # the parts add up (3 significant digits each)
+    assert abs(int(last[2]) - 100 * timed / cells) <= 2 and abs(int(last[4]) - 100 * timed / command) <= 2
 
 
 @pytest.mark.slow
@@ -284,3 +292,24 @@ def test_availability_probes_run_in_the_worker(tmp_path):
     assert rows[32]["status"] == "ok"
     assert rows[64]["status"] == "unsupported" and rows[64]["reason"] == "refused by its own probe"
     assert log.read_text().split() == ["worker", "worker"]  # never in the sweep's own process
+
+
+def test_process_started_counts_the_interpreter_start_up():
+    """The command's wall time starts when the process did, not when the sweep module ran."""
+    code = ("import time; time.sleep(0.6); from bench.cli.common import process_started; "
+            "print(time.perf_counter() - process_started())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    age = float(proc.stdout)
+    if sys.platform.startswith("linux"):
+        assert 0.6 <= age < 60  # the sleep, plus the imports: all before the call
+    else:
+        assert 0 <= age < 1
+
+
+def test_timed_share_line():
+    line = timed_share(timed_s=12.0, cells_s=20.0, command_s=35.0, report_s=10.0)
+    assert line == ("timed samples: 12 s, 60% of the cells' 20 s wall and 34% of the command's 35 s "
+                    "(start-up, peaks and summary 5 s, report 10 s)")
+    # without a report; a clock that disagrees by a hair never gives a negative rest
+    assert timed_share(1.0, 2.0, 1.999, 0.0).endswith("of the command's 2 s (start-up, peaks and summary 0 s)")

@@ -5,6 +5,9 @@ single-case commands."""
 from __future__ import annotations
 
 import argparse
+import os
+import time
+from pathlib import Path
 
 from bench.errors import UsageError
 from bench.model.spec import SETTINGS, build_spec, default_device, flag, parse_values
@@ -54,3 +57,16 @@ def case_spec(args, defaults: dict, variants: list[str] | None = None):
 
 def yn(b) -> str:
     return "yes" if b else "-"
+
+
+def process_started() -> float:
+    """When this process started, on ``time.perf_counter``'s clock (Linux: from /proc, so the
+    interpreter's own start-up and imports count; elsewhere: now)."""
+    now = time.perf_counter()
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, in clock ticks
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - min(max(age, 0.0), 3600.0)

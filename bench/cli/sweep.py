@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from pathlib import Path
 
-from bench.cli.common import Parser, add_setting_flags, given_settings
+from bench.cli.common import Parser, add_setting_flags, given_settings, process_started
 from bench.engine import store
 from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
@@ -51,10 +52,14 @@ def run(argv: list[str]) -> int:
     """``sweep`` with these arguments, as from the command line (for scripts such as gpu-check)."""
     p = Parser(prog="python -m bench sweep")
     add_arguments(p)
-    return command(p.parse_args(argv))
+    args = p.parse_args(argv)
+    args.started = time.perf_counter()  # not the process's start: the caller did other work before
+    return command(args)
 
 
 def command(args) -> int:
+    if getattr(args, "started", None) is None:
+        args.started = process_started()  # the command's wall time counts the interpreter's start-up
     prestart(_workers_hint(args))  # the workers import torch while this process does the same
     try:
         return _command(args)
@@ -212,23 +217,38 @@ def _finish(summary, spec, args) -> int:
     warning = contention_warning(rows, spec)
     if warning:
         print(warning, file=sys.stderr)
+    report_s = 0.0
     if not args.no_report:
         from reports.build import build_report
 
+        t0 = time.perf_counter()
         try:
             print(f"report: {build_report([run_dir])}")
         except Exception as exc:  # the rows are measured and kept: a report is rebuilt from them
             print(f"warning: the report could not be built ({type(exc).__name__}: {exc}); the rows are in "
                   f"{run_dir / store.RESULTS}, and `python -m bench report {run_dir}` builds it again",
                   file=sys.stderr)
+        report_s = time.perf_counter() - t0
     print(f"results: {run_dir / store.RESULTS}")
-    print(f"timed samples: {summary.timed_s:.1f} s of {summary.elapsed_s:.1f} s wall "
-          f"({100 * summary.timed_s / max(summary.elapsed_s, 1e-9):.0f}%)")
+    print(timed_share(summary.timed_s, summary.elapsed_s, time.perf_counter() - args.started, report_s))
     bad = failures(rows)
     if args.strict and bad:
         print(f"strict: {len(bad)} failed cell(s), e.g. {bad[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def timed_share(timed_s: float, cells_s: float, command_s: float, report_s: float) -> str:
+    """The sweep's last line: how much of the wall time was timed samples, of the cells' and
+    of the whole command's (the rest: start-up, peaks, summary, report)."""
+    def pct(part, whole):
+        return f"{100 * part / max(whole, 1e-9):.0f}%"
+
+    command_s = max(command_s, cells_s + report_s)
+    rest = command_s - cells_s - report_s
+    return (f"timed samples: {timed_s:.3g} s, {pct(timed_s, cells_s)} of the cells' {cells_s:.3g} s wall and "
+            f"{pct(timed_s, command_s)} of the command's {command_s:.3g} s (start-up, peaks and summary {rest:.3g} s"
+            + (f", report {report_s:.3g} s)" if report_s else ")"))
 
 
 def _retry_statuses(raw: str | None, resume) -> set:
