@@ -77,12 +77,15 @@ def with_peaks(df: pd.DataFrame, envs: list[dict]) -> pd.DataFrame:
     measurements at the start and at the end of the sweep); ``peak_unreliable`` where a
     cell still went above it."""
     df = df.copy()
+    if "approximate" in df:  # run folders from before approximations went without TFLOP/s
+        df.loc[df["approximate"].fillna(False).astype(bool), "tflops"] = np.nan
     peaks = {e["run"]: e.get("peaks_tflops") or {} for e in envs}
-    bad = {e["run"]: e.get("peak_unreliable") or {} for e in envs}
     df["pct_peak"] = [100.0 * t / peaks[r][d] if pd.notna(t) and peaks.get(r, {}).get(d) else np.nan
                       for t, r, d in zip(df["tflops"], df["run"], df["dtype"])]
     above = {(r, d) for r, d, p in zip(df["run"], df["dtype"], df["pct_peak"]) if pd.notna(p) and p > 100.0}
-    df["peak_unreliable"] = [d in bad.get(r, {}) or (r, d) in above for r, d in zip(df["run"], df["dtype"])]
+    # from the rows, as env.json's peak_unreliable was at the sweep's end (so an older run whose
+    # flag came from an approximation's exact-equivalent rate reads right)
+    df["peak_unreliable"] = [(r, d) in above for r, d in zip(df["run"], df["dtype"])]
     # the roofline: arithmetic intensity (FLOPs per byte of the minimum traffic), the
     # bandwidth share, and the share of whichever ceiling binds at that intensity
     bandwidth = {e["run"]: e.get("peak_gbps") for e in envs}

@@ -66,8 +66,7 @@ def trust_line(df, envs) -> str:
     verdict = ("trustworthy" if shaky == 0 else "mostly trustworthy" if shaky <= 0.1 * max(1, len(ok))
                else f"read with care, {shaky} of {len(ok)} ok cells are shaky (a larger --budget-ms narrows "
                     f"noisy medians; fewer --threads or a quieter machine helps contended ones)")
-    bad_peaks = sorted({d for e in envs for d in (e.get("peak_unreliable") or {})}
-                       | set(ok.loc[ok.get("peak_unreliable", False) == True, "dtype"]))  # noqa: E712
+    bad_peaks = sorted(set(ok.loc[ok.get("peak_unreliable", False) == True, "dtype"]))  # noqa: E712
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
                       f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
     text = (f"{verdict}: {len(ok)} ok cells, {clean} clean, {noisy} noisy, {contended} contended "

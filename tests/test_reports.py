@@ -217,6 +217,23 @@ def test_pct_peak_above_100_is_marked_and_the_trust_line_counts_shaky_cells(tmp_
     assert pct.loc["naive", "n=256"] == "50.0*†"  # the peak is unreliable for every float32 cell
 
 
+def test_an_approximations_exact_equivalent_rate_does_not_mark_the_peak(tmp_path):
+    """An approximate variant does not do exact attention's FLOPs: flops / time can pass the
+    machine's peak without saying anything about the peak (a folder from before such rows
+    went without TFLOP/s, with env.json's flag set at its end)."""
+    rows = _timed_rows("naive", 1.0, 0.02) + _timed_rows("performer", 0.1, 0.02)
+    for r in rows:
+        approx = r["variant"] == "performer"
+        r |= {"tflops": 2.0 if approx else 0.1, "approximate": approx, "noisy": False, "contended": False}
+    run = _run_folder(tmp_path / "approx", rows, env={"peak_unreliable": {"float32": "a cell reached 1000%"}})
+    html = build_report([run]).read_text()
+    assert "matmul peak is unreliable" not in html and "6 ok cells, 6 clean" in html
+    pct = pd.read_csv(run / "report" / "tables.csv")
+    pct = pct[pct["metric"] == "pct_peak"].set_index("variant")
+    assert str(pct.loc["naive", "n=256"]) == "50.0"  # no †
+    assert pct.loc["performer", ["n=256", "n=512", "n=1024"]].isna().all()  # and no % of peak for it
+
+
 
 def test_reports_of_runs_with_no_good_rows_list_the_failures(tmp_path):
     empty = _run_folder(tmp_path / "empty", [])

@@ -229,7 +229,8 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
             with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
                 row["peak_mem_bytes"] = peak_bytes(case.device,
                                                    item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
-            row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
+            if not item.variant.approximate:  # an approximation does not do exact attention's FLOPs
+                row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
             row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
             row["status"] = Status.OK.value
         except Exception as exc:

@@ -203,7 +203,7 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
     checks = env.setdefault("peak_checks", {})
     best_cell = {}
     for r in rows:
-        if r.get("status") == "ok" and r.get("tflops"):
+        if r.get("status") == "ok" and r.get("tflops") and not r.get("approximate"):  # older runs' approximations
             best_cell[r["dtype"]] = max(best_cell.get(r["dtype"], 0.0), float(r["tflops"]))
     unreliable = env.setdefault("peak_unreliable", {})
     for dtype in spec.dtypes:
