@@ -193,7 +193,8 @@ def _write_mask_pictures(run_dir: Path, spec) -> None:
 def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = None) -> None:
     """The end of a sweep in env.json: the load average, and the matmul peak measured again.
     The peak kept is the higher of the two; a cell above it means the peak is still wrong,
-    and env.json says so (``peak_unreliable``) for the report to show."""
+    and env.json says so, with the figure (``peak_unreliable``; the report finds the same
+    from the rows).  Approximate variants have no TFLOP/s of their own and do not count."""
     from bench.measure.contention import load_average
     from bench.measure.envinfo import measure_peak_tflops, peak_run_ms
 
@@ -203,7 +204,7 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
     checks = env.setdefault("peak_checks", {})
     best_cell = {}
     for r in rows:
-        if r.get("status") == "ok" and r.get("tflops") and not r.get("approximate"):  # older runs' approximations
+        if r.get("status") == "ok" and r.get("tflops") and not r.get("approximate"):  # an older row may have one
             best_cell[r["dtype"]] = max(best_cell.get(r["dtype"], 0.0), float(r["tflops"]))
     unreliable = env.setdefault("peak_unreliable", {})
     for dtype in spec.dtypes:

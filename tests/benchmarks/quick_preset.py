@@ -53,7 +53,9 @@ def run(name: str, out: Path) -> list:
             p.wait()
     if proc.returncode != 0:
         raise SystemExit(f"{name}: the sweep exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-    m = LAST.search(proc.stdout.splitlines()[-1])
+    m = LAST.search(proc.stdout.splitlines()[-1] if proc.stdout.strip() else "")
+    if m is None:
+        raise SystemExit(f"{name}: the sweep's last line is not the timed-samples line:\n{proc.stdout[-1000:]}")
     rows = [json.loads(line) for line in (out / name / "results.jsonl").read_text().splitlines() if line.strip()]
     ok = [r for r in rows if r["status"] == "ok"]
     contended = sum(bool(r.get("contended")) for r in ok)
