@@ -45,6 +45,7 @@ def _plain(ax, axis: str = "both") -> None:
         ax.xaxis.set_major_formatter(fmt)
     if axis in ("y", "both"):
         ax.yaxis.set_major_formatter(fmt)
+        ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))  # 2 and 5 of a decade, no mathtext
 
 
 def _style(style: dict, name: str) -> dict:
@@ -117,7 +118,6 @@ def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         ax.xaxis.set_minor_locator(NullLocator())  # the errors span many decades: a tick per decade reads
         ax.set_yscale("log")
         _plain(ax, "y")
-        ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))  # 2 and 5 of each decade, no mathtext
         ax.set_xlabel("relative error (exact variants sit at the left)", fontsize=9)
         ax.set_ylabel("median time per call (ms)", fontsize=9)
         ax.set_title(title, fontsize=9)
