@@ -278,11 +278,12 @@ def _draw_all(jobs) -> list[list[Path]]:
     """Each chart is independent: draw them on every core (the sweep is over by now), this
     process and one more per further core; in order, in this process, where a pool cannot start."""
     import multiprocessing as mp
-    import os
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    workers = min(len(jobs) - 1, (os.cpu_count() or 1) - 1)  # this process draws too
+    from bench.measure.contention import usable_cpus
+
+    workers = min(len(jobs) - 1, len(usable_cpus()) - 1)  # this process draws too
     if workers >= 1:
         try:
             with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:

@@ -32,8 +32,8 @@ def verdict(a: dict, b: dict) -> str:
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     keys = list(row.IDENTITY)
     cols = [*row.SPREAD, "status"]
-    a = a[a["status"] == "ok"][keys + cols].drop_duplicates(keys, keep="last")
-    b = b[b["status"] == "ok"][keys + cols].drop_duplicates(keys, keep="last")
+    a = a[a["status"] == "ok"][keys + cols]  # load_runs keeps each cell's current row only
+    b = b[b["status"] == "ok"][keys + cols]
     m = a.merge(b, on=keys, suffixes=("_a", "_b"))
     if m.empty:
         return m

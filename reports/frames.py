@@ -23,9 +23,8 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
         name = d.resolve().name  # runs/latest is the run it points at
         env = store.read_env(d) | {"run": name, "path": str(d)}
         envs.append(env)
-        df = with_profile(pd.DataFrame(store.read_rows(d)), store.read_rows(d, name=store.PROFILE))
-        if not df.empty:  # a cell measured again (--retry) is its newest row; the file keeps both
-            df = df.drop_duplicates(["variant", *CASE_FIELDS], keep="last")
+        # a cell measured again (--retry) is its newest row; the file keeps both
+        df = with_profile(pd.DataFrame(store.read_current(d)), store.read_rows(d, name=store.PROFILE))
         df["run"] = name
         devices = env.get("worker_devices") or {}
         if len(set(devices.values())) > 1 and "worker" in df:  # workers on different hardware: never one curve
@@ -80,8 +79,10 @@ def with_peaks(df: pd.DataFrame, envs: list[dict]) -> pd.DataFrame:
     if "approximate" in df:  # run folders from before approximations went without TFLOP/s
         df.loc[df["approximate"].fillna(False).astype(bool), "tflops"] = np.nan
     peaks = {e["run"]: e.get("peaks_tflops") or {} for e in envs}
-    df["pct_peak"] = [100.0 * t / peaks[r][d] if pd.notna(t) and peaks.get(r, {}).get(d) else np.nan
-                      for t, r, d in zip(df["tflops"], df["run"], df["dtype"])]
+    env_of = {e["run"]: e for e in envs}
+    df["pct_peak"] = [store.pct_peak(t if pd.notna(t) else None, d, env_of.get(r, {})) for t, r, d in
+                      zip(df["tflops"], df["run"], df["dtype"])]
+    df["pct_peak"] = pd.to_numeric(df["pct_peak"], errors="coerce")
     above = {(r, d) for r, d, p in zip(df["run"], df["dtype"], df["pct_peak"]) if pd.notna(p) and p > 100.0}
     # from the rows, as env.json's peak_unreliable was at the sweep's end (so an older run whose
     # flag came from an approximation's exact-equivalent rate reads right)

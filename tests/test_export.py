@@ -35,6 +35,19 @@ def test_export_is_read_by_pytest_benchmark(tmp_path):
     assert len(loaded) == 4
     assert {b["name"].split("[")[0] for b in loaded} == {"naive", "sdpa.math"}
     rows = {f"{r['variant']}[{Case.from_dict(r).label().replace(' ', '-')}]": r for r in store.read_rows(out)}
+    # % of peak: not in the rows (the end-of-sweep peak is not known when a row is written); the
+    # export and the report take it from env.json's final peak, and agree
+    from reports.frames import load_runs, with_peaks
+
+    assert not any("pct_peak" in r for r in rows.values())
+    df, envs = load_runs([out])
+    report_pct = {(r["variant"], r["mask"]): r["pct_peak"] for r in with_peaks(df, envs).to_dict("records")}
+    peak = json.loads((out / "env.json").read_text())["peaks_tflops"]["float32"]
+    exported = json.loads(path.read_text())["benchmarks"]
+    assert len(exported) == 4
+    for b in exported:
+        assert b["extra_info"]["pct_peak"] == pytest.approx(report_pct[b["name"].split("[")[0], b["params"]["mask"]])
+        assert b["extra_info"]["pct_peak"] == pytest.approx(100 * rows[b["name"]]["tflops"] / peak)
     for b in loaded:  # the loader flattens stats: each benchmark carries its cell's own samples, in seconds
         samples = rows[b["name"]]["samples_ms"]
         assert b["rounds"] == len(samples) >= 1
@@ -51,10 +64,11 @@ def test_export_is_read_by_pytest_benchmark(tmp_path):
 def test_benchmark_suite_runs_under_pytest_benchmark(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/benchmarks", "--benchmark-only", "-q",
-                           "-k", "naive or sdpa.math", "--benchmark-max-time=0.02",
+                           "--benchmark-max-time=0.02",
                            f"--benchmark-json={out}", "-p", "no:cacheprovider"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = {b["name"] for b in json.loads(out.read_text())["benchmarks"]}
     assert any(n.startswith("test_variant[naive-") for n in names)
     assert any(n.startswith("test_variant[sdpa.math-") for n in names)
+    assert any(n.startswith("test_variant[linear.elu-") for n in names)  # approximate: held to its own verdict

@@ -188,9 +188,21 @@ def test_three_shards_cover_the_spec_and_merge_into_one_report(tmp_path):
     everything = [k for p in parts for k in _keys(p)]
     assert len(everything) == 8 and len(set(everything)) == 8 and all(parts)  # 2 x 2 x 2, each once
     assert len({json.loads((f / "env.json").read_text())["sweep_id"] for f in folders}) == 1
+    moved = json.loads((folders[1] / "env.json").read_text())  # shard 2 as measured on another machine
+    moved["device_name"] = moved["cpu"] = "Another CPU"
+    moved["worker_devices"] = {w: "Another CPU" for w in moved.get("worker_devices") or {"cpu": 0}}
+    (folders[1] / "env.json").write_text(json.dumps(moved))
     proc = run_cli("merge", *folders, "--out", tmp_path / "merged")
     assert proc.returncode == 0, proc.stderr
     assert "merged 8 rows of 3 run folders" in proc.stdout
+    merged_env = json.loads((tmp_path / "merged" / "env.json").read_text())
+    assert [e["shard"] for e in merged_env["shards"]] == ["1/3", "2/3", "3/3"]
+    assert merged_env["shards"][1]["device_name"] == "Another CPU" != merged_env["shards"][0]["device_name"]
+    from reports.frames import load_runs
+
+    df, _ = load_runs([tmp_path / "merged"])  # each row keeps the hardware it was measured on
+    assert set(df["hardware"]) == {"Another CPU", merged_env["shards"][0]["device_name"]}
+    assert set(df[df["worker"].str.startswith("shard 2/3")]["hardware"]) == {"Another CPU"}
     assert (tmp_path / "merged" / "report" / "index.html").exists()
     assert sorted(_keys(read_jsonl(tmp_path / "merged" / "results.jsonl"))) == sorted(everything)
     twice = run_cli("merge", folders[0], folders[1], folders[0], "--out", tmp_path / "m2")

@@ -138,7 +138,7 @@ def _cells_left(spec, registry, run_dir, retry) -> list:
     cells = spec_cells(spec, registry)
     if run_dir is None or not (run_dir / store.RESULTS).exists():
         return cells
-    done = {store.cell_key(r["variant"], r) for r in store.read_rows(run_dir) if r.get("status") not in retry}
+    done = store.done_keys(store.read_rows(run_dir), retry)
     return [(n, c) for n, c in cells if store.cell_key(n, c) not in done]
 
 

@@ -18,15 +18,14 @@ from bench.measure import contention
 from bench.measure import flops as flopcount
 from bench.measure.bound import Bound, bind, case_inputs
 from bench.measure.memory import peak_bytes
+from bench.measure.origin import classify
 from bench.measure.reference import reference, run_and_check
 from bench.measure.timing import DEFAULT_PRECISION, interleave, make_timer, release_flush_buffer
 from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import Variant, first_line, probe_reason
-from bench.model.row import MEASURED, ReasonKind, Status, default_kind
+from bench.model.row import CONTENTION, MEASURED, TIMING, ReasonKind, Status, default_kind
 
-UNSUPPORTED_MARKERS = ("No available kernel", "No viable backend", "No operator found",
-                       "not supported", "does not support", "No execution plans", "cuDNN Frontend error")
 DEFAULT_ROUNDS = 3
 
 
@@ -51,23 +50,20 @@ def base_row(variant: str, case: Case, status: str = "", reason: str = "", kind:
         | dict.fromkeys(MEASURED)
 
 
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    text = str(exc)
-    return "out of memory" in text or "can't allocate memory" in text
-
-
-def fail(row: dict, exc: BaseException) -> dict:
-    """The row's status and reason from an exception."""
+def fail(row: dict, exc: BaseException, during: str = "") -> dict:
+    """The row's status and reason from an exception, by where it was raised
+    (``bench.measure.origin``), never by its words.  A failed row keeps no figure of a
+    pass that did not finish: the timing and memory columns go (``during`` names the pass)."""
+    status, kind, where = classify(exc)
     why = f"{type(exc).__name__}: {first_line(exc)}"
-    if _is_oom(exc):
-        status, kind = Status.OOM, ReasonKind.OOM
-    elif isinstance(exc, NotImplementedError) or any(m in str(exc) for m in UNSUPPORTED_MARKERS):
-        status, kind = Status.UNSUPPORTED, ReasonKind.LIBRARY  # the library's own refusal, in its words
-    else:
-        status, kind = Status.ERROR, ReasonKind.ERROR
-    row.update(status=status.value, reason=why[:500], reason_kind=kind.value)
+    if status == "error":
+        why = f"{why} (raised in {where})"
+    if during:
+        why = f"{during}: {why}"
+    row.update(status=status, reason=why[:500], reason_kind=kind)
+    for key in (*TIMING, *CONTENTION, "peak_mem_bytes", "tflops", "gbps", "pct_peak"):
+        if key in row:
+            row[key] = None
     for key in ("samples_ms", "round_medians_ms"):
         row.pop(key, None)
     return row
@@ -199,7 +195,7 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
 
     def on_error(name, exc):
         by_name[name].failed = True
-        emit(fail(by_name[name].row, exc))
+        emit(fail(by_name[name].row, exc, "timing"))
 
     for item in list(live):
         try:
@@ -218,6 +214,7 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
         if item.failed:
             continue
         row = item.row
+        during = "timing"
         try:
             at(item.variant.name)
             timing = item.timer.result()
@@ -226,6 +223,7 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
                 row.update(contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms))
             item.call = None  # the retained graph of a bwd call goes before the memory pass
             _free(case.device)
+            during = f"memory pass (after a timing of median {timing.stats.median:.4g} ms, not kept)"
             with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
                 row["peak_mem_bytes"] = peak_bytes(case.device,
                                                    item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
@@ -234,7 +232,7 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
             row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
             row["status"] = Status.OK.value
         except Exception as exc:
-            fail(row, exc)
+            fail(row, exc, during)
         emit(row)
 
 

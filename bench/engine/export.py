@@ -29,10 +29,15 @@ def _stats_seconds(samples_ms: list[float], number: int) -> dict:
             "iterations": number}
 
 
+def _peak_share(row: dict, env: dict) -> dict:
+    share = store.pct_peak(row.get("tflops"), row.get("dtype"), env)
+    return {} if share is None else {"pct_peak": share}
+
+
 def to_pytest_benchmark(run_dir: Path) -> dict:
     env = store.read_env(run_dir)
     benchmarks = []
-    for row in store.read_rows(run_dir):
+    for row in store.read_current(run_dir):
         if row.get("status") != "ok" or not row.get("samples_ms"):
             continue
         case = Case.from_dict(row)
@@ -43,7 +48,8 @@ def to_pytest_benchmark(run_dir: Path) -> dict:
             "fullname": f"attnbench::{row['variant']}[{param}]",
             "params": case.to_dict(), "param": param,
             "extra_info": {k: row[k] for k in (*WORKLOAD, *SETTINGS, *FIGURES, *ACCURACY, *CONTENTION)
-                           if row.get(k) is not None},
+                           if row.get(k) is not None and k != "pct_peak"}
+                          | _peak_share(row, env),
             "options": {"disable_gc": False, "timer": row.get("timer", "perf_counter"),
                         "min_rounds": 5, "max_time": None, "min_time": None, "warmup": True},
             "stats": _stats_seconds(row["samples_ms"], int(row.get("number") or 1)),

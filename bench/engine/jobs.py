@@ -150,7 +150,7 @@ def job_states(record: dict) -> list[dict]:
     for job in record["jobs"]:
         wanted = {store.cell_key(name, case) for name, case in spec_cells(replace(spec, shard=job["shard"]), registry)}
         rows = store.read_rows(Path(job["folder"])) if Path(job["folder"], store.RESULTS).exists() else []
-        done = {store.cell_key(r["variant"], r) for r in rows} & wanted
+        done = store.done_keys(rows) & wanted
         out.append({"shard": job["shard"], "job_id": job["job_id"], "state": _state(record, job["job_id"]),
                     "cells_done": len(done), "cells": len(wanted), "folder": job["folder"]})
     return out

@@ -2,7 +2,10 @@
 
 The shards must measure the same thing (their specs agree on everything but how they ran:
 shard, workers, executor) and no cell may be measured in two of them.  The merged folder
-holds every row once, the masks of all, and an env.json that names its shards."""
+holds every row once (each cell's current row), its worker named with its shard, the masks
+of all, and an env.json that keeps every shard's environment (``shards``) and maps each
+worker to the hardware it measured on (``worker_devices``: the report facets by it when
+the shards ran on different machines)."""
 
 from __future__ import annotations
 
@@ -33,14 +36,19 @@ def merge_runs(run_dirs, out) -> Path:
                              f"{', '.join(differs)}); only shards of one sweep merge")
     seen: dict = {}
     rows: list = []
-    for d in dirs:
-        newest = {store.cell_key(r["variant"], r): r for r in store.read_rows(d)}  # a re-measured cell: its newest
-        for key, row in newest.items():
+    devices: dict = {}  # worker label in the merged run: the hardware it measured on
+    for d, env in zip(dirs, envs):
+        tag = f"shard {env['shard']}" if env.get("shard") else d.name
+        for row in store.read_current(d):
+            key = store.cell_key(row["variant"], row)
             if key in seen:
                 raise UsageError(f"merge: the cell {row['variant']} {_label(row)} is measured in both {seen[key]} "
                                  f"and {d}; shards of one sweep never share a cell")
             seen[key] = d
-            rows.append(row)
+            worker = row.get("worker") or env.get("device") or "?"
+            label = f"{tag}: {worker}"  # workers of two shards may share a name, never their hardware
+            devices[label] = (env.get("worker_devices") or {}).get(worker) or env.get("device_name")
+            rows.append(row | {"worker": label})
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out}: exists and is not empty; merge writes a new run folder")
@@ -63,7 +71,7 @@ def merge_runs(run_dirs, out) -> Path:
     for d in dirs:
         pictures |= store.read_masks(d)
     store.write_json(out, store.MASKS, pictures)
-    store.write_env(out, _merged_env(dirs, envs))
+    store.write_env(out, _merged_env(dirs, envs) | {"worker_devices": devices})
     return out
 
 
@@ -88,6 +96,7 @@ def _merged_env(dirs, envs) -> dict:
     env = dict(envs[0])
     env["merged_from"] = [{"path": str(d), "shard": e.get("shard"), "sweep_id": e.get("sweep_id"),
                            "workers": e.get("workers")} for d, e in zip(dirs, envs)]
+    env["shards"] = [dict(e) for e in envs]  # every shard's own environment, whole
     env["spec"] = dict(envs[0]["spec"]) | {"shard": None}
     peaks: dict = {}
     for e in envs:  # the best of each dtype's measured peaks: a peak measured too low is the usual error

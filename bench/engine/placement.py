@@ -85,12 +85,9 @@ def place(device: str, workers: int | None, gpus: list[int] | None, cpus: list[i
 
 
 def available_cpus() -> list[int]:
-    import os
+    from bench.measure.contention import usable_cpus
 
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
+    return usable_cpus()
 
 
 def visible_gpus() -> int:

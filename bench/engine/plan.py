@@ -71,7 +71,7 @@ def load_history(root: Path, device: str, limit: int = 30) -> History:
     folders = sorted((p for p in Path(root).glob("*") if (p / store.RESULTS).is_file() and not p.is_symlink()),
                      key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
     for folder in folders:
-        for r in store.read_rows(folder):
+        for r in store.read_current(folder):
             if r.get("status") != "ok" or r.get("device") != device:
                 continue
             if r.get("setup_ms") is not None:

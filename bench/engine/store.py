@@ -25,6 +25,39 @@ def cell_key(variant: str, case: Case | dict) -> tuple:
     return (variant,) + tuple(d.get(f) for f in CASE_FIELDS)
 
 
+def current_rows(rows) -> list[dict]:
+    """The row that counts for each cell: its newest.  Rows are appended and never rewritten,
+    so a cell measured again (``--retry``, a resume) has several, and the last one written
+    decides its status and figures.  Every reader of rows asks this helper (the summary,
+    resume and retry, merge, compare, export, the plan's history, the report).  The cells
+    come in the order they were first measured."""
+    newest: dict = {}
+    for r in rows:
+        newest[cell_key(r.get("variant"), r)] = r
+    return list(newest.values())
+
+
+def read_current(run_dir: Path) -> list[dict]:
+    """``current_rows`` of a run folder's results.jsonl."""
+    return current_rows(read_rows(run_dir))
+
+
+def done_keys(rows, retry=frozenset()) -> set:
+    """The cells a resume does not measure again: those whose current row's status is not in
+    ``retry`` (``retry`` may also hold the flags ``noisy`` and ``contended`` and ``shaky``, either)."""
+    return {cell_key(r["variant"], r) for r in current_rows(rows) if not wants_retry(r, retry)}
+
+
+SHAKY_FLAGS = {"noisy": ("noisy",), "contended": ("contended",), "shaky": ("noisy", "contended")}
+
+
+def wants_retry(row: dict, retry) -> bool:
+    """True when ``row``'s status is in ``retry``, or it is ok and carries a flag named there."""
+    if row.get("status") in retry:
+        return True
+    return row.get("status") == "ok" and any(row.get(f) for name in retry for f in SHAKY_FLAGS.get(name, ()))
+
+
 def new_run_dir(device: str, root: Path = DEFAULT_ROOT, link_latest: bool = True) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = root / f"{stamp}-{device}"
@@ -194,6 +227,17 @@ def read_env(run_dir: Path) -> dict:
     if not isinstance(env, dict):
         raise UsageError(f"{p}: a JSON {type(env).__name__}, not the object env.json holds")
     return env
+
+
+def pct_peak(tflops, dtype: str, env: dict) -> float | None:
+    """% of the matmul peak: ``tflops`` over the peak env.json holds for ``dtype`` at the sweep's
+    end (the better of the measurements at its start and end).  Rows do not carry it, since
+    the end-of-sweep peak is not known when a row is written; the report and the export both
+    take it from here, so they agree."""
+    peak = (env.get("peaks_tflops") or {}).get(dtype)
+    if tflops is None or not peak or tflops != tflops:
+        return None
+    return 100.0 * float(tflops) / float(peak)
 
 
 LOCK = ".lock"

@@ -4,7 +4,6 @@ command line (``bench.cli.sweep``) decides what to print and whether to build th
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -55,8 +54,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
     with store.locked(run_dir):
         env = _open_run(run_dir, options.resume, spec, options.given, registry, options.allow_env_change,
                         options.command, slots)
-        done = {store.cell_key(r["variant"], r) for r in store.read_rows(run_dir, repair=True)
-                if r.get("status") not in options.retry}
+        done = store.done_keys(store.read_rows(run_dir, repair=True), options.retry)
         cells = [(name, case) for name, case in spec_cells(spec, registry) if store.cell_key(name, case) not in done]
         where = f"{len(slots)} workers ({', '.join(s.label for s in slots)})" if len(slots) > 1 else \
             f"{env['threads']} threads"
@@ -67,7 +65,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
             print("note: the workers have cores of their own but share the memory bandwidth and the caches: a "
                   "memory-bound cell can run slower beside another than alone", file=sys.stderr)
         t0 = time.perf_counter()
-        counts, timed_s, devices = _run_cells(cells, run_dir, spec, registry, env["peaks_tflops"], options, slots)
+        counts, timed_s, devices = _run_cells(cells, run_dir, spec, registry, options, slots)
         rows = store.read_rows(run_dir)
         _close_run(run_dir, spec, rows, devices)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s)
@@ -99,9 +97,8 @@ def worker_slots(spec: Spec) -> list:
 def failures(rows: list[dict]) -> list[str]:
     """Cells that failed: an error, crash, timeout, mismatch or oom, or 'unsupported' with no
     reason (a capability or library refusal always gives one)."""
-    newest = {store.cell_key(r.get("variant"), r): r for r in rows}  # a cell measured again is its newest row
     out = []
-    for r in newest.values():
+    for r in store.current_rows(rows):
         status = r.get("status")
         if status in FAILED or (status == "unsupported" and not (r.get("reason") or "").strip()):
             out.append(f"{r.get('variant')} {status} at n={r.get('q_len')} {r.get('mask')} {r.get('direction')}"
@@ -110,15 +107,17 @@ def failures(rows: list[dict]) -> list[str]:
 
 
 def contention_warning(rows: list[dict], spec) -> str:
-    """A warning that counts the contended cells and says what to do, or ''."""
-    ok = [r for r in rows if r.get("status") == "ok"]
+    """A warning that counts the contended cells (of the rows that count) and says what to do, or ''."""
+    from bench.measure.contention import usable_cpus
+
+    ok = [r for r in store.current_rows(rows) if r.get("status") == "ok"]
     bad = [r for r in ok if r.get("contended")]
     if not bad:
         return ""
     return (f"warning: {len(bad)} of {len(ok)} ok cells were timed while the CPU was shared (contended: "
             f"e.g. {bad[0].get('contended_why')}). Their numbers are kept but flagged, drawn hollow and left "
             f"out of fits. For numbers you can trust, rerun on a quieter machine, or with fewer threads than "
-            f"cores (--threads {max(1, (os.cpu_count() or 2) - 1)}) so that other processes have a core of "
+            f"cores (--threads {max(1, len(usable_cpus()) - 1)}) so that other processes have a core of "
             f"their own.")
 
 
@@ -223,7 +222,7 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
     store.write_env(run_dir, env)
 
 
-def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options, slots) -> tuple[dict, float]:
+def _run_cells(cells, run_dir: Path, spec, registry, options, slots) -> tuple[dict, float]:
     """Each cell to a row, appended as soon as it is known; unavailable cells are recorded
     as 'unsupported' without launching them.  The variants of one case go to one worker
     together, to be timed in interleaved rounds; when the worker dies or overruns in a
@@ -255,9 +254,6 @@ def _run_cells(cells, run_dir: Path, spec, registry, peaks: dict, options, slots
     def record(row: dict, label: str) -> None:
         with lock:
             row["worker"] = label
-            dtype = row.get("dtype")
-            if row.get("tflops") and peaks.get(dtype):
-                row["pct_peak"] = 100.0 * row["tflops"] / peaks[dtype]
             writer.write(row)
             if row["status"] == "ok":
                 measured.setdefault(Case.from_dict(row), []).append(row["variant"])

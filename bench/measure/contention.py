@@ -4,8 +4,9 @@
   wall time x threads (kept by the CPU timer).  Below CPU_UTIL_MIN the threads were waiting
   for cores more than they ran.
 - ``other_cpu``: cores' worth of CPU that *other* processes used while the case was timed,
-  from /proc/stat's machine-wide busy ticks less this process's own (/proc/self/stat).
-  The cores the worker does not use (cpu_count - threads) are free for others: the cell is
+  from /proc/stat's busy ticks of the CPUs this process may use (its affinity, not the whole
+  machine) less this process's own (/proc/self/stat).
+  The cores of its affinity the worker does not use (usable CPUs - threads) are free for others: the cell is
   contended when others took more than those plus OTHER_CPU_MARGIN.  That is why
   ``--threads`` below the core count can be the honest choice on a shared machine.
 - ``quantum_ms``: the samples sit on multiples of a scheduler time slice (QUANTA_MS), spread
@@ -30,16 +31,34 @@ QUANTUM_SHARE = 0.8  # of the samples
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _machine_ticks() -> tuple[int, int] | None:
-    """(busy, total) ticks over all CPUs since boot, or None where /proc/stat is missing."""
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity: a container or a scheduler may grant
+    a few of the machine's), not the machine's count."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def _machine_ticks(cpus=None) -> tuple[int, int] | None:
+    """(busy, total) ticks since boot over ``cpus`` (default: the usable ones), from their
+    own lines of /proc/stat; None where /proc/stat is missing."""
+    wanted = {f"cpu{c}" for c in (usable_cpus() if cpus is None else cpus)}
+    busy = total = 0
     try:
         with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
+            for line in f:
+                name, *values = line.split()
+                if name not in wanted:
+                    continue
+                fields = [int(x) for x in values]
+                idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+                all_ = sum(fields[:8])  # guest time is already in user
+                busy += all_ - idle
+                total += all_
+    except (OSError, ValueError, IndexError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    total = sum(fields[:8])  # guest time is already in user
-    return total - idle, total
+    return (busy, total) if total else None
 
 
 def _own_ticks() -> int | None:
@@ -52,24 +71,27 @@ def _own_ticks() -> int | None:
 
 
 class LoadWindow:
-    """Cores' worth of CPU used by other processes between ``start()`` and ``stop()``."""
+    """Cores' worth of CPU used by other processes between ``start()`` and ``stop()``, on the
+    CPUs this process may use (its affinity)."""
 
     def __init__(self):
         self._m0 = self._o0 = None
         self._t0 = 0.0
+        self._cpus: list[int] = []
 
     def start(self) -> LoadWindow:
-        self._m0, self._o0, self._t0 = _machine_ticks(), _own_ticks(), time.monotonic()
+        self._cpus = usable_cpus()
+        self._m0, self._o0, self._t0 = _machine_ticks(self._cpus), _own_ticks(), time.monotonic()
         return self
 
     def stop(self) -> float | None:
-        m1, o1 = _machine_ticks(), _own_ticks()
+        m1, o1 = _machine_ticks(self._cpus), _own_ticks()
         if None in (self._m0, self._o0, m1, o1):
             return None
         total = m1[1] - self._m0[1]
         if total <= 0:
             return None
-        wall_ticks = total / (os.cpu_count() or 1)  # elapsed ticks of one CPU
+        wall_ticks = total / len(self._cpus)  # elapsed ticks of one CPU
         others = (m1[0] - self._m0[0]) - (o1 - self._o0)
         return max(0.0, others / wall_ticks)
 
@@ -95,7 +117,7 @@ def quantum_ms(samples_ms, quanta=QUANTA_MS) -> float | None:
 def verdict(cpu_util: float | None, other_cpu: float | None, threads: int,
             samples_ms=(), cpu_count: int | None = None) -> dict:
     """The row's contention columns: cpu_util, other_cpu, quantum_ms, contended, and why."""
-    free = max(0, (cpu_count or os.cpu_count() or 1) - threads)
+    free = max(0, (cpu_count or len(usable_cpus())) - threads)
     why = []
     if cpu_util is not None and cpu_util < CPU_UTIL_MIN:
         why.append(f"cpu_util {cpu_util:.2f} < {CPU_UTIL_MIN}")

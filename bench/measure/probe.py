@@ -6,6 +6,7 @@ import re
 import warnings
 
 from bench.measure.inputs import make_grad_out, make_inputs, probe_case
+from bench.measure.origin import origin
 from bench.model.case import Case
 
 
@@ -32,7 +33,10 @@ def library_reason(exc: BaseException, limit: int = 300) -> str:
 
 def run_probe(factory, case: Case) -> str | None:
     """None when ``factory`` runs a small copy of ``case`` (with backward when the case has
-    one), else the library's reason."""
+    one), else the library's reason.  Only the library's refusal is a reason: an exception
+    raised by the variant's own code (its factory, its call) or by the harness is a bug, and
+    goes on up to become the cell's ``error`` (``bench.measure.origin``); a variant's own
+    ``NotImplementedError`` is its deliberate refusal, a reason too."""
     small = probe_case(case)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -44,6 +48,9 @@ def run_probe(factory, case: Case) -> str | None:
             if small.needs_grad:
                 o.backward(make_grad_out(small))
         except (RuntimeError, NotImplementedError, ValueError, TypeError, AssertionError) as exc:
+            who = origin(exc).who
+            if not (who == "library" or (who == "variant" and isinstance(exc, NotImplementedError))):
+                raise
             why = library_reason(exc)
             extra = [str(w.message).strip().splitlines()[0] for w in caught
                      if issubclass(w.category, UserWarning) and str(w.message).strip()]

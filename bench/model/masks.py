@@ -149,10 +149,6 @@ def uses_window_flag(text: str) -> bool:
 
 # -- a mask bound to a case ------------------------------------------------------------------
 
-def _key(case: Case):
-    return (case.mask, case.window, case.batch, case.heads, case.q_len, case.kv_len)
-
-
 def _on(value, device):
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
@@ -344,15 +340,14 @@ def indices(case: Case, device="cpu", rows=None, kv=None, batches=None, heads=No
 
 
 @functools.lru_cache(maxsize=256)
-def _bound(key) -> Bound:
-    mask_, window, batch, heads, q_len, kv_len = key
-    return Bound(Case(batch=batch, heads=heads, kv_heads=heads, q_len=q_len, kv_len=kv_len, mask=mask_,
-                      window=window))
+def _bound(case: Case) -> Bound:
+    return Bound(case)
 
 
 def bind(case: Case) -> Bound:
-    """The case's mask and score mods, resolved and prepared (cached per shape)."""
-    return _bound(_key(case))
+    """The case's mask and score mods, resolved and prepared (cached per case; the direction
+    does not matter to a mask).  A mask's ``prepare`` receives this very case."""
+    return _bound(case.replace(direction="fwd"))
 
 
 # -- the functions variants have always called ------------------------------------------------

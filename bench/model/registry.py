@@ -332,21 +332,23 @@ def available(v: Variant, case: Case, probe: bool = True) -> tuple[bool, str]:
     if case.device == "cuda" and not _cuda_available():
         return False, "CUDA is not available on this machine"
     if probe:
-        reason = probe_reason(v, case)
+        try:
+            reason = probe_reason(v, case)
+        except Exception as exc:  # a bug in the variant's check, not the library's refusal
+            return False, f"its availability check failed: {type(exc).__name__}: {first_line(exc)}"
         if reason:
             return False, reason
     return True, ""
 
 
 def probe_reason(v: Variant, case: Case) -> str | None:
-    """The variant's own availability check (a library probe) for ``case``, or None."""
+    """The variant's own availability check (a library probe) for ``case``, or None.  A check
+    that raises is not a refusal: the exception goes on up (in a sweep's worker it becomes
+    the cell's ``error``, with where it was raised)."""
     if v.check is None:
         return None
     if case not in v.probes:
-        try:
-            v.probes[case] = v.check(case)
-        except Exception as exc:  # a probe that breaks is a reason, not a crash
-            v.probes[case] = f"availability probe failed: {type(exc).__name__}: {first_line(exc)}"
+        v.probes[case] = v.check(case)
     return v.probes[case]
 
 

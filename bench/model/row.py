@@ -75,7 +75,8 @@ TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples
           "rounds", "timed_s")
 SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time and its spread (compare's verdict)
 CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why")
-ACCURACY = ("max_abs_err", "max_rel_err", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err", "grad_cosine")
+ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
+            "grad_cosine")
 FIGURES = ("setup_ms", "peak_mem_bytes", "tflops", "gbps", "pct_peak")
 COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
@@ -148,9 +149,16 @@ def to_record(row: Row) -> dict:
     return out
 
 
+RENAMED = {"max_rel_err": "max_err_over_max_ref"}  # old column name: the name it has now
+
+
 def flatten(record: dict) -> dict:
     """A record as read, with ``extra``'s figures as columns of their own (an old row has them
-    there already); a figure named like a column comes as ``extra.<name>``."""
+    there already); a figure named like a column comes as ``extra.<name>``.  Columns of older
+    rows under a former name (``RENAMED``) read under the name they have now."""
+    for old, new in RENAMED.items():
+        if old in record and new not in record:
+            record = {(new if k == old else k): v for k, v in record.items()}
     extra = record.get("extra")
     if not isinstance(extra, dict):
         return record

@@ -305,13 +305,17 @@ RUN_SETTINGS = tuple(name for name, s in SETTINGS.items() if s.run)
 
 
 def measured_part(spec: Spec) -> dict:
-    """What a spec measures: every setting but those of how it runs (shards of one sweep agree on it)."""
-    return {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
+    """What a spec measures: every setting but those of how it runs (shards of one sweep agree on
+    it), with its plugin files as digests of their contents, not their paths."""
+    out = {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
+    out["plugins"] = sorted(_file_digest(p) for p in spec.plugins or ())
+    return out
 
 
 def sweep_id(spec: Spec) -> str:
     """The name the shards of one sweep share: ``spec.sweep_id``, or one made from what the spec
-    measures (the same spec gives the same name, on any machine)."""
+    measures: its axes and settings, the variant names it lists, and the contents of its
+    plugin files (not their paths), so the same spec gives the same name on any machine."""
     if spec.sweep_id:
         return spec.sweep_id
     import hashlib
@@ -319,6 +323,15 @@ def sweep_id(spec: Spec) -> str:
 
     digest = hashlib.sha256(json.dumps(measured_part(spec), sort_keys=True, default=str).encode()).hexdigest()
     return f"sweep-{spec.device}-{digest[:10]}"
+
+
+def _file_digest(path: str) -> str:
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return f"missing:{Path(path).name}"
 
 
 def flag(name: str) -> str:

@@ -40,7 +40,10 @@ def test_variant(benchmark, name, case):
     benchmark.group = f"{DEVICE} {DTYPE} n={N} {case.mask} {case.direction}"
     benchmark.extra_info.update(case.to_dict())
     with bound.scope():  # e.g. the pinned SDPA backend, held open around the rounds
-        checked = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out)  # a wrong answer is not timed
+        checked = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out, error_budget=v.error_budget,
+                                approximate=v.approximate)  # the sweep's verdict: a wrong answer is not timed
+        if v.approximate and not checked.ok:  # an approximation's verdict on these inputs, as a sweep gives it
+            pytest.skip(f"not timed, as in a sweep: mismatch: {checked.reason}")
         assert checked.ok, f"{name} on {case.label()}: {checked.reason}"
         call = bound.timed()
         if DEVICE == "cuda":

@@ -1,0 +1,272 @@
+"""A row's status is a verdict: a correct kernel passes, a wrong one cannot, and a failure's
+kind comes from where it was raised, not from the words of its message."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bench.case import Case
+from bench.engine import store
+from bench.engine.cell import CellSettings, run_group
+from bench.measure.inputs import make_grad_out, make_inputs
+from bench.measure.reference import check, reference, run_and_check
+from bench.registry import Variant
+
+# -- the check's power where values are small: long sequences, bf16, gradients, decode --------
+
+
+def test_all_zero_gradients_fail_at_bf16_n8192_where_every_gradient_is_below_atol():
+    case = Case("cpu", "bfloat16", 1, 1, 1, 8192, 8192, 64, "none", None, "bwd")
+    q, k, v = make_inputs(case)
+    g = make_grad_out(case)
+    ref = reference(case, q, k, v, g)
+    assert float(ref.grads[0].abs().max()) < 0.16  # so zeros pass the elementwise bf16 check (atol 0.15)
+    out = F.scaled_dot_product_attention(q, k, v)
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    assert check(case, out, ref.out, grads, ref.grads).ok  # the correct kernel passes
+    zeros = check(case, out, ref.out, tuple(torch.zeros_like(x) for x in grads), ref.grads)
+    assert not zeros.ok and zeros.grad_rel_err == pytest.approx(1.0)
+    assert "relative error 1 > 0.03 (bfloat16)" in zeros.reason  # the criterion and its figures
+
+
+def test_an_all_zero_output_fails_at_decode_lengths():
+    case = Case("cpu", "bfloat16", 1, 8, 2, 1, 131072, 64, "none", None, "fwd")
+    q, k, v = make_inputs(case)
+    ref = reference(case, q, k, v)
+    assert float(ref.out.abs().max()) < 0.03  # every value below the bf16 atol
+    assert check(case, F.scaled_dot_product_attention(q, k, v, enable_gqa=True), ref.out).ok
+    zeros = check(case, torch.zeros(case.batch, case.heads, 1, 64, dtype=torch.bfloat16), ref.out)
+    assert not zeros.ok and zeros.reason == "output relative error 1 > 0.01 (bfloat16)"
+
+
+def _zeros(q, k, v):
+    return (q + 0 * k.sum() + 0 * v.sum()) * 0  # all-zero output and gradients, graph intact
+
+
+def _transposed_causal(q, k, v):
+    n = q.shape[-2]
+    keep = torch.ones(n, n, dtype=torch.bool).triu()  # key j >= query i: the causal mask transposed
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+def _unscaled(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)  # 1/sqrt(d) dropped
+
+
+def _correct(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("direction", ["fwd", "fwd+bwd"])
+@pytest.mark.parametrize("fn, ok", [(_correct, True), (_zeros, False), (_transposed_causal, False),
+                                    (_unscaled, False)], ids=["correct", "zeros", "transposed", "unscaled"])
+def test_a_wrong_kernel_cannot_pass_and_a_right_one_does(fn, ok, direction):
+    case = Case("cpu", "bfloat16", 1, 2, 2, 1024, 1024, 64, "causal", None, direction)
+    q, k, v = make_inputs(case)
+    result = run_and_check(case, fn, q, k, v, make_grad_out(case) if case.needs_grad else None)
+    assert result.ok is ok, result.reason
+    if not ok:
+        assert result.reason.startswith(("output", "d")) and any(
+            w in result.reason for w in ("tolerance", "relative error", "cosine"))
+
+
+def test_an_approximation_worse_than_zeros_is_a_mismatch(registry):
+    performer = registry["performer"]  # FAVOR+ on unit-spread logits: its estimate's variance explodes
+    case = Case("cpu", "float32", 2, 4, 4, 96, 96, 32, "none", None, "fwd")
+    q, k, v = make_inputs(case)
+    result = run_and_check(case, performer.prepare(case).fn, q, k, v, None, None, performer.error_budget,
+                           approximate=True)
+    assert result.rel_err > 1 and not result.ok
+    assert result.reason.startswith("worse than returning zeros: output relative error")
+
+
+# -- statuses by where the exception was raised ------------------------------------------------
+
+def _plugin(tmp_path, body: str):
+    """A plugin file's variants, loaded as the sweep loads them."""
+    from bench.registry import discover
+
+    path = tmp_path / "myplugin.py"
+    path.write_text(textwrap.dedent(body))
+    return discover([str(path)], entry_points=False)
+
+
+def _rows(variants, case, **settings):
+    rows = []
+    run_group(variants, case, CellSettings(budget_ms=5, rounds=1, **settings), rows.append)
+    return {r["variant"]: r for r in rows}
+
+
+SMALL = Case("cpu", "float32", 1, 2, 2, 16, 16, 8, "none", None, "fwd")
+
+
+def test_a_plugins_own_not_supported_error_is_an_error_and_a_librarys_refusal_is_unsupported(tmp_path):
+    reg = _plugin(tmp_path, '''
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from bench.registry import variant
+
+        @variant("buggy", description="raises in its own code, with a library's words")
+        def buggy(case):
+            def attention(q, k, v):
+                raise ValueError("mode 3 not supported")
+            return attention
+
+        @variant("declines", description="declines the case on purpose")
+        def declines(case):
+            raise NotImplementedError("this variant takes no float32")
+
+        @variant("refused", description="a library that refuses: the efficient backend on the CPU")
+        def refused(case):
+            def attention(q, k, v):
+                with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+                    return F.scaled_dot_product_attention(q, k, v)
+            return attention
+
+        @variant("shouting", description="a library's refusal in capitals")
+        def shouting(case):
+            code = compile("raise RuntimeError('cuDNN error: CUDNN_STATUS_NOT_SUPPORTED')", "<cudnn>", "exec")
+            def attention(q, k, v):
+                exec(code)
+            return attention
+    ''')
+    rows = _rows([reg["buggy"], reg["declines"], reg["refused"], reg["shouting"]], SMALL)
+    assert rows["buggy"]["status"] == "error" and rows["buggy"]["reason_kind"] == "error"
+    assert "raised in variant code" in rows["buggy"]["reason"] and "myplugin.py" in rows["buggy"]["reason"]
+    assert rows["declines"]["status"] == "unsupported" and rows["declines"]["reason_kind"] == "capability"
+    assert rows["refused"]["status"] == "unsupported" and rows["refused"]["reason_kind"] == "library"
+    assert rows["shouting"]["status"] == "unsupported", rows["shouting"]["reason"]
+
+
+def test_a_probe_does_not_take_the_variants_own_bug_for_a_refusal(tmp_path):
+    reg = _plugin(tmp_path, '''
+        import functools
+        from bench.probe import run_probe
+        from bench.registry import variant
+
+        def factory(case):
+            width = case.head_dim + "px"  # a TypeError of the variant's own
+            return lambda q, k, v: q
+
+        @variant("probed", description="probed", check=lambda case: run_probe(factory, case))
+        def probed(case):
+            return factory(case)
+    ''')
+    row = _rows([reg["probed"]], SMALL)["probed"]
+    assert row["status"] == "error" and "TypeError" in row["reason"] and "variant code" in row["reason"]
+    from bench.engine.sweep import failures
+
+    assert failures([row])  # so --strict fails the sweep
+
+
+def test_a_failed_memory_pass_keeps_no_timing_figures(monkeypatch):
+    import bench.engine.cell as cell
+
+    def no_memory(*a, **k):
+        raise MemoryError("the memory pass ran out")
+
+    monkeypatch.setattr(cell, "peak_bytes", no_memory)
+    naive = Variant(name="plain", factory=lambda case: F.scaled_dot_product_attention, description="sdpa")
+    row = _rows([naive], SMALL)["plain"]
+    assert row["status"] == "oom" and row["reason"].startswith("memory pass (after a timing of median")
+    assert row["median_ms"] is None and row["samples"] is None and row["cpu_util"] is None
+    assert "samples_ms" not in row and row["tflops"] is None
+    assert row["rel_err"] is not None  # the check did finish: its figures stay
+
+
+# -- the newest row decides, everywhere ------------------------------------------------------------
+
+def _row(status, median=None, **extra):
+    return {"variant": "naive", **SMALL.to_dict(), "status": status, "reason": "" if status == "ok" else status,
+            "median_ms": median} | extra
+
+
+def test_the_newest_row_of_a_cell_decides_what_is_done_and_what_is_retried():
+    rows = [_row("oom"), _row("crash")]
+    assert store.done_keys(rows, frozenset({"oom"}))  # its newest row is crash: not asked for
+    assert not store.done_keys(rows, frozenset({"crash"}))  # measured again, however old its oom
+    assert store.current_rows(rows) == [rows[1]]
+    shaky = [_row("ok", 1.0, contended=True)]
+    assert not store.done_keys(shaky, frozenset({"shaky"})) and store.done_keys(shaky, frozenset({"crash"}))
+
+
+def test_the_summary_and_the_contention_warning_read_the_newest_rows():
+    from bench.engine.sweep import contention_warning
+    from reports.tables import summary_table
+
+    rows = [_row("ok", 123.0, contended=True, contended_why="cpu_util 0.4 < 0.65"), _row("ok", 7.0)]
+    assert "7" in summary_table(rows) and "123" not in summary_table(rows)
+    assert contention_warning(rows, None) == ""
+    assert "1 of 1 ok cells" in contention_warning(rows[::-1], None)
+
+
+# -- what a row and a run record ---------------------------------------------------------------------
+
+def test_the_sweep_id_hashes_plugin_contents_not_their_paths(tmp_path):
+    from bench.model.spec import Spec, sweep_id
+
+    for d in ("a", "b", "c"):
+        (tmp_path / d).mkdir()
+    body = "from bench.registry import variant\n"
+    (tmp_path / "a" / "p.py").write_text(body)
+    (tmp_path / "b" / "p.py").write_text(body)
+    (tmp_path / "c" / "p.py").write_text(body + "# changed\n")
+    base = dict(variants=["naive"], seq_lens=[64], heads=[2], head_dims=[16], batch=[1], dtypes=["float32"],
+                masks=["none"], window=[64], directions=["fwd"], budget_ms=5.0, timeout=30.0)
+    ids = [sweep_id(Spec(**base, plugins=[str(tmp_path / d / "p.py")])) for d in ("a", "b", "c")]
+    assert ids[0] == ids[1] != ids[2]
+
+
+def test_a_plugin_masks_prepare_receives_the_real_case(tmp_path):
+    from bench import masks
+
+    (tmp_path / "seen.py").write_text(textwrap.dedent('''
+        from bench.masks import mask
+
+        SEEN = []
+
+        def _prepare(case):
+            SEEN.append(case)
+            return {}
+
+        @mask("seen_case", prepare=_prepare, description="records the case its prepare gets")
+        def seen_case(b, h, q_idx, kv_idx):
+            return kv_idx <= q_idx
+    '''))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import seen
+    finally:
+        sys.path.remove(str(tmp_path))
+    case = Case("cpu", "bfloat16", 2, 8, 2, 32, 48, 128, "seen_case", None, "bwd")
+    masks.bind(case).keep()
+    got = seen.SEEN[-1]
+    assert (got.dtype, got.kv_heads, got.head_dim, got.batch, got.kv_len) == ("bfloat16", 2, 128, 2, 48)
+
+
+def test_contention_counts_the_cpus_of_the_affinity(monkeypatch):
+    from bench.measure import contention
+
+    monkeypatch.setattr(contention.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert contention.usable_cpus() == [0]
+    # one usable CPU, one thread: another process's full core is contention, whatever the machine's count
+    busy = contention.verdict(cpu_util=0.95, other_cpu=1.0, threads=1)
+    assert busy["contended"] and "free: 0" in busy["contended_why"]
+    one, all_ = contention._machine_ticks([0]), contention._machine_ticks(list(range(torch.get_num_threads())))
+    if one is not None and all_ is not None and torch.get_num_threads() > 1:
+        assert one[1] < all_[1]  # the ticks of the affinity's CPUs, not the machine's
+
+
+def test_the_max_error_column_is_named_for_what_it_is_and_old_rows_still_read(tmp_path):
+    case = SMALL
+    q, k, v = make_inputs(case)
+    r = run_and_check(case, F.scaled_dot_product_attention, q, k, v)
+    ref = reference(case, q, k, v).out
+    assert r.to_row()["max_err_over_max_ref"] == pytest.approx(r.max_abs_err / float(ref.abs().max()))
+    (tmp_path / "results.jsonl").write_text(json.dumps(_row("ok", 1.0, max_rel_err=0.5)) + "\n")
+    assert store.read_rows(tmp_path)[0]["max_err_over_max_ref"] == 0.5
