@@ -66,14 +66,16 @@ def _list_masks(args, reg) -> int:
                  or (d.kind == "score_mod" and (masks.ANY in v.score_mods or d.name in v.score_mods
                                                 or (d.additive and masks.ADDITIVE in v.score_mods)))]
         rows.append({"name": d.name, "kind": d.kind.replace("_", " "), "params": d.params,
+                     "ranges": {k: r.text() for k, r in d.ranges.items()},
                      "spelling": d.signature(), "variants": takes, "description": d.description,
                      "source": d.module})
     if args.format == "json":
         print(json.dumps(rows, indent=2, default=list))
         return 0
-    print(tabulate([[r["spelling"], r["kind"], r["description"], ", ".join(r["variants"])] for r in rows],
-                   headers=["name:parameters (defaults)", "kind", "definition", "variants"],
-                   maxcolwidths=[34, None, 60, 30]))
+    print(tabulate([[r["spelling"], r["kind"], ", ".join(f"{k} {v}" for k, v in r["ranges"].items()) or "-",
+                     r["description"], ", ".join(r["variants"])] for r in rows],
+                   headers=["name:parameters (defaults)", "kind", "valid values", "definition", "variants"],
+                   maxcolwidths=[34, None, 24, 56, 30]))
     print("\nSpell one in --masks as name:value (positional) or name:key=value; join terms with +: masks "
           "joined are unioned, score mods apply in order, e.g. --masks causal,document:4,sink:4+window:256,"
           "causal+softcap:50")

@@ -199,11 +199,17 @@ def _submit(spec, registry, args) -> int:
 
 def _workers_hint(args) -> int:
     """How many CPU workers to start ahead: --workers when it is plain (a GPU worker sets its
-    device before it imports torch, so it is never started ahead)."""
+    device before it imports torch, so it is never started ahead), and none when it asks for
+    more workers than this process has cores (the placement refuses it in a moment, and
+    nothing is started for it meanwhile)."""
+    from bench.measure.contention import usable_cpus
+
     text = str(args.workers or "1")
     if args.gpus or args.device == "cuda" or not text.isdigit():
         return 1
-    return max(1, min(int(text), 64))
+    if int(text) > len(usable_cpus()):
+        return 0
+    return max(1, int(text))
 
 
 def _finish(summary, spec, args) -> int:

@@ -220,10 +220,13 @@ def read_env(run_dir: Path) -> dict:
     if not p.exists():
         return {}
     try:
-        env = json.loads(p.read_text())
+        env = json.loads(p.read_bytes().decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}); it is the run's "
-                         f"environment record: restore it, or remove it to rebuild without it") from None
+        where = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else \
+            f"byte {exc.start} is not UTF-8"
+        raise UsageError(f"{p}: env.json is not valid JSON/UTF-8 ({where}); it is the run's environment "
+                         f"record: restore it, or remove it to rebuild without it (results.jsonl is untouched)") \
+            from None
     if not isinstance(env, dict):
         raise UsageError(f"{p}: a JSON {type(env).__name__}, not the object env.json holds")
     return env

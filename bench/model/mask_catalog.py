@@ -28,7 +28,7 @@ def causal(b, h, q_idx, kv_idx):
     return kv_idx <= q_idx
 
 
-@mask("window", params={"window": 256},
+@mask("window", params={"window": 256}, ranges={"window": ">= 1"},
       description="causal sliding window of `window` keys including the query's own: i - window < j <= i",
       intervals=lambda q, case, window: [(q - window + 1, q + 1)])
 def window(b, h, q_idx, kv_idx, window):
@@ -78,6 +78,7 @@ def _document_intervals(q, case, docs, causal, seed, lengths, doc, starts, ends)
 
 
 @mask("document", params={"docs": 4, "causal": 0, "seed": 0, "lengths": ()}, prepare=_documents,
+      ranges={"docs": ">= 1", "causal": "0..1", "seed": ">= 0", "lengths": ">= 1"},
       intervals=_document_intervals,
       description="packed sequences, block-diagonal: a token sees only tokens of its own document. `docs` "
                   "documents of seeded random lengths over max(q_len, kv_len) positions, or explicit "
@@ -90,7 +91,7 @@ def document(b, h, q_idx, kv_idx, docs, causal, seed, lengths, doc, starts, ends
 # -- causal variations -------------------------------------------------------------------------
 
 
-@mask("prefix_lm", params={"prefix": 256},
+@mask("prefix_lm", params={"prefix": 256}, ranges={"prefix": ">= 0"},
       description="prefix LM: the first `prefix` keys are seen by every query (bidirectional prefix), the "
                   "rest causally",
       intervals=lambda q, case, prefix: [(0, torch.clamp(q + 1, min=prefix))])
@@ -98,7 +99,7 @@ def prefix_lm(b, h, q_idx, kv_idx, prefix):
     return (kv_idx <= q_idx) | (kv_idx < prefix)
 
 
-@mask("chunked_causal", params={"chunk": 128},
+@mask("chunked_causal", params={"chunk": 128}, ranges={"chunk": ">= 1"},
       description="causal inside fixed chunks of `chunk` tokens (Llama 4's local-attention layers)",
       intervals=lambda q, case, chunk: [(q // chunk * chunk, q + 1)])
 def chunked_causal(b, h, q_idx, kv_idx, chunk):
@@ -110,6 +111,7 @@ def _dilated_intervals(q, case, dilation, window):
 
 
 @mask("dilated", params={"dilation": 2, "window": 64}, intervals=_dilated_intervals,
+      ranges={"dilation": ">= 1", "window": ">= 1"},
       description="dilated (strided) causal window: `window` keys spaced `dilation` apart, j = i - m * dilation "
                   "for m = 0 .. window-1 (Longformer's dilated sliding window)")
 def dilated(b, h, q_idx, kv_idx, dilation, window):
@@ -117,7 +119,7 @@ def dilated(b, h, q_idx, kv_idx, dilation, window):
     return (d >= 0) & (d % dilation == 0) & (d < window * dilation)
 
 
-@mask("sink", params={"sinks": 4, "window": 0},
+@mask("sink", params={"sinks": 4, "window": 0}, ranges={"sinks": ">= 0", "window": ">= 0"},
       description="attention sinks: the first `sinks` keys, causally, plus a causal window of `window` keys; "
                   "StreamingLLM is sink:4+window:256 (the same as sink:4:window=256)",
       intervals=lambda q, case, sinks, window: [(0, torch.clamp(q + 1, max=sinks)), (q - window + 1, q + 1)])
@@ -153,6 +155,7 @@ def _bigbird_intervals(q, case, block, window, globals, random, seed, table, ran
 
 @mask("bigbird", params={"block": 64, "window": 1, "globals": 1, "random": 2, "seed": 0},
       prepare=_bigbird_blocks, intervals=_bigbird_intervals,
+      ranges={"block": ">= 1", "window": ">= 0", "globals": ">= 0", "random": ">= 0", "seed": ">= 0"},
       description="BigBird block sparse, bidirectional, in blocks of `block` tokens: `window` blocks either side, "
                   "`globals` global blocks (seen by all and seeing all), `random` seeded random key blocks per "
                   "query block")
@@ -180,7 +183,7 @@ def alibi(score, b, h, q_idx, kv_idx, slopes):
     return score + slopes[h] * (kv_idx - q_idx)
 
 
-@score_mod("softcap", params={"cap": 50.0},
+@score_mod("softcap", params={"cap": 50.0}, ranges={"cap": "> 0"},
            description="tanh soft cap: cap * tanh(score / cap) (Gemma 2 uses 50 on attention logits)")
 def softcap(score, b, h, q_idx, kv_idx, cap):
     return cap * torch.tanh(score / cap)
@@ -194,6 +197,7 @@ def _rel_table(case: Case, max_distance: int, seed: int) -> dict:
 
 
 @score_mod("rel_bias", params={"max_distance": 128, "seed": 0}, additive=True, prepare=_rel_table,
+           ranges={"max_distance": ">= 0", "seed": ">= 0"},
            description="relative position bias: score + table[h, clamp(j - i, -max_distance, max_distance)], a "
                        "seeded table (0.5 * N(0, 1)) per head, as a learned T5-style bias would be")
 def rel_bias(score, b, h, q_idx, kv_idx, max_distance, seed, table):

@@ -17,6 +17,40 @@ class MaskError(ValueError):
     """A mask spelling or parameter that is not valid; the message says what is."""
 
 
+_RANGE = re.compile(r"^\s*(?:(>=|>)\s*(-?[0-9.]+)|(-?[0-9.]+)\s*\.\.\s*(-?[0-9.]+))\s*$")
+
+
+@dataclass(frozen=True)
+class Range:
+    """A parameter's valid values: ``> lo``, ``>= lo`` or ``lo..hi`` (both ends included).  A
+    tuple parameter holds every one of its numbers to it."""
+    lo: float
+    hi: float | None = None
+    open_lo: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Range:
+        m = _RANGE.match(str(text))
+        if not m:
+            raise ValueError(f"range {text!r}: write '> 0', '>= 1' or '0..1'")
+        if m.group(1):
+            return cls(float(m.group(2)), None, m.group(1) == ">")
+        lo, hi = float(m.group(3)), float(m.group(4))
+        if hi < lo:
+            raise ValueError(f"range {text!r}: its end is below its start")
+        return cls(lo, hi)
+
+    def holds(self, value) -> bool:
+        values = value if isinstance(value, tuple) else (value,)
+        return all((x > self.lo if self.open_lo else x >= self.lo) and (self.hi is None or x <= self.hi)
+                   for x in values)
+
+    def text(self) -> str:
+        if self.hi is not None:
+            return f"{_fmt(self.lo)} to {_fmt(self.hi)}"
+        return f"{'>' if self.open_lo else '>='} {_fmt(self.lo)}"
+
+
 @dataclass(frozen=True)
 class MaskDef:
     name: str
@@ -28,24 +62,47 @@ class MaskDef:
     intervals: Callable | None = None  # masks: (q_idx, case, **kw) -> [(lo, hi), ...]
     additive: bool = False  # score mods: score + bias(b, h, q_idx, kv_idx)
     module: str = ""
+    ranges: dict = field(default_factory=dict)  # parameter: its Range (a parameter without one takes any value)
 
     def signature(self) -> str:
         return self.name + "".join(f":{k}={_fmt(v)}" for k, v in self.params.items())
+
+    def ranges_text(self) -> str:
+        """Each parameter's valid values, as ``list --masks`` and the errors show them."""
+        return ", ".join(f"{k} {self.ranges[k].text()}" for k in self.params if k in self.ranges)
+
+    @property
+    def file(self) -> str:
+        """The file that defines it (its module's), for messages."""
+        import sys
+
+        return getattr(sys.modules.get(self.module), "__file__", None) or self.module
 
 
 _DEFS: dict[str, MaskDef] = {}
 
 
-def _register(kind, name, params, description, prepare, intervals, additive):
+def _register(kind, name, params, description, prepare, intervals, additive, ranges):
     if not _NAME.match(name):
         raise MaskError(f"{kind} name {name!r}: use lower-case letters, digits, '_' and '.', starting with a letter")
     for k, v in (params or {}).items():
         if not isinstance(v, (int, float, tuple)) or isinstance(v, bool):
             raise MaskError(f"{kind} {name!r}: parameter {k}={v!r}: defaults must be int, float or a tuple of ints")
+    parsed = {}
+    for k, text in (ranges or {}).items():
+        if k not in (params or {}):
+            raise MaskError(f"{kind} {name!r}: ranges names {k!r}, which is not one of its params")
+        try:
+            parsed[k] = Range.parse(text)
+        except ValueError as exc:
+            raise MaskError(f"{kind} {name!r}: parameter {k}: {exc}") from None
+        if not parsed[k].holds(params[k]):
+            raise MaskError(f"{kind} {name!r}: the default {k}={_fmt(params[k])} is outside its range "
+                            f"{parsed[k].text()}")
 
     def deco(fn):
         entry = MaskDef(name, kind, fn, description, dict(params or {}), prepare, intervals, additive,
-                        fn.__module__)
+                        fn.__module__, parsed)
         old = _DEFS.get(name)
         if old is not None and old.module != entry.module:
             raise RegistryError(f"mask or score mod {name!r} is defined twice: in {old.module} and in {entry.module}")
@@ -56,17 +113,19 @@ def _register(kind, name, params, description, prepare, intervals, additive):
 
 
 def mask(name: str, *, description: str, params: dict | None = None, prepare: Callable | None = None,
-         intervals: Callable | None = None):
-    """Register ``fn(b, h, q_idx, kv_idx, **params) -> bool tensor`` as the mask ``name``."""
-    return _register("mask", name, params, description, prepare, intervals, False)
+         intervals: Callable | None = None, ranges: dict | None = None):
+    """Register ``fn(b, h, q_idx, kv_idx, **params) -> bool tensor`` as the mask ``name``.
+    ``ranges`` gives parameters their valid values (``{"cell": ">= 1"}``; ``"> 0"``,
+    ``"0..1"``), checked when a spelling is parsed."""
+    return _register("mask", name, params, description, prepare, intervals, False, ranges)
 
 
 def score_mod(name: str, *, description: str, params: dict | None = None, prepare: Callable | None = None,
-              additive: bool = False):
+              additive: bool = False, ranges: dict | None = None):
     """Register ``fn(score, b, h, q_idx, kv_idx, **params) -> score`` as the score mod ``name``.
     ``additive=True`` declares that it returns ``score + bias`` with a bias that does not depend
-    on the score (SDPA then takes it as a float attn_mask)."""
-    return _register("score_mod", name, params, description, prepare, None, additive)
+    on the score (SDPA then takes it as a float attn_mask); ``ranges`` as for ``mask``."""
+    return _register("score_mod", name, params, description, prepare, None, additive, ranges)
 
 
 def catalogue() -> dict[str, MaskDef]:

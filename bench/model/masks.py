@@ -112,6 +112,9 @@ def parse_term(text: str, window: int | None = None) -> Term:
         if key in given:
             raise MaskError(f"mask term {text!r}: {key} given twice")
         given[key] = _value(text, key, d.params[key], raw)
+        valid = d.ranges.get(key)
+        if valid is not None and not valid.holds(given[key]):
+            raise MaskError(f"mask term {text!r}: {key}={raw} is out of range: {name} takes {d.ranges_text()}")
     if name == "window" and "window" not in given:
         if window is None:
             raise MaskError("mask 'window' needs a size: window:256, or --window 256")
@@ -123,6 +126,8 @@ def parse(text: str, window: int | None = None) -> tuple[list[Term], list[Term]]
     """(mask terms, score-mod terms) of a spelling such as ``causal+softcap:50``."""
     if not isinstance(text, str) or not text.strip():
         raise MaskError(f"mask {text!r}: empty; valid: {', '.join(names('mask'))}")
+    if any(not t.strip() for t in text.split("+")):
+        raise MaskError(f"mask {text!r}: an empty term between '+' signs; join names such as causal+softcap:50")
     terms = [parse_term(t, window) for t in text.split("+")]
     ms = [t for t in terms if t.d.kind == "mask"]
     mods = [t for t in terms if t.d.kind == "score_mod"]
@@ -163,18 +168,59 @@ class Bound:
         self.masks = [] if full else [(t, self._extra(t)) for t in ms]
         self.mods = [(t, self._extra(t)) for t in mods]
         self._devices: dict = {}
+        self._validated = False
 
     def _extra(self, t: Term) -> dict:
         kw = t.kw
         if t.d.prepare is not None:
             try:
-                kw.update(t.d.prepare(self.case, **t.kw))
+                extra = t.d.prepare(self.case, **t.kw)
             except MaskError:
                 raise
             except ValueError as exc:
                 raise MaskError(f"mask {t.text()!r} at q_len={self.case.q_len}, kv_len={self.case.kv_len}: {exc}") \
                     from None
+            except Exception as exc:
+                raise MaskError(f"{t.d.kind.replace('_', ' ')} {t.text()!r} ({t.d.file}): its prepare raised "
+                                f"{type(exc).__name__}: {_first_line(exc)}") from None
+            if not isinstance(extra, dict):
+                raise MaskError(f"{t.d.kind.replace('_', ' ')} {t.text()!r} ({t.d.file}): its prepare returned "
+                                f"{type(extra).__name__}; it returns a dict of keyword arguments for the predicate")
+            kw.update(extra)
         return kw
+
+    def validate(self) -> None:
+        """Evaluate every mask predicate and score mod once on a corner of the case (a few query
+        rows, the first keys, the first and last batch element, the first head), so that a
+        definition that raises, uses Python ``if``/``and`` on tensors, or returns the wrong
+        kind of tensor is refused before any cell runs, with what is wrong: a MaskError."""
+        if self._validated:
+            return
+        c = self.case
+        rows, kv = (0, min(c.q_len, 4)), (0, min(c.kv_len, 64))
+        batches = sorted({0, c.batch - 1})
+        b, h, q, k = indices(c, "cpu", rows, kv, batches=batches, heads=slice(0, 1))
+        full = (len(batches), 1, rows[1], kv[1])
+        ms, mods = self._kw("cpu")
+        for t, kw in ms:
+            out = _evaluate(t, lambda: t.d.fn(b, h, q, k, **kw))
+            out = torch.as_tensor(out)
+            if out.dtype != torch.bool:
+                raise MaskError(f"mask {t.text()!r} ({t.d.file}): its predicate returned a {out.dtype} tensor; a "
+                                f"mask returns a bool tensor (comparisons combined with &, |, ~)")
+            _fits(t, out.shape, full)
+        for t, kw in mods:
+            scores = torch.randn(full, generator=torch.Generator().manual_seed(0))
+            out = _evaluate(t, lambda: t.d.fn(scores, b, h, q, k, **kw))
+            if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+                raise MaskError(f"score mod {t.text()!r} ({t.d.file}): it returned "
+                                f"{getattr(out, 'dtype', type(out).__name__)}; a score mod returns the scores, "
+                                f"a float tensor")
+            _fits(t, out.shape, full)
+            if not bool(torch.isfinite(out).all()):
+                raise MaskError(f"score mod {t.text()!r} ({t.d.file}): it returned non-finite scores on finite "
+                                f"ones; check its parameters")
+        self._validated = True
 
     @property
     def is_full(self) -> bool:
@@ -302,6 +348,39 @@ class Bound:
     def density(self) -> float:
         c = self.case
         return self.counts[0] / (c.batch * c.heads * c.q_len * c.kv_len)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _evaluate(t: Term, call):
+    """``call()``, a mask's or score mod's definition evaluated; what goes wrong as a MaskError
+    that names it, its file and the error."""
+    what = f"{t.d.kind.replace('_', ' ')} {t.text()!r} ({t.d.file})"
+    try:
+        return call()
+    except RuntimeError as exc:
+        if "Boolean value of Tensor" in str(exc):
+            raise MaskError(f"{what}: it uses Python if/and/or/not on tensors ({_first_line(exc)}); it is "
+                            f"evaluated on whole index tensors: combine conditions with &, |, ~ and "
+                            f"torch.where") from None
+        raise MaskError(f"{what}: it raised RuntimeError: {_first_line(exc)}") from None
+    except Exception as exc:
+        raise MaskError(f"{what}: it raised {type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def _fits(t: Term, shape, full) -> None:
+    try:
+        torch.broadcast_shapes(tuple(shape), full)
+    except RuntimeError:
+        raise MaskError(f"{t.d.kind.replace('_', ' ')} {t.text()!r} ({t.d.file}): it returned shape "
+                        f"{tuple(shape)}, which does not broadcast with the index grids (batch, head, query, "
+                        f"key) {full}") from None
+    if len(shape) > 4:
+        raise MaskError(f"{t.d.kind.replace('_', ' ')} {t.text()!r} ({t.d.file}): it returned {len(shape)} "
+                        f"dimensions; at most 4 (batch, head, query, key)")
 
 
 def _rows2d(t, n: int) -> torch.Tensor:

@@ -67,7 +67,11 @@ def _items(raw, name: str) -> list:
     if isinstance(raw, (list, tuple)):
         items = list(raw)
     elif isinstance(raw, str):
-        items = [x.strip() for x in raw.split(",") if x.strip()]
+        items = [x.strip() for x in raw.split(",")]
+        if len(items) > 1 and not all(items):
+            raise UsageError(f"{name} {raw}: an empty value between commas; give values joined by single commas, "
+                             f"e.g. {name} {','.join(x for x in items if x) or '...'}")
+        items = [x for x in items if x]
     else:
         items = [raw]
     if not items:
@@ -113,6 +117,9 @@ def mask_spellings(raw, name: str) -> list[str]:
     once the plugins (which may define masks) are loaded."""
     values = texts(raw, name)
     for text in values:
+        if any(not term.strip() for term in text.split("+")):
+            raise UsageError(f"--masks {text}: an empty term between '+' signs; join terms such as "
+                             f"causal+softcap:50")
         if not MASK_SPELLING.match(text):
             raise UsageError(f"--masks {text}: a mask is a name with ':'-separated parameters, terms joined by '+', "
                              f"e.g. causal, window:256, causal+softcap:50 (python -m bench list --masks)")
@@ -290,7 +297,7 @@ class Spec:
                             try:
                                 case = Case(self.device, dtype, batch, heads, kv_heads, q_len, kv_len,
                                             head_dim, mask, window, direction)
-                                masks.bind(case)  # parameters that do not fit the lengths are refused here
+                                masks.bind(case).validate()  # parameters that do not fit, definitions that fail
                             except (CaseError, masks.MaskError) as exc:
                                 raise UsageError(str(exc)) from None
                             if case not in seen:
@@ -363,11 +370,19 @@ def load_config(path: str) -> dict:
         data = tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"--config {path}: malformed TOML: {exc}") from None
-    data = data.get("sweep", data)
-    if not isinstance(data, dict):
+    section = data.pop("sweep", {})
+    if not isinstance(section, dict):
         raise UsageError(f"--config {path}: 'sweep' must be a table ([sweep] with keys under it), "
-                         f"got {type(data).__name__}")
-    norm = {k.replace("-", "_"): v for k, v in data.items()}
+                         f"got {type(section).__name__}")
+    norm: dict = {}
+    for where, table in (("the top level", data), ("[sweep]", section)):  # both places read; never one silently
+        for k, v in table.items():
+            key = k.replace("-", "_")
+            if key in norm:
+                raise UsageError(f"--config {path}: {key!r} is set twice ({norm[key][0]} and {where}); "
+                                 f"keep one of them")
+            norm[key] = (where, v)
+    norm = {k: v for k, (_, v) in norm.items()}
     unknown = sorted(set(norm) - set(SETTINGS))
     if unknown:
         raise UsageError(f"--config {path}: unknown key {unknown[0]!r}; valid: {', '.join(SETTINGS)}")
