@@ -150,6 +150,9 @@ def minor_label(y, _pos) -> str:
     return f"{y:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
 
 
+UNTIMED = ("mem_mib",)  # metrics not from the timed samples: drawn filled whatever the timing flags
+
+
 def _x_axis(ax, ns) -> None:
     ax.set_xscale("log", base=2)
     ticks = sorted(set(int(n) for n in ns))
@@ -182,6 +185,8 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
             st = style[name]
             ax.plot(v["n"], v[metric], color=st["color"], lw=st["lw"], label=name, zorder=st["z"])
             shaky = v["shaky"].fillna(False).astype(bool) if "shaky" in v else pd.Series(False, index=v.index)
+            if metric in UNTIMED:  # counted in a pass of its own: contention does not change it
+                shaky = pd.Series(False, index=v.index)
             for hollow, pts in ((False, v[~shaky]), (True, v[shaky])):
                 if len(pts):
                     ax.plot(pts["n"], pts[metric], ls="none", marker=st["marker"], ms=5 if hollow else 4.5,

@@ -1,7 +1,8 @@
 """``python -m bench compare RUN_A RUN_B``: B/A per matching cell with a noise-aware verdict.
 
 A cell is 'within noise' when the two interquartile ranges overlap; otherwise it is
-'faster' or 'slower'.  --fail-on-regression PCT flags a cell as a regression when it is
+'faster' or 'slower'; a cell noisy or contended in either run is 'shaky', counted apart and
+never a regression.  --fail-on-regression PCT flags a cell as a regression when it is
 slower and its B/A ratio exceeds 1 + PCT/100 even after the spreads are allowed for,
 i.e. B's q1 / A's q3 > 1 + PCT/100.
 """
@@ -16,9 +17,12 @@ from matplotlib.ticker import NullFormatter
 
 from bench.model import row
 from reports.charts import new_figure
-from reports.frames import load_runs
+from reports.frames import load_runs, with_peaks
 
 ENV_KEYS = ("device", "device_name", "torch", "xformers", "cuda", "threads")
+
+
+SHAKY = "shaky"  # the verdict of a cell noisy or contended in either run: counted apart, never better or worse
 
 
 def verdict(a: dict, b: dict) -> str:
@@ -31,14 +35,17 @@ def verdict(a: dict, b: dict) -> str:
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     keys = list(row.IDENTITY)
-    cols = [*row.SPREAD, "status"]
+    cols = [*row.SPREAD, "status", "shaky"]
+    a, b = (x.assign(shaky=x["shaky"] if "shaky" in x else False) for x in (a, b))
     a = a[a["status"] == "ok"][keys + cols]  # load_runs keeps each cell's current row only
     b = b[b["status"] == "ok"][keys + cols]
     m = a.merge(b, on=keys, suffixes=("_a", "_b"))
     if m.empty:
         return m
     m["ratio"] = m["median_ms_b"] / m["median_ms_a"]
-    m["verdict"] = [verdict({"q1_ms": r.q1_ms_a, "q3_ms": r.q3_ms_a}, {"q1_ms": r.q1_ms_b, "q3_ms": r.q3_ms_b})
+    m["shaky"] = m["shaky_a"].astype(bool) | m["shaky_b"].astype(bool)
+    m["verdict"] = [SHAKY if r.shaky else
+                    verdict({"q1_ms": r.q1_ms_a, "q3_ms": r.q3_ms_a}, {"q1_ms": r.q1_ms_b, "q3_ms": r.q3_ms_b})
                     for r in m.itertuples()]
     m["slowdown_beyond_noise"] = m["q1_ms_b"] / m["q3_ms_a"] - 1.0
     return m
@@ -49,30 +56,35 @@ def env_differences(env_a: dict, env_b: dict) -> list[str]:
 
 
 def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None):
-    """Returns (table, regressions, warnings, chart path).  ``fail_pct``: a percentage (the
-    median rule) or (metric, percentage) with metric 'median' (B's q1 over A's q3, beyond
-    noise) or 'min' (B's fastest sample over A's)."""
+    """Returns (table, regressions, warnings, chart path, trust lines of A and B).
+    ``fail_pct``: a percentage (the median rule) or (metric, percentage) with metric
+    'median' (B's q1 over A's q3, beyond noise) or 'min' (B's fastest sample over A's).  A
+    cell shaky in either run is never a regression: its verdict is 'shaky'."""
+    from reports.page import trust_line
+
     da, (env_a,) = load_runs([run_a])
     db, (env_b,) = load_runs([run_b])
     m = compare_frames(da, db)
     warnings = env_differences(env_a, env_b)
+    trust = [trust_line(with_peaks(da, [env_a]), [env_a]), trust_line(with_peaks(db, [env_b]), [env_b])]
     regressions = m.iloc[0:0]
     if fail_pct is not None and not m.empty:
         metric, pct = fail_pct if isinstance(fail_pct, tuple) else ("median", float(fail_pct))
+        clean = m[~m["shaky"]]
         if metric == "min":
-            regressions = m[m["min_ms_b"] / m["min_ms_a"] - 1.0 > pct / 100.0]
+            regressions = clean[clean["min_ms_b"] / clean["min_ms_a"] - 1.0 > pct / 100.0]
         else:
-            regressions = m[(m["verdict"] == "slower") & (m["slowdown_beyond_noise"] > pct / 100.0)]
+            regressions = clean[(clean["verdict"] == "slower") & (clean["slowdown_beyond_noise"] > pct / 100.0)]
     chart = None
     if out is not None and not m.empty:
         out.mkdir(parents=True, exist_ok=True)
         m.to_csv(out / "compare.csv", index=False)
         chart = _chart(m, out / "compare.png", Path(run_a).name, Path(run_b).name)
-    return m, regressions, warnings, chart
+    return m, regressions, warnings, chart, trust
 
 
 def _chart(m: pd.DataFrame, path: Path, name_a: str, name_b: str) -> Path:
-    colors = {"faster": "#2e8b57", "slower": "#c0392b", "within noise": "#8c8c8c"}
+    colors = {"faster": "#2e8b57", "slower": "#c0392b", "within noise": "#8c8c8c", SHAKY: "#d9b44a"}
     m = m.sort_values(["variant", "mask", "direction", "q_len"]).reset_index(drop=True)
     labels = [f"{r.variant} {r.mask} {r.direction} n={r.q_len}" for r in m.itertuples()]
     fig, ax = new_figure(figsize=(9, max(2.5, 0.24 * len(m) + 1.2)), layout="constrained")
@@ -88,6 +100,6 @@ def _chart(m: pd.DataFrame, path: Path, name_a: str, name_b: str) -> Path:
     ax.set_xlabel(f"time ratio B/A  (A = {name_a}, B = {name_b}; < 1 is faster)")
     fig.suptitle("Run comparison: median time ratio per cell (verdict from the IQRs)", fontsize=11)
     handles = [Rectangle((0, 0), 1, 1, color=c, label=v) for v, c in colors.items()]
-    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=3, frameon=False)
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=4, frameon=False)
     fig.savefig(path, dpi=130)
     return path

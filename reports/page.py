@@ -11,6 +11,7 @@ import pandas as pd
 
 from bench.measure.flops import __doc__ as FLOP_DOC
 from bench.model.row import Status
+from reports.scaling import crossover_note
 from reports.tables import METRICS, NOTES
 
 CSS = """
@@ -71,12 +72,52 @@ def trust_line(df, envs) -> str:
                       f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
     text = (f"{verdict}: {len(ok)} ok cells, {clean} clean, {noisy} noisy, {contended} contended "
             f"(shaky cells are hollow in charts, marked * in tables and left out of fits)")
+    worst = worst_contended(ok)
+    if worst:
+        text += f"; worst: {worst}"
     if bad_peaks:
         text += f"; the matmul peak is unreliable for {', '.join(bad_peaks)} (marked † in % of peak)"
     mixed = [f"{e['run']}: {', '.join(e['mixed_env'])}" for e in envs if e.get("mixed_env")]
     if mixed:
         text += "; MIXED RUN, resumed on a machine that differs (" + "; ".join(mixed) + ")"
-    return text + (f"; {loads}" if loads else "") + "."
+    history = "; ".join(h for e in envs if (h := invocations(e)))
+    return text + (f"; {history}" if history else f"; {loads}" if loads else "") + "."
+
+
+def worst_contended(ok: pd.DataFrame) -> str:
+    """The contended cell timed with the smallest share of its cores, and what it measured."""
+    from bench.measure.contention import severity
+
+    bad = ok[ok["contended"]] if "contended" in ok else ok.iloc[0:0]
+    if bad.empty:
+        return ""
+    rows = bad.to_dict("records")
+    r = min(rows, key=severity)
+    return f"{r['variant']} at n={int(r['n'])} ({r.get('contended_why') or 'contended'})"
+
+
+CONDITIONS_DIFFER = (1.0, 0.2)  # load averages further apart than this, or peaks by more than this share
+
+
+def invocations(env: dict) -> str:
+    """A run folder made by several invocations (a resume, a retry): each one's load and
+    peak, and whether the folder mixes conditions; '' for a folder of one invocation."""
+    history = [h for h in env.get("history") or [] if isinstance(h, dict)]
+    if len(history) < 2:
+        return ""
+    parts, loads, peaks = [], [], []
+    for i, h in enumerate(history, start=1):
+        start, end = (h.get("loadavg_start") or [None])[0], (h.get("loadavg_end") or [None])[0]
+        peak = h.get("peaks_end") or {}
+        parts.append(f"#{i} load {start if start is not None else '?'}->{end if end is not None else '?'}"
+                     + (", peak " + ", ".join(f"{d} {v:.3g}" for d, v in peak.items()) if peak else ""))
+        loads += [x for x in (start, end) if x is not None]
+        peaks += [v for v in peak.values() if v]
+    text = f"{env.get('run', 'this run')}: {len(history)} invocations ({'; '.join(parts)})"
+    load_gap, peak_gap = CONDITIONS_DIFFER
+    if (loads and max(loads) - min(loads) > load_gap) or (peaks and max(peaks) > (1 + peak_gap) * min(peaks)):
+        text += ", which ran under different conditions: the folder mixes them"
+    return text
 
 
 def env_summary(envs: list[dict]) -> pd.DataFrame:
@@ -135,7 +176,7 @@ def write_page(r: ReportParts) -> Path:
     parts.append(_table_html(_fmt_scaling(scaling), index=False) if not scaling.empty else "<p>no ok cells</p>")
     parts.append("<h3>Crossovers</h3>")
     parts.append(_table_html(cross, index=False) if not cross.empty else
-                 "<p class=muted>No variant overtakes another within the measured range.</p>")
+                 f"<p class=muted>{html.escape(crossover_note(df, cross))}</p>")
     parts.append("<h2 id=tables>Tables</h2><p class=muted>Per facet, sequence length by variant. "
                  "Failed cells show their status. FLOP convention: " + html.escape(flop_text) + "</p>")
     parts.append("<p class=muted>" + "<br>".join(f"{html.escape(k)} {html.escape(v)}" for k, v in NOTES.items())
@@ -193,8 +234,9 @@ def write_markdown(r: ReportParts) -> Path:
             if png:
                 lines += [f"![{key}](charts/{png.name})", ""]
         lines += [masks["table"].to_markdown(index=False), ""]
+    crossings = cross.to_markdown(index=False) if not cross.empty else crossover_note(df, cross)
     lines += ["## Scaling", "", _fmt_scaling(scaling).to_markdown(index=False) if not scaling.empty else "none",
-              "", "### Crossovers", "", cross.to_markdown(index=False) if not cross.empty else "none", ""]
+              "", "### Crossovers", "", crossings, ""]
     lines += ["## Tables", "", "FLOP convention: " + " ".join(FLOP_DOC.split()), ""]
     lines += [f"{k} {v}  " for k, v in NOTES.items()] + [""]
     for label, ts in tables:

@@ -63,6 +63,19 @@ def _side(a: dict, b: dict) -> int:
     return 0
 
 
+def crossover_note(df: pd.DataFrame, cross: pd.DataFrame) -> str:
+    """What the report says where the crossovers table is empty: that none happens, or that
+    too few clean points were left to tell (N shaky)."""
+    if not cross.empty:
+        return ""
+    ok = df[df["status"] == "ok"]
+    shaky = int(ok["shaky"].sum()) if "shaky" in ok else 0
+    if shaky:
+        return (f"Not enough clean points to find a crossover ({shaky} shaky: noisy or contended cells are left "
+                f"out; re-measure them with --resume RUN --retry shaky).")
+    return "No variant overtakes another within the measured range."
+
+
 def crossovers(df: pd.DataFrame) -> pd.DataFrame:
     """Where one variant overtakes another: it is slower beyond noise at one n and faster
     beyond noise at a later n (see _side; noisy or contended cells are left out).  The

@@ -26,7 +26,7 @@ def test_verdict_leaves_free_cores_to_others():
     one_thread = contention.verdict(cpu_util=0.98, other_cpu=1.0, threads=1, cpu_count=2)
     assert not one_thread["contended"]  # the other process had the core we left free
     starved = contention.verdict(cpu_util=0.45, other_cpu=None, threads=2, cpu_count=2)
-    assert starved["contended"] and "cpu_util 0.45" in starved["contended_why"]
+    assert starved["contended"] and "timed with 0.45 of its cores" in starved["contended_why"]
     quiet = contention.verdict(cpu_util=0.97, other_cpu=0.05, threads=2, cpu_count=2)
     assert quiet == {"cpu_util": 0.97, "other_cpu": 0.05, "quantum_ms": None, "contended": False,
                      "contended_why": ""}

@@ -122,7 +122,8 @@ def test_compare_flags_2x_slowdown_not_2pct(tmp_path):
     a = _run_folder(tmp_path / "a", _timed_rows("naive", 1.0, 0.03) + _timed_rows("sdpa", 1.0, 0.03))
     b = _run_folder(tmp_path / "b", _timed_rows("naive", 2.0, 0.03) + _timed_rows("sdpa", 1.02, 0.03),
                     env={"torch": "2.14.0"})
-    m, regressions, warnings, chart = compare_runs(a, b, tmp_path / "cmp", fail_pct=10)
+    m, regressions, warnings, chart, trust = compare_runs(a, b, tmp_path / "cmp", fail_pct=10)
+    assert len(trust) == 2 and all(t.startswith("trustworthy") for t in trust)
     verdicts = m.groupby("variant")["verdict"].agg(set).to_dict()
     assert verdicts == {"naive": {"slower"}, "sdpa": {"within noise"}}
     assert set(regressions["variant"]) == {"naive"}
@@ -261,7 +262,7 @@ def test_compare_says_when_nothing_matches_and_reads_a_rule(tmp_path, capsys):
     c = _run_folder(tmp_path / "c", _timed_rows("naive", 1.2, 0.03))
     assert main(["compare", str(a), str(c), "--fail-on-regression", "median:5%"]) == 1
     out = capsys.readouterr()
-    assert "Better 0, Same 0, Worse 3 (of 3 matching cells" in out.out
+    assert "Better 0, Same 0, Worse 3, Shaky 0 (of 3 matching cells" in out.out
     assert "3 cell(s) slower by more than 5% beyond noise (median)" in out.err
     assert main(["compare", str(a), str(c), "--fail-on-regression", "min:25%"]) == 0
 

@@ -16,7 +16,8 @@ from bench.cli.sweep import timed_share
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
 SMALL = ["--seq-lens", "32,64", "--heads", "2", "--head-dims", "16", "--masks", "none",
-         "--budget-ms", "5", "--no-report", "--quiet", "--device", "cpu"]  # the same on a GPU machine
+         "--budget-ms", "5", "--no-report", "--quiet", "--device", "cpu",  # the same on a GPU machine
+         "--remeasure", "0"]
 
 BAD_PLUGINS = """
 import os, time
@@ -65,7 +66,8 @@ def test_failing_variants_become_rows_and_the_sweep_goes_on(tmp_path):
                   "bad.wrong": {"mismatch"}, "bad.abort": {"crash"}, "bad.sleeps": {"timeout"},
                   "xformers": {"unsupported"}}
     reasons = {r["variant"]: r["reason"] for r in rows}
-    assert reasons["bad.raises"] == "ValueError: deliberate failure"
+    assert reasons["bad.raises"].startswith("ValueError: deliberate failure (raised in variant code, ")
+    assert reasons["bad.raises"].endswith("bad.py:10)")  # where: the plugin's own line
     assert "SIGABRT" in reasons["bad.abort"]
     assert "3 s beyond" in reasons["bad.sleeps"]
     assert "tolerance" in reasons["bad.wrong"]
@@ -155,8 +157,8 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
     (["sweep", "--resume", "/nonexistent/run"], "no such run folder"),
     (["sweep", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["sweep", "--device", "tpu"], "unknown device 'tpu'; valid: cpu, cuda"),
-    (["sweep", "--threads", "0"], "--threads takes a whole number from 1 to 4096, got 0"),
-    (["sweep", "--threads", "two"], "--threads takes a whole number from 1 to 4096, got 'two'"),
+    (["sweep", "--threads", "0"], "--threads takes auto or a whole number from 1 to 4096, got 0"),
+    (["sweep", "--threads", "two"], "--threads takes auto or a whole number from 1 to 4096, got 'two'"),
     (["sweep", "--precision", "nan"], "--precision takes a number from 0.1 to 50, got 'nan'"),
     (["sweep", "--rounds", "0"], "--rounds takes a whole number from 1 to 100, got 0"),
     (["sweep", "--budget-ms", "nan"], "--budget-ms takes a positive, finite number of milliseconds, got 'nan'"),
@@ -231,11 +233,14 @@ def test_config_file_with_flag_override(tmp_path):
     assert len(env["loadavg_start"]) == 3 and len(env["loadavg_end"]) == 3
     assert set(env["peak_checks"]["float32"]) == {"start", "end"}
     assert env["peaks_tflops"]["float32"] == max(env["peak_checks"]["float32"].values())
-    assert "report: " in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == f"report: {out / 'report' / 'index.html'}"  # the last line: what to open
     last = re.fullmatch(r"timed samples: ([\d.]+) s, (\d+)% of the cells' ([\d.]+) s wall and (\d+)% of the command's "
-                        r"([\d.]+) s \(start-up, peaks and summary ([\d.]+) s, report ([\d.]+) s\)",
-                        proc.stdout.splitlines()[-1])
-    assert last, proc.stdout.splitlines()[-1]
+                        r"([\d.]+) s \(start-up, peaks and summary ([\d.]+) s, report ([\d.]+) s\); "
+                        r"projected ([\d.]+) s, ([\d.]+)x of it measured", lines[-2])
+    assert last, lines[-2]
+    assert float(last[9]) == pytest.approx(float(last[5]) / float(last[8]), rel=0.05)  # the projection's error
+    assert lines[-4].startswith("shaky: ") and " of 1 ok cells" in lines[-4]
     timed, cells, command, rest, report = (float(last[i]) for i in (1, 3, 5, 6, 7))
     assert 0 < timed <= cells < command and report > 0 and rest > 0
     assert abs(cells + rest + report - command) <= 0.01 * command  # the parts add up (3 significant digits each)

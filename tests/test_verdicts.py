@@ -199,7 +199,7 @@ def test_the_summary_and_the_contention_warning_read_the_newest_rows():
     from bench.engine.sweep import contention_warning
     from reports.tables import summary_table
 
-    rows = [_row("ok", 123.0, contended=True, contended_why="cpu_util 0.4 < 0.65"), _row("ok", 7.0)]
+    rows = [_row("ok", 123.0, contended=True, contended_why="timed with 0.40 of its cores"), _row("ok", 7.0)]
     assert "7" in summary_table(rows) and "123" not in summary_table(rows)
     assert contention_warning(rows, None) == ""
     assert "1 of 1 ok cells" in contention_warning(rows[::-1], None)

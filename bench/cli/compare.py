@@ -35,7 +35,9 @@ def command(args):
     rule = parse_regression(args.fail_on_regression)
     require_run(args.run_b)
     out = writable_dir(args.out if args.out else Path(args.run_b) / "compare")
-    m, regressions, warnings, chart = compare_runs(args.run_a, args.run_b, out, rule)
+    m, regressions, warnings, chart, trust = compare_runs(args.run_a, args.run_b, out, rule)
+    for name, line in zip("AB", trust):
+        print(f"trust {name}: {line}")
     for w in warnings:
         print(f"warning: the environments differ: {w}", file=sys.stderr)
     if m.empty:
@@ -46,8 +48,16 @@ def command(args):
     print(tabulate(m[cols], headers=["variant", "dtype", "mask", "dir", "n", "A ms", "B ms", "B/A", "verdict"],
                    showindex=False, floatfmt=".4g"))
     counts = m["verdict"].value_counts()
-    print(f"Better {counts.get('faster', 0)}, Same {counts.get('within noise', 0)}, Worse {counts.get('slower', 0)} "
-          f"(of {len(m)} matching cells; chart: {chart})")
+    shaky = int(counts.get("shaky", 0))
+    print(f"Better {counts.get('faster', 0)}, Same {counts.get('within noise', 0)}, Worse {counts.get('slower', 0)}, "
+          f"Shaky {shaky} (of {len(m)} matching cells; chart: {chart})")
+    if shaky and args.strict_trust:
+        print(f"strict trust: {shaky} matching cell(s) are noisy or contended in A or B; re-measure them "
+              f"(sweep --resume RUN --retry shaky) before comparing", file=sys.stderr)
+        return 1
+    if rule and shaky:
+        print(f"note: {shaky} shaky cell(s) were not judged for regressions (noisy or contended in A or B; "
+              f"--strict-trust fails on them)", file=sys.stderr)
     if rule and len(regressions):
         beyond = "beyond noise" if rule[0] == "median" else "in their fastest sample"
         print(f"{len(regressions)} cell(s) slower by more than {rule[1]:g}% {beyond} ({rule[0]})", file=sys.stderr)
@@ -63,5 +73,8 @@ def add_parser(sub) -> None:
                     help="exit 1 when a cell regressed: PCT, or median:PCT%% (B's first quartile more than "
                          "PCT%% above A's third), or min:PCT%% (B's fastest sample more than PCT%% above A's); "
                          "exit 3 when no cell matches")
+    cp.add_argument("--strict-trust", dest="strict_trust", action="store_true",
+                    help="exit 1 when a matching cell is noisy or contended in either run (by default such "
+                         "cells are counted as Shaky and never judged a regression)")
     cp.add_argument("--out", metavar="DIR", help="where the table and chart go (default: RUN_B/compare)")
     cp.set_defaults(func=command)

@@ -109,9 +109,13 @@ def _verdict(checks: list[tuple[str, bool, str]]) -> int:
 
 
 def _failed_cells(rows: list[dict]) -> list[str]:
+    """The cells that failed, less an approximate variant's accuracy verdict (its ``mismatch``
+    on these random inputs says how good the approximation is, not that the harness failed)."""
+    from bench.engine.store import current_rows
     from bench.engine.sweep import failures
 
-    return failures(rows)
+    return failures([r for r in current_rows(rows) if not (r.get("approximate") and r.get("status") == "mismatch"
+                                                           and r.get("reason_kind") == "mismatch-values")])
 
 
 def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
@@ -218,7 +222,8 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
                       "--directions", "fwd,bwd", *common])
     bad = _failed_cells(rows)
     counts = pd.Series([r["status"] for r in rows]).value_counts().to_dict() if rows else {}
-    checks.append(("1 every variant x mask x fwd/bwd: ok or unsupported with a reason", bool(rows) and not bad,
+    checks.append(("1 every variant x mask x fwd/bwd: ok or unsupported with a reason (an approximation: or "
+                   "its accuracy verdict)", bool(rows) and not bad,
                    (f"{len(bad)} failed, e.g. {bad[0]}" if bad else
                     ", ".join(f"{k} {v}" for k, v in counts.items()))))
 

@@ -105,6 +105,10 @@ def _command(args) -> int:
     cells = _cells_left(spec, registry, target if resumed else None, retry)
     projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)),
                               history=plan.load_history(store.DEFAULT_ROOT, spec.device), report=not args.no_report)
+    if retry and not cells:
+        print(f"--retry {args.retry}: no cell of {resume} is {' or '.join(sorted(retry))} (by its newest row), and "
+              f"none is missing: nothing to measure")
+        return 0
     if args.dry_run:
         print("\n".join(projection.lines()))
         return 0
@@ -112,9 +116,10 @@ def _command(args) -> int:
     print("plan: " + "; ".join(projection.lines()), file=sys.stderr)
     options = SweepOptions(resume=resumed, retry=retry, allow_env_change=args.allow_env_change, profile=args.profile,
                            progress=not args.quiet, given=given,
-                           command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]))
+                           command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]),
+                           projected_s=projection.wall_s, projected_cells_s=projection.wall_s - projection.fixed_s)
     summary = run_sweep(spec, run_dir, options)
-    return _finish(summary, spec, args)
+    return _finish(summary, spec, args, projection.wall_s)
 
 
 def _check_run_settings(spec, resume, args) -> None:
@@ -212,36 +217,53 @@ def _workers_hint(args) -> int:
     return max(1, int(text))
 
 
-def _finish(summary, spec, args) -> int:
+def _finish(summary, spec, args, projected_s: float | None = None) -> int:
     from bench.engine.sweep import contention_warning, failures
     from reports.tables import summary_table
 
     rows, run_dir = summary.rows, summary.run_dir
     print(summary_table(rows))
+    for note in summary.remeasured:
+        print(note)
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v)
           + f"  ({summary.cells} cells in {summary.elapsed_s:.0f} s)")
+    print(shaky_count(rows))
     warning = contention_warning(rows, spec)
     if warning:
         print(warning, file=sys.stderr)
-    report_s = 0.0
+    report_s, report = 0.0, None
     if not args.no_report:
         from reports.build import build_report
 
         t0 = time.perf_counter()
         try:
-            print(f"report: {build_report([run_dir])}")
+            report = build_report([run_dir])
         except Exception as exc:  # the rows are measured and kept: a report is rebuilt from them
             print(f"warning: the report could not be built ({type(exc).__name__}: {exc}); the rows are in "
                   f"{run_dir / store.RESULTS}, and `python -m bench report {run_dir}` builds it again",
                   file=sys.stderr)
         report_s = time.perf_counter() - t0
     print(f"results: {run_dir / store.RESULTS}")
-    print(timed_share(summary.timed_s, summary.elapsed_s, time.perf_counter() - args.started, report_s))
+    command_s = time.perf_counter() - args.started
+    print(timed_share(summary.timed_s, summary.elapsed_s, command_s, report_s)
+          + (f"; projected {projected_s:.3g} s, {command_s / projected_s:.2f}x of it measured" if projected_s else ""))
+    if report is not None:
+        print(f"report: {report}")  # the last line: what to open
     bad = failures(rows)
     if args.strict and bad:
         print(f"strict: {len(bad)} failed cell(s), e.g. {bad[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def shaky_count(rows) -> str:
+    """How many of the ok cells (their current rows) are shaky, and what to do about them."""
+    ok = [r for r in store.current_rows(rows) if r.get("status") == "ok"]
+    noisy = sum(1 for r in ok if r.get("noisy"))
+    contended = sum(1 for r in ok if r.get("contended"))
+    shaky = sum(1 for r in ok if r.get("noisy") or r.get("contended"))
+    text = f"shaky: {shaky} of {len(ok)} ok cells ({noisy} noisy, {contended} contended)"
+    return text + ("; measure them again with --resume RUN --retry shaky" if shaky else "")
 
 
 def timed_share(timed_s: float, cells_s: float, command_s: float, report_s: float) -> str:
@@ -262,11 +284,13 @@ def _retry_statuses(raw: str | None, resume) -> set:
         return set()
     if resume is None:
         raise UsageError("--retry re-measures cells of an earlier run: give it with --resume RUN")
-    valid = [s for s in STATUSES if s not in ("ok", "unsupported")]
+    valid = [s for s in STATUSES if s not in ("ok", "unsupported")] + list(store.SHAKY_FLAGS)
     wanted = [s.strip() for s in str(raw).split(",") if s.strip()]
     bad = [s for s in wanted if s not in valid]
     if bad or not wanted:
-        raise UsageError(f"--retry takes statuses from {', '.join(valid)}, got {raw!r}")
+        raise UsageError(f"--retry takes statuses from {', '.join(valid[:-3])} and the flags "
+                         f"{', '.join(store.SHAKY_FLAGS)} (ok cells that are noisy, contended or either), "
+                         f"got {raw!r}")
     return set(wanted)
 
 

@@ -11,7 +11,10 @@ interleaved rounds against one reference.  A group's predicted cost is
 with a call's time taken as its exact FLOPs over a rate.  Shards use the static rates below,
 so that ``--shard i/N`` gives every invocation the same split of a spec, whatever ran
 before.  The projection printed before a sweep refines the rates and setup times with the
-rows of earlier runs on this machine, when there are any.
+rows of earlier runs on this machine, when there are any, and scales the cells' cost by
+the median ratio of measured to projected cell time of the earlier sweeps on this device
+(env.json records both for each invocation): what the model leaves out, the harness's
+own cost per cell on this machine, is learnt rather than guessed.
 
 The split is longest-processing-time first: groups in decreasing cost (ties by their order
 in the spec), each to the least loaded bin.  It is deterministic, and no bin exceeds the
@@ -40,6 +43,7 @@ WORKER_START_S = {"cpu": 4.0, "cuda": 10.0}  # the interpreter, torch and the fi
 PEAK_MEASURE_S = 1.5  # per dtype, at the start and at the end
 REPORT_S = 12.0
 MIN_CALLS = 3  # a timer takes at least a few calls, whatever its budget
+MAX_FACTOR = 10.0  # the learnt correction of the cells' cost is kept within 1/10x to 10x
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class History:
     per (variant, device, dtype, direction) the achieved FLOP/s."""
     setup_s: dict
     rate: dict
+    wall_factor: float = 1.0  # measured / projected wall time of the cells, over earlier sweeps here
+    factor_runs: int = 0  # how many earlier sweeps that factor comes from
 
     @classmethod
     def empty(cls) -> History:
@@ -70,7 +76,16 @@ def load_history(root: Path, device: str, limit: int = 30) -> History:
     rates: dict = {}
     folders = sorted((p for p in Path(root).glob("*") if (p / store.RESULTS).is_file() and not p.is_symlink()),
                      key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
+    factors = []
     for folder in folders:
+        try:
+            invocations = store.read_env(folder).get("history") or []
+        except Exception:  # an unreadable env.json: its rows still teach the rates
+            invocations = []
+        for h in invocations:  # what each earlier sweep projected for its cells, and what they took
+            if isinstance(h, dict) and (h.get("spec") or {}).get("device") == device and \
+                    (h.get("projected_cells_s") or 0) > 0 and (h.get("cells_wall_s") or 0) > 0:
+                factors.append(h["cells_wall_s"] / h["projected_cells_s"])
         for r in store.read_current(folder):
             if r.get("status") != "ok" or r.get("device") != device:
                 continue
@@ -79,8 +94,9 @@ def load_history(root: Path, device: str, limit: int = 30) -> History:
             if r.get("median_ms") and r.get("flops"):
                 key = (r["variant"], device, r.get("dtype"), r.get("direction"))
                 rates.setdefault(key, []).append(r["flops"] / (r["median_ms"] / 1e3))
+    factor = min(MAX_FACTOR, max(1 / MAX_FACTOR, statistics.median(factors))) if factors else 1.0
     return History({k: statistics.median(v) for k, v in setups.items()},
-                   {k: statistics.median(v) for k, v in rates.items()})
+                   {k: statistics.median(v) for k, v in rates.items()}, factor, len(factors))
 
 
 def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None = None) -> float:
@@ -144,10 +160,18 @@ class Projection:
     per_worker_s: list  # within one shard (the first), each worker's cells
     fixed_s: float  # a shard's start (worker, peaks) and end (peaks again, report)
     calibrated: bool  # earlier runs refined the rates
+    factor: float = 1.0  # the correction learnt from earlier sweeps' projected and measured times
+    factor_runs: int = 0
+
+    @property
+    def wall_s(self) -> float:
+        return max(self.per_shard_s, default=0.0)
 
     def lines(self) -> list[str]:
+        learnt = (f"; x{self.factor:.2f} learnt from {self.factor_runs} earlier sweep(s)" if self.factor_runs else "")
         out = [f"{self.cells} cells in {self.groups} cases: about {_fmt(self.cells_s)} of measuring"
-               + (" (rates from earlier runs here)" if self.calibrated else " (default rates: no earlier run here)")]
+               + (f" (rates from earlier runs here{learnt})" if self.calibrated or self.factor_runs
+                  else " (default rates: no earlier run here)")]
         if len(self.per_shard_s) > 1:
             out.append("per shard: " + ", ".join(f"{i + 1}: {_fmt(s)}" for i, s in enumerate(self.per_shard_s)))
         if len(self.per_worker_s) > 1:
@@ -163,6 +187,8 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     """The projected wall time of running ``cells`` of ``spec`` over ``shards`` shards of
     ``workers`` workers each."""
     gs = groups(cells, registry, spec.budget_ms, history)
+    factor = history.wall_factor if history else 1.0  # what the model missed in earlier sweeps here
+    gs = [Group(g.case, g.variants, g.index, g.cost_s * factor) for g in gs]
     compiles = any(registry[n].compiles for n in spec.variants)
     fixed = (WORKER_START_S[spec.device] + 2 * PEAK_MEASURE_S * len(spec.dtypes) + (REPORT_S if report else 0.0)
              + (COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0))
@@ -176,7 +202,8 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
         if k == 0:
             first_workers = loads
     return Projection(len(cells), len(gs), sum(cost.values()), per_shard, first_workers, fixed,
-                      bool(history and (history.rate or history.setup_s)))
+                      bool(history and (history.rate or history.setup_s)), factor,
+                      history.factor_runs if history else 0)
 
 
 def _fmt(seconds: float) -> str:

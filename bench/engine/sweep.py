@@ -30,6 +30,8 @@ class SweepOptions:
     progress: bool = True  # a progress bar on stderr
     given: dict = field(default_factory=dict)  # the settings as the user gave them (env.json)
     command: str = ""  # the command line, for env.json's history
+    projected_s: float | None = None  # the plan's projected wall time of the command (env.json's history)
+    projected_cells_s: float | None = None  # of it, the cells' (what later plans learn from)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class RunSummary:
     already: int  # cells the folder had before
     elapsed_s: float
     timed_s: float  # of elapsed_s, in timed samples
+    remeasured: list = field(default_factory=list)  # what the end-of-sweep re-measurement did, in words
 
 
 def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions()) -> RunSummary:
@@ -49,11 +52,15 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
     from bench.model.registry import discover
 
     registry = discover(spec.plugins)
-    slots = worker_slots(spec)
     run_dir = store.writable_dir(run_dir)
     with store.locked(run_dir):
-        env = _open_run(run_dir, options.resume, spec, options.given, registry, options.allow_env_change,
-                        options.command, slots)
+        auto, note = auto_threads(spec)
+        if note:
+            print(note, file=sys.stderr)
+        saved, spec = spec, spec.replace(threads=spec.threads or auto)  # the folder keeps 'auto'; cells run with it
+        slots = worker_slots(spec)
+        env = _open_run(run_dir, options.resume, saved, options.given, registry, options.allow_env_change,
+                        options.command, slots, auto)
         done = store.done_keys(store.read_rows(run_dir, repair=True), options.retry)
         cells = [(name, case) for name, case in spec_cells(spec, registry) if store.cell_key(name, case) not in done]
         where = f"{len(slots)} workers ({', '.join(s.label for s in slots)})" if len(slots) > 1 else \
@@ -66,9 +73,87 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
                   "memory-bound cell can run slower beside another than alone", file=sys.stderr)
         t0 = time.perf_counter()
         counts, timed_s, devices = _run_cells(cells, run_dir, spec, registry, options, slots)
+        notes, again_s = _remeasure(cells, run_dir, spec, registry, options, slots)
         rows = store.read_rows(run_dir)
-        _close_run(run_dir, spec, rows, devices)
-    return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s)
+        measured = {"cells_wall_s": round(time.perf_counter() - t0, 3), "projected_s": options.projected_s,
+                    "projected_cells_s": options.projected_cells_s} if cells else {}
+        _close_run(run_dir, spec, rows, devices, measured)
+    return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s + again_s,
+                      notes)
+
+
+QUIET_WAIT_S = 10.0  # the longest a re-measurement pass waits for the load to drop
+
+
+def auto_threads(spec) -> tuple[int | None, str]:
+    """``--threads auto`` (the default) on the CPU: when other processes leave fewer cores free
+    than the sweep would use, the free ones (at least 1), and a note that says so; else
+    (None, ''): one thread per core.  Measured once the workers started ahead have done
+    their imports, as the contention check measures (bench.measure.contention)."""
+    from bench.engine.runner import wait_prestarted
+    from bench.measure import contention
+
+    if spec.threads is not None or spec.device != "cpu" or (spec.workers or 1) > 1:
+        return None, ""
+    wait_prestarted()
+    cores = len(contention.usable_cpus())
+    free = contention.free_cores()
+    if free is None or free > cores - 0.5:
+        return None, ""
+    n = max(1, min(cores, int(free + 0.5)))
+    return n, (f"note: other processes are using {cores - free:.1f} of the {cores} cores this sweep may use: it "
+               f"takes --threads {n} (--threads auto: the free ones, at least 1), so that its threads do not wait "
+               f"for cores; give --threads N to choose")
+
+
+def wait_for_quiet(threads: int, limit_s: float = QUIET_WAIT_S, step_s: float = 0.5) -> tuple[bool, float]:
+    """Wait (at most ``limit_s``) until other processes leave the worker's cores free: (quiet,
+    seconds waited).  Measured as the contention check does, on this process's CPUs."""
+    from bench.measure import contention
+
+    free = max(0, len(contention.usable_cpus()) - threads)
+    t0 = time.monotonic()
+    while True:
+        window = contention.LoadWindow().start()
+        time.sleep(step_s)
+        other = window.stop()
+        waited = time.monotonic() - t0
+        if other is None or other <= free + contention.OTHER_CPU_MARGIN:
+            return True, waited
+        if waited >= limit_s:
+            return False, waited
+
+
+def _remeasure(cells, run_dir: Path, spec, registry, options, slots) -> tuple[list[str], float]:
+    """Up to ``spec.remeasure`` passes at the end of the sweep over its cells whose current
+    row is contended: each waits (a little) for the load to drop, then measures those cells
+    again, appending new rows (the old ones stay; the newest counts).  Returns what each pass
+    did, in words, and its timed seconds."""
+    notes, timed = [], 0.0
+    wanted = {store.cell_key(n, c): (n, c) for n, c in cells}
+    threads = slots[0].threads or spec.threads or len(_usable())
+    for i in range(spec.remeasure or 0):
+        current = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in wanted]
+        shaky = [wanted[store.cell_key(r["variant"], r)] for r in current
+                 if r.get("status") == "ok" and r.get("contended")]
+        if not shaky:
+            break
+        quiet, waited = wait_for_quiet(threads)
+        _, t, _ = _run_cells(shaky, run_dir, spec, registry, options, slots)
+        timed += t
+        keys = {store.cell_key(n, c) for n, c in shaky}
+        after = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in keys]
+        clean = sum(1 for r in after if r.get("status") == "ok" and not r.get("contended"))
+        notes.append(f"re-measured {len(shaky)} contended cell(s) at the end of the sweep (pass {i + 1} of "
+                     f"{spec.remeasure}, after {waited:.1f} s waiting for the load to drop"
+                     f"{'' if quiet else ', which it did not'}): {clean} now clean, {len(after) - clean} not")
+    return notes, timed
+
+
+def _usable() -> list[int]:
+    from bench.measure.contention import usable_cpus
+
+    return usable_cpus()
 
 
 def spec_cells(spec: Spec, registry) -> list:
@@ -125,7 +210,7 @@ FINGERPRINT_KEYS = ("torch", "xformers", "cuda", "python", "device", "device_nam
 
 
 def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_env_change: bool = False,
-              command: str = "", slots=()):
+              command: str = "", slots=(), auto: int | None = None):
     """The run folder with its env.json written: the fingerprint, the spec, the load
     average, the matmul peak of every dtype the spec uses and the copy bandwidth (measured
     once per run, at the sweep's thread count), and a history entry for this invocation.  A resume on a machine
@@ -135,12 +220,17 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     from bench.measure.envinfo import fingerprint, measure_peak_gbps, measure_peak_tflops, peak_run_ms
 
     here = fingerprint(spec.device)
-    here["threads"] = spec.threads or here["threads"]
+    here["threads"] = spec.threads or auto or here["threads"]
     env = store.read_env(run_dir) if resumed else {}
     if env:
         before = (env.get("history") or [{}])[-1].get("fingerprint") or {k: env.get(k) for k in FINGERPRINT_KEYS}
         changed = [f"{k}: {before.get(k)} -> {here.get(k)}" for k in FINGERPRINT_KEYS if before.get(k) != here.get(k)]
-        if changed and not allow_env_change:
+        chosen = spec.threads is None and all(c.startswith("threads:") for c in changed)
+        if changed and chosen:  # --threads auto chose another count under another load: noted, not refused
+            changed = [f"{c} (--threads auto)" for c in changed]
+            print(f"note: {changed[0]}: the load differs from the run's last invocation; env.json's history "
+                  f"keeps both and the report says the folder mixes conditions", file=sys.stderr)
+        elif changed and not allow_env_change:
             raise UsageError(f"--resume {run_dir}: this machine differs from the run's ({'; '.join(changed)}); its "
                              f"rows would not compare. --allow-env-change resumes anyway and marks the run mixed")
         if changed:
@@ -160,12 +250,13 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None,
             "loadavg_start": load_average(), "sweep_id": sweep_id(spec), "shard": spec.shard,
             "workers": [s.label for s in slots]}
-    threads = slots[0].threads if len(slots) > 1 else spec.threads  # the peak at one worker's threads
+    threads = slots[0].threads if len(slots) > 1 else (spec.threads or auto)  # the peak at one worker's threads
     env["peak_threads"] = threads
     env["peak_run_ms"] = run_ms = peak_run_ms(spec.device, spec.budget_ms)
     env.setdefault("history", []).append({
         "command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in FINGERPRINT_KEYS}})
+        "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in FINGERPRINT_KEYS},
+        "loadavg_start": env["loadavg_start"]})
     from bench.engine.runner import wait_prestarted
 
     wait_prestarted()  # no import running beside the peak measurement
@@ -189,7 +280,8 @@ def _write_mask_pictures(run_dir: Path, spec) -> None:
     store.write_json(run_dir, store.MASKS, pictures)
 
 
-def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = None) -> None:
+def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = None,
+               measured: dict | None = None) -> None:
     """The end of a sweep in env.json: the load average, and the matmul peak measured again.
     The peak kept is the higher of the two; a cell above it means the peak is still wrong,
     and env.json says so, with the figure (``peak_unreliable``; the report finds the same
@@ -199,6 +291,9 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
 
     env = store.read_env(run_dir)
     env["loadavg_end"] = load_average()
+    this = (env.get("history") or [{}])[-1]  # this invocation's conditions, beside the folder's
+    this["loadavg_end"] = env["loadavg_end"]
+    this.update(measured or {})  # its projected and measured times (bench.engine.plan learns from them)
     env["worker_devices"] = (env.get("worker_devices") or {}) | (devices or {})  # worker: what it measured on
     checks = env.setdefault("peak_checks", {})
     best_cell = {}
@@ -211,6 +306,7 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
                                     peak_run_ms(spec.device, spec.budget_ms))
         start = env["peaks_tflops"].get(dtype, 0.0)
         checks[dtype] = {"start": start, "end": again}
+        this.setdefault("peaks_end", {})[dtype] = again
         env["peaks_tflops"][dtype] = peak = max(start, again)
         top = best_cell.get(dtype, 0.0)
         if top > peak:

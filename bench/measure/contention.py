@@ -120,14 +120,34 @@ def verdict(cpu_util: float | None, other_cpu: float | None, threads: int,
     free = max(0, (cpu_count or len(usable_cpus())) - threads)
     why = []
     if cpu_util is not None and cpu_util < CPU_UTIL_MIN:
-        why.append(f"cpu_util {cpu_util:.2f} < {CPU_UTIL_MIN}")
+        why.append(f"timed with {cpu_util:.2f} of its cores (cpu_util < {CPU_UTIL_MIN})")
     if other_cpu is not None and other_cpu > free + OTHER_CPU_MARGIN:
         why.append(f"other processes used {other_cpu:.2f} cores (free: {free})")
     q = quantum_ms(samples_ms)
     if q is not None:
-        why.append(f"samples cluster on multiples of {q:g} ms")
+        why.append(f"samples on {q:g} ms scheduler slices")
     return {"cpu_util": cpu_util, "other_cpu": other_cpu, "quantum_ms": q, "contended": bool(why),
             "contended_why": "; ".join(why)}
+
+
+def severity(row: dict) -> float:
+    """How far off a contended row's time may be, as the share of its cores it was timed with
+    (1: all of them; its cpu_util, or, without one, 1 / (1 + the cores others took beyond
+    the free ones)).  The trust line names the worst row by it."""
+    util = row.get("cpu_util")
+    if util is not None and util == util:
+        return float(util)
+    other = row.get("other_cpu") or 0.0
+    return 1.0 / (1.0 + max(0.0, float(other)))
+
+
+def free_cores(window_s: float = 0.5) -> float | None:
+    """Cores of this process's affinity that other processes left free over ``window_s``
+    (None where /proc/stat cannot be read)."""
+    window = LoadWindow().start()
+    time.sleep(window_s)
+    other = window.stop()
+    return None if other is None else max(0.0, len(usable_cpus()) - other)
 
 
 def load_average() -> list[float] | None:

@@ -161,6 +161,16 @@ def number(lo: float, hi: float, whole: bool):
     return parse
 
 
+def threads_or_auto(raw, name: str):
+    """``auto`` (None: chosen at the start of each sweep) or a whole number from 1 to 4096."""
+    if isinstance(raw, str) and raw.strip().lower() == "auto":
+        return None
+    try:
+        return number(1, 4096, True)(raw, name)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace(" takes ", " takes auto or ", 1)) from None
+
+
 def positive(unit: str):
     def parse(raw, name: str) -> float:
         try:
@@ -243,13 +253,18 @@ class Spec:
     budget_ms: float = setting("timing budget per cell in ms (default: the preset's)", positive("milliseconds"),
                                metavar="MS")
     plugins: list[str] = setting("Python files with more variants", paths, default=())
-    threads: int | None = setting("torch threads in the worker (default: torch's, one per core); fewer than the "
-                                  "cores leaves room for other processes on a shared machine", number(1, 4096, True))
+    threads: int | None = setting("torch threads in the worker: N, or auto (the default: one per core, or only the "
+                                  "free ones when other processes load the machine at the start); fewer than the "
+                                  "cores leaves room for other processes on a shared machine", threads_or_auto,
+                                  metavar="N|auto")
     precision: float = setting("CPU: stop sampling when the 95%% CI of the median is within +-PCT%% of it "
                                "(default 2), or when the budget is spent", number(0.1, 50.0, False), default=2.0,
                                metavar="PCT")
     rounds: int = setting("interleaved rounds per case: its variants take turns, A B C A B C (default 3)",
                           number(1, 100, True), default=3)
+    remeasure: int = setting("passes at the end of the sweep that measure its contended cells again, once the "
+                             "load has dropped (default 1; 0 turns it off); both rows stay, the newest counts",
+                             number(0, 10, True), default=1, metavar="N", run=True)
     # how the sweep runs: not part of what it measures (bench.engine.placement, bench.engine.plan, bench.engine.jobs)
     workers: int | None = setting("worker processes side by side (default 1): on the CPU each gets its own cores, on "
                                   "GPUs one GPU each; all variants of one case go to one worker",

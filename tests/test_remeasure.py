@@ -1,0 +1,180 @@
+"""A shaky number is re-measured, not only flagged: --retry shaky, the end-of-sweep
+re-measurement, compare's Shaky count, the trust line's history, the crossover note, memory
+drawn filled, --threads auto, and a projection that learns from earlier sweeps."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from bench.cli import main
+from bench.engine import plan, store
+from bench.model.registry import discover
+from bench.model.spec import build_spec, parse_values
+from reports.frames import tidy
+from tests.test_reports import _run_folder, _timed_rows
+
+SETTINGS = {"variants": ["naive"], "seq_lens": [16, 32], "heads": [2], "head_dims": [8], "masks": ["none"],
+            "directions": ["fwd"], "budget_ms": 5, "device": "cpu", "dtypes": ["float32"], "batch": [1]}
+
+
+def _run_with_rows(path, flags=lambda n: {}):
+    """A run folder of the small spec with a row per cell (each flagged by ``flags(n)``), as a sweep leaves it."""
+    spec = build_spec(parse_values(SETTINGS), discover(entry_points=False))
+    rows = [{"variant": "naive", **c.to_dict(), "status": "ok", "reason": "", "median_ms": 1.0, "noisy": False,
+             "contended": False} | flags(c.q_len) for c in spec.cases()]
+    return _run_folder(path, rows, env={"spec": spec.to_dict()})
+
+
+def test_retry_shaky_on_a_clean_folder_measures_nothing_and_says_so(capsys, tmp_path):
+    run = _run_with_rows(tmp_path / "run")
+    before = (run / "results.jsonl").read_text()
+    assert main(["sweep", "--resume", str(run), "--retry", "shaky"]) == 0
+    out = capsys.readouterr()
+    assert "no cell of" in out.out and "is shaky (by its newest row)" in out.out and "nothing to measure" in out.out
+    assert (run / "results.jsonl").read_text() == before
+
+
+def test_retry_shaky_plans_the_shaky_cells_only(capsys, tmp_path):
+    run = _run_with_rows(tmp_path / "run", lambda n: {"contended": n == 32})
+    assert main(["sweep", "--resume", str(run), "--retry", "shaky", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("1 cells in 1 cases")
+    assert main(["sweep", "--resume", str(run), "--retry", "noisy", "--dry-run"]) == 0  # none is noisy
+    assert "nothing to measure" in capsys.readouterr().out
+    assert main(["sweep", "--resume", str(run), "--retry", "crash,contended", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("1 cells in 1 cases")
+
+
+def test_bad_remeasure_and_retry_values_exit_2(capsys, tmp_path):
+    run = _run_with_rows(tmp_path / "run")
+    for argv, words in ((["sweep", "--remeasure", "-1"], "--remeasure takes a whole number from 0 to 10, got -1"),
+                        (["sweep", "--retry", "wobbly", "--resume", str(run)], "flags noisy, contended, shaky")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_counts_shaky_cells_apart_and_strict_trust_fails_on_them(capsys, tmp_path):
+    a = _run_folder(tmp_path / "a", _timed_rows("naive", 1.0, 0.03))
+    slow = [r | {"contended": True, "contended_why": "timed with 0.45 of its cores"}
+            for r in _timed_rows("naive", 2.0, 0.03)]
+    b = _run_folder(tmp_path / "b", slow)
+    assert main(["compare", str(a), str(b), "--fail-on-regression", "5"]) == 0  # 2x slower, but shaky
+    out = capsys.readouterr()
+    assert "Better 0, Same 0, Worse 0, Shaky 3 (of 3 matching cells" in out.out
+    assert "3 shaky cell(s) were not judged for regressions" in out.err
+    assert "trust A: trustworthy" in out.out and "trust B: read with care" in out.out
+    assert "worst: naive at n=" in out.out and "timed with 0.45 of its cores" in out.out
+    assert main(["compare", str(a), str(b), "--strict-trust"]) == 1
+    assert "strict trust: 3 matching cell(s) are noisy or contended" in capsys.readouterr().err
+
+
+def test_the_trust_line_names_each_invocation_and_says_when_conditions_differ():
+    from reports.page import trust_line
+
+    df = tidy(pd.DataFrame(_timed_rows("naive", 1.0, 0.03))).assign(run="r", peak_unreliable=False)
+    one = {"run": "r", "history": [{"loadavg_start": [0.1], "loadavg_end": [0.2], "peaks_end": {"float32": 0.2}}]}
+    assert "invocations" not in trust_line(df, [one])
+    quiet_then_busy = {"run": "r", "history": one["history"] + [
+        {"loadavg_start": [2.3], "loadavg_end": [2.1], "peaks_end": {"float32": 0.1}}]}
+    line = trust_line(df, [quiet_then_busy])
+    assert "r: 2 invocations (#1 load 0.1->0.2, peak float32 0.2; #2 load 2.3->2.1, peak float32 0.1)" in line
+    assert "the folder mixes them" in line
+    alike = {"run": "r", "history": one["history"] * 2}
+    assert "2 invocations" in trust_line(df, [alike]) and "mixes" not in trust_line(df, [alike])
+
+
+def test_crossovers_say_when_shaky_points_left_too_few_to_tell():
+    from reports.scaling import crossover_note, crossovers
+
+    rows = _timed_rows("naive", 1.0, 0.01) + _timed_rows("sdpa", 0.5, 0.01)
+    clean = tidy(pd.DataFrame(rows))
+    assert crossover_note(clean, crossovers(clean)) == "No variant overtakes another within the measured range."
+    shaky = tidy(pd.DataFrame([r | {"contended": True} for r in rows]))
+    note = crossover_note(shaky, crossovers(shaky))
+    assert note.startswith("Not enough clean points to find a crossover (6 shaky")
+
+
+def test_memory_points_are_drawn_filled_whatever_the_timing_flags(tmp_path, monkeypatch):
+    import reports.charts as charts
+
+    rows = [r | {"contended": True, "peak_mem_bytes": 2**20 * r["q_len"]} for r in _timed_rows("naive", 1, 0.01)]
+    df = tidy(pd.DataFrame(rows))
+    faces = {}
+
+    def keep(fig, out):
+        faces[out.name] = [line.get_markerfacecolor() for ax in fig.axes for line in ax.get_lines()
+                           if line.get_marker() not in (None, "None", "")]
+        return []
+
+    monkeypatch.setattr(charts, "save_figure", keep)
+    style = charts.variant_style(["naive"], None)
+    charts.chart(df, "mem_mib", "MiB", "memory", style, None, tmp_path / "memory")
+    charts.chart(df, "median_ms", "ms", "time", style, None, tmp_path / "time")
+    assert faces["memory"] and "white" not in faces["memory"]  # counted in a pass of its own: never hollow
+    assert "white" in faces["time"]  # the same cells' times are shaky: hollow
+
+
+def test_threads_auto_takes_the_free_cores_when_others_load_the_machine(monkeypatch):
+    from bench.engine import sweep
+    from bench.measure import contention
+
+    spec = build_spec(parse_values(SETTINGS), discover(entry_points=False))
+    assert spec.threads is None  # auto is the default
+    monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(contention, "free_cores", lambda window_s=0.5: 0.7)
+    n, note = sweep.auto_threads(spec)
+    assert n == 1 and "using 1.3 of the 2 cores" in note and "--threads 1" in note
+    monkeypatch.setattr(contention, "free_cores", lambda window_s=0.5: 1.9)
+    assert sweep.auto_threads(spec) == (None, "")  # quiet: one thread per core
+    assert sweep.auto_threads(spec.replace(threads=2)) == (None, "")  # a count given is kept
+
+
+def test_the_projection_learns_from_what_earlier_sweeps_took(tmp_path, registry):
+    spec = build_spec(parse_values(SETTINGS), registry)
+    cells = [("naive", c) for c in spec.cases()]
+    plain = plan.project(cells, registry, spec, history=plan.History.empty(), report=False)
+    _run_folder(tmp_path / "runs" / "earlier", _timed_rows("other", 1.0, 0.01),
+                env={"history": [{"spec": {"device": "cpu"}, "projected_cells_s": 10.0, "cells_wall_s": 30.0},
+                                 {"spec": {"device": "cuda"}, "projected_cells_s": 10.0, "cells_wall_s": 1.0}]})
+    history = plan.load_history(tmp_path / "runs", "cpu")
+    assert history.wall_factor == pytest.approx(3.0) and history.factor_runs == 1  # cpu sweeps only
+    learnt = plan.project(cells, registry, spec, history=history, report=False)
+    assert learnt.cells_s == pytest.approx(3 * plain.cells_s)
+    assert "x3.00 learnt from 1 earlier sweep(s)" in learnt.lines()[0]
+
+
+@pytest.mark.slow
+def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatch):
+    """Busy loops on every core while the cells are timed; stopped just before the
+    end-of-sweep pass: the contended cells are measured again and both rows stay."""
+    from bench.engine import sweep
+    from bench.measure.contention import usable_cpus
+
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in usable_cpus()]
+    real_wait = sweep.wait_for_quiet
+
+    def stop_loops_then_wait(threads, *a, **k):
+        for p in loops:
+            p.kill()
+            p.wait()
+        return real_wait(threads, *a, **k)
+
+    monkeypatch.setattr(sweep, "wait_for_quiet", stop_loops_then_wait)
+    try:
+        spec = build_spec(parse_values(SETTINGS | {"seq_lens": [64, 128], "threads": 2}), discover())
+        summary = sweep.run_sweep(spec, tmp_path / "run", sweep.SweepOptions(progress=False))
+    finally:
+        for p in loops:
+            p.kill()
+    rows = store.read_rows(tmp_path / "run")
+    first = rows[:2]
+    assert any(r["contended"] for r in first), "two busy loops per core left the cells uncontended"
+    again = [r for r in rows[2:]]
+    assert {(r["variant"], r["q_len"]) for r in again} == {(r["variant"], r["q_len"]) for r in first
+                                                           if r["contended"]}
+    assert summary.remeasured and summary.remeasured[0].startswith(f"re-measured {len(again)} contended cell(s)")
+    history = json.loads((tmp_path / "run" / "env.json").read_text())["history"][-1]
+    assert history["cells_wall_s"] > 0 and history["loadavg_start"] and history["peaks_end"]["float32"] > 0
