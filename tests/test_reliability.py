@@ -14,7 +14,7 @@ import torch
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
 S = ["--heads", "2", "--head-dims", "16", "--dtypes", "float32", "--directions", "fwd", "--masks", "none",
-     "--quiet", "--no-report", "--device", "cpu", "--budget-ms", "5", "--remeasure", "0"]
+     "--quiet", "--no-report", "--device", "cpu", "--remeasure", "0", "--budget-ms", "5"]
 
 HANGING = """
 import os, subprocess, time

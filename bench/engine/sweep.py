@@ -285,9 +285,10 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
     """The end of a sweep in env.json: the load average, and the matmul peak measured again.
     The peak kept is the higher of the two; a cell above it means the peak is still wrong,
     and env.json says so, with the figure (``peak_unreliable``; the report finds the same
-    from the rows).  Approximate variants have no TFLOP/s of their own and do not count."""
+    from the rows).  Approximate variants have no TFLOP/s of their own and do not count.
+    The end peak is measured again, after a wait for quiet, when other processes took the
+    cores while it ran (``peak_checks[dtype]["end_under_load"]`` when they still did)."""
     from bench.measure.contention import load_average
-    from bench.measure.envinfo import measure_peak_tflops, peak_run_ms
 
     env = store.read_env(run_dir)
     env["loadavg_end"] = load_average()
@@ -301,11 +302,11 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
         if r.get("status") == "ok" and r.get("tflops") and not r.get("approximate"):  # an older row may have one
             best_cell[r["dtype"]] = max(best_cell.get(r["dtype"], 0.0), float(r["tflops"]))
     unreliable = env.setdefault("peak_unreliable", {})
+    threads = env.get("peak_threads", spec.threads)
     for dtype in spec.dtypes:
-        again = measure_peak_tflops(spec.device, dtype, env.get("peak_threads", spec.threads),
-                                    peak_run_ms(spec.device, spec.budget_ms))
+        again, loaded = _unloaded_peak(spec, dtype, threads)
         start = env["peaks_tflops"].get(dtype, 0.0)
-        checks[dtype] = {"start": start, "end": again}
+        checks[dtype] = {"start": start, "end": again} | ({"end_under_load": loaded} if loaded else {})
         this.setdefault("peaks_end", {})[dtype] = again
         env["peaks_tflops"][dtype] = peak = max(start, again)
         top = best_cell.get(dtype, 0.0)
@@ -316,6 +317,27 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
         else:
             unreliable.pop(dtype, None)
     store.write_env(run_dir, env)
+
+
+def _unloaded_peak(spec, dtype: str, threads) -> tuple[float, str]:
+    """The end-of-sweep matmul peak, measured again after a (bounded) wait for quiet when other
+    processes took the cores while it ran; ('' or what the load was, when it stayed)."""
+    from bench.measure.contention import OTHER_CPU_MARGIN, LoadWindow
+    from bench.measure.envinfo import measure_peak_tflops, peak_run_ms
+
+    def measure():
+        window = LoadWindow().start()
+        value = measure_peak_tflops(spec.device, dtype, threads, peak_run_ms(spec.device, spec.budget_ms))
+        other = window.stop() if spec.device == "cpu" else None
+        free = max(0, len(_usable()) - (threads or len(_usable())))
+        return value, (f"other processes used {other:.2f} cores while it ran" if other is not None and
+                       other > free + OTHER_CPU_MARGIN else "")
+
+    value, loaded = measure()
+    if loaded:  # a peak measured under load would make every % of peak look better than it is
+        wait_for_quiet(threads or len(_usable()))
+        value, loaded = measure()
+    return value, loaded
 
 
 def _run_cells(cells, run_dir: Path, spec, registry, options, slots) -> tuple[dict, float]:

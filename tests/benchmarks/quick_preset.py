@@ -1,19 +1,23 @@
 """The quick preset on this machine: quiet, next to busy loops, and with fewer threads.
 
-    python tests/benchmarks/quick_preset.py [--out DIR] [--conditions quiet,quiet-no-report,busy2,busy1-threads1]
+    python tests/benchmarks/quick_preset.py [--out DIR] [--conditions quiet,quiet-no-report,busy2,...]
 
 Runs ``python -m bench sweep --preset quick`` once per condition, one after another:
 
 - ``quiet``: as a user would, with the report;
-- ``quiet-no-report``: the sweep alone (``--no-report``);
+- ``quiet-no-report``: the sweep alone (``--no-report``); the reference for the medians;
 - ``busy2``: next to two busy loops (``python -c "while True: pass"``) that this script
-  starts before the sweep and kills after it (``--no-report``);
+  starts before the sweep and kills after it, with no end-of-sweep re-measurement
+  (``--no-report --remeasure 0``): how many cells the flags catch;
+- ``busy2-halfway``: the same two loops, killed halfway through the sweep (at half the
+  quiet sweep's wall time), with the default end-of-sweep re-measurement (``--no-report``);
 - ``busy1-threads1``: next to one busy loop, with ``--threads 1`` (``--no-report``).
 
 Prints one line per condition: the command's wall time (from outside), the cells' wall
-time and the timed samples (the sweep's last line), the ok cells flagged contended and
-noisy, and whether the contention warning was printed.  Nothing else of yours should run
-meanwhile.  It measures; it asserts nothing.
+time and the timed samples, the projection and its error (the sweep's timing line), the ok
+cells flagged contended and noisy (first rows), the cells whose newest row is clean at the
+end, and, for each cell ok in both, how its median compares with the quiet sweep's.
+Nothing else of yours should run meanwhile.  It measures; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -21,48 +25,89 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from tabulate import tabulate
 
-CONDITIONS = {
-    "quiet": ([], 0),
-    "quiet-no-report": (["--no-report"], 0),
-    "busy2": (["--no-report"], 2),
-    "busy1-threads1": (["--no-report", "--threads", "1"], 1),
+CONDITIONS = {  # name: (flags, busy loops, stop the loops halfway)
+    "quiet": ([], 0, False),
+    "quiet-no-report": (["--no-report"], 0, False),
+    "busy2": (["--no-report", "--remeasure", "0"], 2, False),
+    "busy2-halfway": (["--no-report"], 2, True),
+    "busy1-threads1": (["--no-report", "--threads", "1"], 1, False),
 }
-LAST = re.compile(r"timed samples: ([\d.]+) s, (\d+)% of the cells' ([\d.]+) s wall and (\d+)% of the command's")
+REFERENCE = "quiet-no-report"
+LAST = re.compile(r"timed samples: ([\d.]+) s, (\d+)% of the cells' ([\d.]+) s wall and (\d+)% of the command's"
+                  r".*?(?:projected ([\d.]+) s, ([\d.]+)x of it measured)?$")
 
 
-def run(name: str, out: Path) -> list:
-    extra, loops = CONDITIONS[name]
+def _key(r: dict) -> tuple:
+    return tuple(r.get(k) for k in ("variant", "dtype", "batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim",
+                                    "mask", "window", "direction"))
+
+
+def run(name: str, out: Path, halfway_s: float) -> dict:
+    extra, loops, halfway = CONDITIONS[name]
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(loops)]
+
+    def stop():
+        for p in busy:
+            p.kill()
+            p.wait()
+
+    timer = threading.Timer(1.0 + halfway_s, stop) if halfway else None
     try:
         time.sleep(1.0 if busy else 0)  # the loops are running before the sweep starts
+        if timer:
+            timer.start()
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "bench", "sweep", "--preset", "quick", "--device", "cpu",
                                "--out", str(out / name), *extra], capture_output=True, text=True)
         wall = time.perf_counter() - t0
     finally:
-        for p in busy:
-            p.kill()
-            p.wait()
+        if timer:
+            timer.cancel()
+        stop()
     if proc.returncode != 0:
         raise SystemExit(f"{name}: the sweep exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-    m = LAST.search(proc.stdout.splitlines()[-1] if proc.stdout.strip() else "")
+    m = next((m for line in proc.stdout.splitlines() if (m := LAST.search(line))), None)
     if m is None:
-        raise SystemExit(f"{name}: the sweep's last line is not the timed-samples line:\n{proc.stdout[-1000:]}")
+        raise SystemExit(f"{name}: the sweep printed no timed-samples line:\n{proc.stdout[-1000:]}")
     rows = [json.loads(line) for line in (out / name / "results.jsonl").read_text().splitlines() if line.strip()]
-    ok = [r for r in rows if r["status"] == "ok"]
+    first, newest = {}, {}
+    for r in rows:
+        first.setdefault(_key(r), r)
+        newest[_key(r)] = r
+    ok = [r for r in first.values() if r["status"] == "ok"]
+    return {"name": name, "wall": wall, "m": m, "ok": ok, "newest": newest,
+            "warned": "cells were timed while the CPU was shared" in proc.stderr,
+            "remeasured": [line for line in proc.stdout.splitlines() if line.startswith("re-measured")]}
+
+
+def _row(res: dict, quiet: dict | None) -> list:
+    m, ok, newest = res["m"], res["ok"], res["newest"]
     contended = sum(bool(r.get("contended")) for r in ok)
     noisy = sum(bool(r.get("noisy")) for r in ok)
-    warned = "cells were timed while the CPU was shared" in proc.stderr
-    return [name, f"{wall:.1f} s", f"{float(m[3]):.1f} s", f"{float(m[1]):.1f} s ({m[2]}% / {m[4]}%)",
-            f"{contended} of {len(ok)}" + (" (warning)" if warned else ""), f"{noisy} of {len(ok)}"]
+    ended_ok = [r for r in newest.values() if r["status"] == "ok"]
+    clean = sum(1 for r in ended_ok if not r.get("contended"))
+    projected = f"{float(m[5]):.0f} s ({m[6]}x)" if m[5] else "-"
+    versus = "-"
+    if quiet is not None and quiet is not res:
+        base = {k: r for k, r in quiet["newest"].items() if r["status"] == "ok"}
+        ratios = [r["median_ms"] / base[k]["median_ms"] for k, r in newest.items()
+                  if r["status"] == "ok" and k in base and base[k]["median_ms"]]
+        if ratios:
+            within = sum(1 for x in ratios if abs(x - 1) <= 0.10)
+            versus = f"{100 * within / len(ratios):.0f}% within 10% (median ratio {statistics.median(ratios):.2f})"
+    return [res["name"], f"{res['wall']:.1f} s", f"{float(m[3]):.1f} s", f"{float(m[1]):.1f} s ({m[2]}% / {m[4]}%)",
+            projected, f"{contended} of {len(ok)}" + (" (warning)" if res["warned"] else ""), f"{noisy} of {len(ok)}",
+            f"{clean} of {len(ended_ok)} ({100 * clean / max(1, len(ended_ok)):.0f}%)", versus]
 
 
 def main() -> None:
@@ -76,12 +121,24 @@ def main() -> None:
     if bad:
         print(f"error: --conditions: unknown {', '.join(bad)}; valid: {', '.join(CONDITIONS)}", file=sys.stderr)
         raise SystemExit(2)
+    if any(CONDITIONS[n][2] for n in names) and REFERENCE not in names:
+        names.insert(0, REFERENCE)  # the halfway condition stops its loops at half of this one's time
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S") if args.out else Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        table = [run(name, out) for name in names]
-    print(tabulate(table, headers=["condition", "command wall", "cells' wall", "timed (of cells / of command)",
-                                   "contended", "noisy"], tablefmt="github"))
+        results, quiet = [], None
+        for name in names:
+            res = run(name, out, halfway_s=(quiet["wall"] / 2 if quiet else 15.0))
+            results.append(res)
+            if name == REFERENCE:
+                quiet = res
+    print(tabulate([_row(r, quiet) for r in results],
+                   headers=["condition", "command wall", "cells' wall", "timed (of cells / of command)", "projected",
+                            "contended (first rows)", "noisy", "clean at the end", f"medians vs {REFERENCE}"],
+                   tablefmt="github"))
+    for r in results:
+        for line in r["remeasured"]:
+            print(f"{r['name']}: {line}")
 
 
 if __name__ == "__main__":
