@@ -27,6 +27,10 @@ def test_verdict_leaves_free_cores_to_others():
     assert not one_thread["contended"]  # the other process had the core we left free
     starved = contention.verdict(cpu_util=0.45, other_cpu=None, threads=2, cpu_count=2)
     assert starved["contended"] and "timed with 0.45 of its cores" in starved["contended_why"]
+    # one thread waits in no parallel region: next to two loops (0.86 of a core) it is contended
+    alone = contention.verdict(cpu_util=0.86, other_cpu=1.3, threads=1, cpu_count=2)
+    assert alone["contended"] and "timed with 0.86 of its cores (cpu_util < 0.9)" in alone["contended_why"]
+    assert not contention.verdict(cpu_util=0.99, other_cpu=1.0, threads=1, cpu_count=2)["contended"]
     quiet = contention.verdict(cpu_util=0.97, other_cpu=0.05, threads=2, cpu_count=2)
     assert quiet == {"cpu_util": 0.97, "other_cpu": 0.05, "quantum_ms": None, "contended": False,
                      "contended_why": ""}

@@ -5,18 +5,22 @@
 Runs ``python -m bench sweep --preset quick`` once per condition, one after another:
 
 - ``quiet``: as a user would, with the report;
-- ``quiet-no-report``: the sweep alone (``--no-report``); the reference for the medians;
+- ``quiet-no-report``, ``quiet-threads1``: the sweep alone (``--no-report``), with the
+  default threads and with one: the references for the medians, by thread count;
 - ``busy2``: next to two busy loops (``python -c "while True: pass"``) that this script
   starts before the sweep and kills after it, with no end-of-sweep re-measurement
   (``--no-report --remeasure 0``): how many cells the flags catch;
 - ``busy2-halfway``: the same two loops, killed halfway through the sweep (at half the
   quiet sweep's wall time), with the default end-of-sweep re-measurement (``--no-report``);
+- ``busy2-halfway-threads2``: the same with ``--threads 2`` (what auto would not choose
+  under the loops);
 - ``busy1-threads1``: next to one busy loop, with ``--threads 1`` (``--no-report``).
 
 Prints one line per condition: the command's wall time (from outside), the cells' wall
 time and the timed samples, the projection and its error (the sweep's timing line), the ok
 cells flagged contended and noisy (first rows), the cells whose newest row is clean at the
-end, and, for each cell ok in both, how its median compares with the quiet sweep's.
+end, and, for each cell ok in both, how its median compares with the quiet sweep's of
+the same thread count.
 Nothing else of yours should run meanwhile.  It measures; it asserts nothing.
 """
 
@@ -38,11 +42,13 @@ from tabulate import tabulate
 CONDITIONS = {  # name: (flags, busy loops, stop the loops halfway)
     "quiet": ([], 0, False),
     "quiet-no-report": (["--no-report"], 0, False),
+    "quiet-threads1": (["--no-report", "--threads", "1"], 0, False),
     "busy2": (["--no-report", "--remeasure", "0"], 2, False),
     "busy2-halfway": (["--no-report"], 2, True),
+    "busy2-halfway-threads2": (["--no-report", "--threads", "2"], 2, True),
     "busy1-threads1": (["--no-report", "--threads", "1"], 1, False),
 }
-REFERENCE = "quiet-no-report"
+REFERENCE = "quiet-no-report"  # the halfway conditions stop their loops at half of its wall time
 LAST = re.compile(r"timed samples: ([\d.]+) s, (\d+)% of the cells' ([\d.]+) s wall and (\d+)% of the command's"
                   r".*?(?:projected ([\d.]+) s, ([\d.]+)x of it measured)?$")
 
@@ -100,11 +106,13 @@ def _row(res: dict, quiet: dict | None) -> list:
     versus = "-"
     if quiet is not None and quiet is not res:
         base = {k: r for k, r in quiet["newest"].items() if r["status"] == "ok"}
+        versus_name = quiet["name"]
         ratios = [r["median_ms"] / base[k]["median_ms"] for k, r in newest.items()
                   if r["status"] == "ok" and k in base and base[k]["median_ms"]]
         if ratios:
             within = sum(1 for x in ratios if abs(x - 1) <= 0.10)
-            versus = f"{100 * within / len(ratios):.0f}% within 10% (median ratio {statistics.median(ratios):.2f})"
+            versus = (f"{100 * within / len(ratios):.0f}% within 10% (median ratio {statistics.median(ratios):.2f}; "
+                      f"{versus_name})")
     return [res["name"], f"{res['wall']:.1f} s", f"{float(m[3]):.1f} s", f"{float(m[1]):.1f} s ({m[2]}% / {m[4]}%)",
             projected, f"{contended} of {len(ok)}" + (" (warning)" if res["warned"] else ""), f"{noisy} of {len(ok)}",
             f"{clean} of {len(ended_ok)} ({100 * clean / max(1, len(ended_ok)):.0f}%)", versus]
@@ -132,9 +140,14 @@ def main() -> None:
             results.append(res)
             if name == REFERENCE:
                 quiet = res
-    print(tabulate([_row(r, quiet) for r in results],
+    def reference(res):  # the quiet run of the same thread count
+        threads = {r.get("threads") for r in res["ok"]}
+        return next((q for q in results if q["name"].startswith("quiet") and q is not res
+                     and {r.get("threads") for r in q["ok"]} == threads), None)
+
+    print(tabulate([_row(r, reference(r)) for r in results],
                    headers=["condition", "command wall", "cells' wall", "timed (of cells / of command)", "projected",
-                            "contended (first rows)", "noisy", "clean at the end", f"medians vs {REFERENCE}"],
+                            "contended (first rows)", "noisy", "clean at the end", "medians vs a quiet run"],
                    tablefmt="github"))
     for r in results:
         for line in r["remeasured"]:
