@@ -10,8 +10,9 @@ Runs ``python -m bench sweep --preset quick`` once per condition, one after anot
 - ``busy2``: next to two busy loops (``python -c "while True: pass"``) that this script
   starts before the sweep and kills after it, with no end-of-sweep re-measurement
   (``--no-report --remeasure 0``): how many cells the flags catch;
-- ``busy2-halfway``: the same two loops, killed halfway through the sweep (at half the
-  quiet sweep's wall time), with the default end-of-sweep re-measurement (``--no-report``);
+- ``busy2-halfway``: the same two loops, killed halfway through the sweep (once half of
+  the quiet sweep's rows are written), with the default end-of-sweep re-measurement
+  (``--no-report``);
 - ``busy2-halfway-threads2``: the same with ``--threads 2`` (what auto would not choose
   under the loops);
 - ``busy1-threads1``: next to one busy loop, with ``--threads 1`` (``--no-report``).
@@ -48,7 +49,7 @@ CONDITIONS = {  # name: (flags, busy loops, stop the loops halfway)
     "busy2-halfway-threads2": (["--no-report", "--threads", "2"], 2, True),
     "busy1-threads1": (["--no-report", "--threads", "1"], 1, False),
 }
-REFERENCE = "quiet-no-report"  # the halfway conditions stop their loops at half of its wall time
+REFERENCE = "quiet-no-report"  # the halfway conditions stop their loops at half of its rows
 LAST = re.compile(r"timed samples: ([\d.]+) s, (\d+)% of the cells' ([\d.]+) s wall and (\d+)% of the command's"
                   r".*?(?:projected ([\d.]+) s, ([\d.]+)x of it measured)?$")
 
@@ -58,16 +59,24 @@ def _key(r: dict) -> tuple:
                                     "mask", "window", "direction"))
 
 
-def run(name: str, out: Path, halfway_s: float) -> dict:
+def run(name: str, out: Path, half_rows: int) -> dict:
     extra, loops, halfway = CONDITIONS[name]
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(loops)]
+    done = threading.Event()
 
     def stop():
         for p in busy:
             p.kill()
             p.wait()
 
-    timer = threading.Timer(1.0 + halfway_s, stop) if halfway else None
+    def stop_halfway():  # once half the cells have their rows
+        results = out / name / "results.jsonl"
+        while not done.wait(0.2):
+            if results.exists() and results.read_bytes().count(b"\n") >= half_rows:
+                break
+        stop()
+
+    timer = threading.Thread(target=stop_halfway) if halfway else None
     try:
         time.sleep(1.0 if busy else 0)  # the loops are running before the sweep starts
         if timer:
@@ -77,8 +86,9 @@ def run(name: str, out: Path, halfway_s: float) -> dict:
                                "--out", str(out / name), *extra], capture_output=True, text=True)
         wall = time.perf_counter() - t0
     finally:
+        done.set()
         if timer:
-            timer.cancel()
+            timer.join()
         stop()
     if proc.returncode != 0:
         raise SystemExit(f"{name}: the sweep exited {proc.returncode}:\n{proc.stderr[-2000:]}")
@@ -136,7 +146,7 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         results, quiet = [], None
         for name in names:
-            res = run(name, out, halfway_s=(quiet["wall"] / 2 if quiet else 15.0))
+            res = run(name, out, half_rows=(len(quiet["newest"]) // 2 if quiet else 104))
             results.append(res)
             if name == REFERENCE:
                 quiet = res
