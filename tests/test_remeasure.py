@@ -137,13 +137,23 @@ def test_the_projection_learns_from_what_earlier_sweeps_took(tmp_path, registry)
     cells = [("naive", c) for c in spec.cases()]
     plain = plan.project(cells, registry, spec, history=plan.History.empty(), report=False)
     _run_folder(tmp_path / "runs" / "earlier", _timed_rows("other", 1.0, 0.01),
-                env={"history": [{"spec": {"device": "cpu"}, "projected_cells_s": 10.0, "cells_wall_s": 30.0},
-                                 {"spec": {"device": "cuda"}, "projected_cells_s": 10.0, "cells_wall_s": 1.0}]})
+                env={"history": [{"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 30.0},
+                                 {"spec": {"device": "cuda"}, "model_rest_s": 10.0, "measured_rest_s": 1.0}]})
     history = plan.load_history(tmp_path / "runs", "cpu")
     assert history.wall_factor == pytest.approx(3.0) and history.factor_runs == 1  # cpu sweeps only
     learnt = plan.project(cells, registry, spec, history=history, report=False)
-    assert learnt.cells_s == pytest.approx(3 * plain.cells_s)
+    setup = sum(g.setup_s for g in plan.groups(cells, registry, spec.budget_ms))
+    assert learnt.cells_s == pytest.approx(setup + 3 * (plain.cells_s - setup))  # setups are not scaled
+    assert learnt.model_rest_s == pytest.approx(plain.model_rest_s)  # what a sweep is compared with
     assert "x3.00 learnt from 1 earlier sweep(s)" in learnt.lines()[0]
+
+
+def test_a_compiled_variants_setup_is_learnt_from_its_warmest_run(tmp_path, registry):
+    cold = [r | {"setup_ms": 9000.0} for r in _timed_rows("flex", 1.0, 0.01)]  # the first run: compiles from nothing
+    warm = [r | {"setup_ms": 600.0} for r in _timed_rows("flex", 1.0, 0.01)]
+    _run_folder(tmp_path / "runs" / "a", cold)
+    _run_folder(tmp_path / "runs" / "b", warm)
+    assert plan.load_history(tmp_path / "runs", "cpu").setup_s[("flex", "cpu")] == pytest.approx(0.6)
 
 
 @pytest.mark.slow
@@ -178,3 +188,4 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
     assert summary.remeasured and summary.remeasured[0].startswith(f"re-measured {len(again)} contended cell(s)")
     history = json.loads((tmp_path / "run" / "env.json").read_text())["history"][-1]
     assert history["cells_wall_s"] > 0 and history["loadavg_start"] and history["peaks_end"]["float32"] > 0
+    assert history["measured_rest_s"] <= history["cells_wall_s"]

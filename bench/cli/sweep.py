@@ -117,7 +117,7 @@ def _command(args) -> int:
     options = SweepOptions(resume=resumed, retry=retry, allow_env_change=args.allow_env_change, profile=args.profile,
                            progress=not args.quiet, given=given,
                            command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]),
-                           projected_s=projection.wall_s, projected_cells_s=projection.wall_s - projection.fixed_s)
+                           projected_s=projection.wall_s, model_rest_s=projection.model_rest_s)
     summary = run_sweep(spec, run_dir, options)
     return _finish(summary, spec, args, projection.wall_s)
 

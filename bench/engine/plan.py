@@ -11,10 +11,11 @@ interleaved rounds against one reference.  A group's predicted cost is
 with a call's time taken as its exact FLOPs over a rate.  Shards use the static rates below,
 so that ``--shard i/N`` gives every invocation the same split of a spec, whatever ran
 before.  The projection printed before a sweep refines the rates and setup times with the
-rows of earlier runs on this machine, when there are any, and scales the cells' cost by
-the median ratio of measured to projected cell time of the earlier sweeps on this device
-(env.json records both for each invocation): what the model leaves out, the harness's
-own cost per cell on this machine, is learnt rather than guessed.
+rows of earlier runs on this machine, when there are any (a compiled variant's setup from
+its warmest run: the compiler caches), and scales the cells' cost but their setups by the
+median ratio of measured to modelled time of the earlier sweeps on this device (env.json
+records both for each invocation): what the model leaves out, the harness's own cost per
+cell on this machine, is learnt rather than guessed.
 
 The split is longest-processing-time first: groups in decreasing cost (ties by their order
 in the spec), each to the least loaded bin.  It is deterministic, and no bin exceeds the
@@ -52,6 +53,7 @@ class Group:
     variants: tuple[str, ...]
     index: int  # its place in the spec's order (ties, and the order a bin runs them in)
     cost_s: float
+    setup_s: float = 0.0  # of cost_s, the variants' setup (compiles)
 
 
 @dataclass
@@ -69,7 +71,11 @@ class History:
 
 
 def load_history(root: Path, device: str, limit: int = 30) -> History:
-    """The medians of up to ``limit`` newest run folders under ``root`` (ok rows of ``device``)."""
+    """What up to ``limit`` newest run folders under ``root`` teach (ok rows of ``device``): the
+    median achieved rate per variant, dtype and direction; per variant the setup time of its
+    warmest folder (the lowest of the folders' medians: a compile is cold once per environment,
+    then cached); and the correction of the cost model's non-setup part, the median of the
+    earlier sweeps' measured over modelled time (env.json's history)."""
     from bench.engine import store
 
     setups: dict = {}
@@ -82,21 +88,32 @@ def load_history(root: Path, device: str, limit: int = 30) -> History:
             invocations = store.read_env(folder).get("history") or []
         except Exception:  # an unreadable env.json: its rows still teach the rates
             invocations = []
-        for h in invocations:  # what each earlier sweep projected for its cells, and what they took
+        for h in invocations:  # what each earlier sweep modelled for its cells, and what they took
             if isinstance(h, dict) and (h.get("spec") or {}).get("device") == device and \
-                    (h.get("projected_cells_s") or 0) > 0 and (h.get("cells_wall_s") or 0) > 0:
-                factors.append(h["cells_wall_s"] / h["projected_cells_s"])
+                    (h.get("model_rest_s") or 0) > 0 and (h.get("measured_rest_s") or 0) > 0:
+                factors.append(h["measured_rest_s"] / h["model_rest_s"])
+        mine: dict = {}
         for r in store.read_current(folder):
             if r.get("status") != "ok" or r.get("device") != device:
                 continue
             if r.get("setup_ms") is not None:
-                setups.setdefault((r["variant"], device), []).append(r["setup_ms"] / 1e3)
+                mine.setdefault((r["variant"], device), []).append(r["setup_ms"] / 1e3)
             if r.get("median_ms") and r.get("flops"):
                 key = (r["variant"], device, r.get("dtype"), r.get("direction"))
                 rates.setdefault(key, []).append(r["flops"] / (r["median_ms"] / 1e3))
+        for key, values in mine.items():
+            setups.setdefault(key, []).append(statistics.median(values))
     factor = min(MAX_FACTOR, max(1 / MAX_FACTOR, statistics.median(factors))) if factors else 1.0
-    return History({k: statistics.median(v) for k, v in setups.items()},
+    return History({k: min(v) for k, v in setups.items()},
                    {k: statistics.median(v) for k, v in rates.items()}, factor, len(factors))
+
+
+def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
+    """A cell's predicted setup: what earlier runs here measured, else a compile or a little."""
+    setup = (history or History.empty()).setup_s.get((variant.name, case.device))
+    if setup is None:
+        setup = COMPILE_S[case.device] if variant.compiles else SETUP_S
+    return setup
 
 
 def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None = None) -> float:
@@ -104,9 +121,7 @@ def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None =
     history = history or History.empty()
     rate = history.rate.get((variant.name, case.device, case.dtype, case.direction), DEFAULT_RATE[case.device])
     call_s = flopcount.flops(case) / rate
-    setup = history.setup_s.get((variant.name, case.device))
-    if setup is None:
-        setup = COMPILE_S[case.device] if variant.compiles else SETUP_S
+    setup = cell_setup_s(variant, case, history)
     timing = max(min(budget_ms / 1e3, max(MIN_TIMING_S, SAMPLES_WANTED * call_s)), MIN_CALLS * call_s)
     return setup + 2 * call_s + timing
 
@@ -118,16 +133,22 @@ def group_cost_s(variants, case: Case, budget_ms: float, history: History | None
     return GROUP_OVERHEAD_S + reference + sum(cell_cost_s(v, case, budget_ms, history) for v in variants)
 
 
-def groups(cells, registry, budget_ms: float, history: History | None = None) -> list[Group]:
+def groups(cells, registry, budget_ms: float, history: History | None = None, factor: float = 1.0) -> list[Group]:
     """``cells`` ((variant name, case) in spec order) as case groups with their costs; a
-    variant that cannot run here by its declared capabilities costs nothing (it is not launched)."""
+    variant that cannot run here by its declared capabilities costs nothing (it is not launched).
+    ``factor`` scales each group's cost but its setup (the correction learnt from earlier sweeps)."""
     by_case: dict = {}
     for name, case in cells:
         by_case.setdefault(case, []).append(name)
     out = []
     for i, (case, names) in enumerate(by_case.items()):
         runs = [registry[n] for n in names if registry[n].static_reason(case) is None]
-        out.append(Group(case, tuple(names), i, group_cost_s(runs, case, budget_ms, history) if runs else 0.001))
+        if not runs:
+            out.append(Group(case, tuple(names), i, 0.001, 0.0))
+            continue
+        setup = sum(cell_setup_s(v, case, history) for v in runs)
+        cost = group_cost_s(runs, case, budget_ms, history)
+        out.append(Group(case, tuple(names), i, setup + factor * (cost - setup), setup))
     return out
 
 
@@ -160,12 +181,19 @@ class Projection:
     per_worker_s: list  # within one shard (the first), each worker's cells
     fixed_s: float  # a shard's start (worker, peaks) and end (peaks again, report)
     calibrated: bool  # earlier runs refined the rates
-    factor: float = 1.0  # the correction learnt from earlier sweeps' projected and measured times
+    factor: float = 1.0  # the correction learnt from earlier sweeps' modelled and measured times
     factor_runs: int = 0
+    setup_s: float = 0.0  # of the cells' time, the setups (compiles), per worker
 
     @property
     def wall_s(self) -> float:
         return max(self.per_shard_s, default=0.0)
+
+    @property
+    def model_rest_s(self) -> float:
+        """The cells' time less their setup, as the cost model gives it before the learnt
+        correction: what a measured sweep is compared with (``load_history``)."""
+        return max(0.0, self.wall_s - self.fixed_s - self.setup_s) / self.factor
 
     def lines(self) -> list[str]:
         learnt = (f"; x{self.factor:.2f} learnt from {self.factor_runs} earlier sweep(s)" if self.factor_runs else "")
@@ -186,9 +214,8 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
             report: bool = True) -> Projection:
     """The projected wall time of running ``cells`` of ``spec`` over ``shards`` shards of
     ``workers`` workers each."""
-    gs = groups(cells, registry, spec.budget_ms, history)
     factor = history.wall_factor if history else 1.0  # what the model missed in earlier sweeps here
-    gs = [Group(g.case, g.variants, g.index, g.cost_s * factor) for g in gs]
+    gs = groups(cells, registry, spec.budget_ms, history, factor)
     compiles = any(registry[n].compiles for n in spec.variants)
     fixed = (WORKER_START_S[spec.device] + 2 * PEAK_MEASURE_S * len(spec.dtypes) + (REPORT_S if report else 0.0)
              + (COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0))
@@ -196,14 +223,15 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     cost = {g.index: g.cost_s for g in gs}  # the calibrated cost of each group, in whichever split
     per_shard, first_workers = [], []
     for k, b in enumerate(shard_bins):
-        worker_bins = split([Group(g.case, g.variants, g.index, cost[g.index]) for g in b], workers)
+        worker_bins = split([Group(g.case, g.variants, g.index, cost[g.index], g.setup_s) for g in b], workers)
         loads = [sum(g.cost_s for g in w) for w in worker_bins]
         per_shard.append(fixed + max(loads, default=0.0))
         if k == 0:
             first_workers = loads
+    setup = sum(g.setup_s for g in gs) / max(1, workers)
     return Projection(len(cells), len(gs), sum(cost.values()), per_shard, first_workers, fixed,
                       bool(history and (history.rate or history.setup_s)), factor,
-                      history.factor_runs if history else 0)
+                      history.factor_runs if history else 0, setup)
 
 
 def _fmt(seconds: float) -> str:

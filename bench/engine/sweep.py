@@ -31,7 +31,7 @@ class SweepOptions:
     given: dict = field(default_factory=dict)  # the settings as the user gave them (env.json)
     command: str = ""  # the command line, for env.json's history
     projected_s: float | None = None  # the plan's projected wall time of the command (env.json's history)
-    projected_cells_s: float | None = None  # of it, the cells' (what later plans learn from)
+    model_rest_s: float | None = None  # the cost model's time for the cells less their setups (plans learn from it)
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,21 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
         counts, timed_s, devices = _run_cells(cells, run_dir, spec, registry, options, slots)
         notes, again_s = _remeasure(cells, run_dir, spec, registry, options, slots)
         rows = store.read_rows(run_dir)
-        measured = {"cells_wall_s": round(time.perf_counter() - t0, 3), "projected_s": options.projected_s,
-                    "projected_cells_s": options.projected_cells_s} if cells else {}
+        measured = _measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) if cells else {}
         _close_run(run_dir, spec, rows, devices, measured)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s + again_s,
                       notes)
+
+
+def _measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:
+    """This invocation's times for env.json's history: its cells' wall time, their setups
+    (per worker), and the rest, next to what the plan projected and modelled."""
+    keys = {store.cell_key(n, c) for n, c in cells}
+    setup = sum((r.get("setup_ms") or 0.0) / 1e3 for r in store.current_rows(rows)
+                if store.cell_key(r["variant"], r) in keys) / max(1, workers)
+    return {"cells_wall_s": round(wall_s, 3), "setup_s": round(setup, 3),
+            "measured_rest_s": round(max(0.0, wall_s - setup), 3), "projected_s": options.projected_s,
+            "model_rest_s": options.model_rest_s}
 
 
 QUIET_WAIT_S = 10.0  # the longest a re-measurement pass waits for the load to drop
