@@ -118,18 +118,18 @@ def test_memory_points_are_drawn_filled_whatever_the_timing_flags(tmp_path, monk
 
 
 def test_threads_auto_takes_the_free_cores_when_others_load_the_machine(monkeypatch):
-    from bench.engine import sweep
+    from bench.engine import remeasure
     from bench.measure import contention
 
     spec = build_spec(parse_values(SETTINGS), discover(entry_points=False))
     assert spec.threads is None  # auto is the default
     monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
     monkeypatch.setattr(contention, "free_cores", lambda window_s=0.5: 0.7)
-    n, note = sweep.auto_threads(spec)
+    n, note = remeasure.auto_threads(spec)
     assert n == 1 and "using 1.3 of the 2 cores" in note and "--threads 1" in note
     monkeypatch.setattr(contention, "free_cores", lambda window_s=0.5: 1.9)
-    assert sweep.auto_threads(spec) == (None, "")  # quiet: one thread per core
-    assert sweep.auto_threads(spec.replace(threads=2)) == (None, "")  # a count given is kept
+    assert remeasure.auto_threads(spec) == (None, "")  # quiet: one thread per core
+    assert remeasure.auto_threads(spec.replace(threads=2)) == (None, "")  # a count given is kept
 
 
 def test_the_projection_learns_from_what_earlier_sweeps_took(tmp_path, registry):
@@ -160,11 +160,11 @@ def test_a_compiled_variants_setup_is_learnt_from_its_warmest_run(tmp_path, regi
 def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatch):
     """Busy loops on every core while the cells are timed; stopped just before the
     end-of-sweep pass: the contended cells are measured again and both rows stay."""
-    from bench.engine import sweep
+    from bench.engine import remeasure, sweep
     from bench.measure.contention import usable_cpus
 
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in usable_cpus()]
-    real_wait = sweep.wait_for_quiet
+    real_wait = remeasure.wait_for_quiet
 
     def stop_loops_then_wait(threads, *a, **k):
         for p in loops:
@@ -172,7 +172,7 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
             p.wait()
         return real_wait(threads, *a, **k)
 
-    monkeypatch.setattr(sweep, "wait_for_quiet", stop_loops_then_wait)
+    monkeypatch.setattr(remeasure, "wait_for_quiet", stop_loops_then_wait)
     try:
         spec = build_spec(parse_values(SETTINGS | {"seq_lens": [64, 128], "threads": 2}), discover())
         summary = sweep.run_sweep(spec, tmp_path / "run", sweep.SweepOptions(progress=False))

@@ -40,6 +40,43 @@ def test_each_gpu_worker_sees_only_its_own_gpu():
         place("cuda", 3, [0, 1], [], None)
 
 
+def test_the_plan_counts_the_reference_on_the_cpu_over_the_slice_it_checks():
+    from bench.case import Case
+    from bench.measure.flops import flops
+
+    big = Case("cuda", "bfloat16", 4, 16, 16, 16384, 16384, 128, "none", None, "fwd")  # checked on a slice
+    share = 2 / 4 * 1 / 16  # the first and last batch element, one query head per KV head group of 1
+    want = plan.GROUP_OVERHEAD_S + share * flops(big) / plan.REFERENCE_RATE  # float64 on the CPU, GPU or not
+    assert plan.group_cost_s([], big, 100.0) == pytest.approx(want)
+    small = Case("cuda", "bfloat16", 1, 2, 2, 256, 256, 64, "none", None, "fwd")
+    assert plan.group_cost_s([], small, 100.0) == pytest.approx(plan.GROUP_OVERHEAD_S + flops(small) / 1e10)
+
+
+def test_gpu_workers_inherit_the_gpus_a_scheduler_gave_this_process():
+    from bench.engine.placement import visible_ids
+
+    limited = visible_ids({"CUDA_VISIBLE_DEVICES": "4,5"})  # a Slurm job given GPUs 4 and 5
+    assert limited == ["4", "5"] and visible_ids({}) is None
+    slots = place("cuda", None, parse_gpus("all", len(limited)), [], None, limited)
+    assert [s.label for s in slots] == ["cuda:0", "cuda:1"]  # this process's numbers
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in slots] == ["4", "5"]  # the GPUs it was given
+    uuids = ["GPU-3f1c", "GPU-9a2e"]
+    assert place("cuda", 2, None, [], None, uuids)[1].env["CUDA_VISIBLE_DEVICES"] == "GPU-9a2e"
+
+
+def test_local_executor_shards_beyond_the_gpus_are_refused(monkeypatch, tmp_path):
+    pytest.importorskip("submitit")
+    from bench.engine import jobs
+    from bench.model.spec import Spec
+
+    monkeypatch.setattr(jobs, "_local_gpus", lambda spec: [0, 1])
+    spec = Spec(variants=["naive"], seq_lens=[64], heads=[2], head_dims=[16], batch=[1], dtypes=["bfloat16"],
+                masks=["none"], window=[64], directions=["fwd"], device="cuda", executor="local", shards=3)
+    with pytest.raises(UsageError, match="--shards 3: this machine has 2 GPU"):
+        jobs.submit(spec, tmp_path / "sweep", 3, 60.0)
+    assert not (tmp_path / "sweep").exists()  # refused before anything is written
+
+
 def test_cpu_workers_get_disjoint_cores_and_threads_to_match():
     slots = place("cpu", 3, None, list(range(8)), None)
     assert [s.cpus for s in slots] == [(0, 1, 2), (3, 4, 5), (6, 7)]  # every core once, none shared

@@ -270,3 +270,34 @@ def test_the_max_error_column_is_named_for_what_it_is_and_old_rows_still_read(tm
     assert r.to_row()["max_err_over_max_ref"] == pytest.approx(r.max_abs_err / float(ref.abs().max()))
     (tmp_path / "results.jsonl").write_text(json.dumps(_row("ok", 1.0, max_rel_err=0.5)) + "\n")
     assert store.read_rows(tmp_path)[0]["max_err_over_max_ref"] == 0.5
+
+
+# -- the reference at decode lengths: bounded by K/V bytes, no per-head copy of K and V -----------
+
+def test_a_decode_reference_over_a_long_cache_checks_a_slice():
+    from bench.measure.reference import check_slice
+
+    decode = Case("cuda", "bfloat16", 8, 32, 8, 1, 131072, 128, "none", None, "fwd")  # few scores, 17 GB of K, V
+    batches, heads, kv_heads = check_slice(decode)
+    assert batches == [0, 7] and heads == slice(0, 4) and kv_heads == slice(0, 1)
+    small = Case("cpu", "float32", 2, 4, 2, 64, 64, 16, "none", None, "fwd")
+    assert check_slice(small)[0] == [0, 1]  # all of a small case
+
+
+def test_the_gqa_reference_equals_attention_with_each_kv_head_repeated_and_does_not_copy_them():
+    from bench.measure.memory import peak_bytes
+
+    case = Case("cpu", "float32", 1, 16, 2, 3, 32768, 64, "causal", None, "fwd+bwd")
+    q, k, v = make_inputs(case)
+    g = make_grad_out(case)
+    ref = reference(case, q, k, v, g)
+    mha = case.replace(kv_heads=16)  # the same attention, K and V repeated per query head
+    kk, vv = (t.detach().repeat_interleave(8, dim=1).requires_grad_() for t in (k, v))
+    want = reference(mha, q, kk, vv, g)
+    assert torch.allclose(ref.out, want.out, atol=1e-12)
+    assert torch.allclose(ref.grads[0], want.grads[0], atol=1e-12)
+    assert torch.allclose(ref.grads[1], want.grads[1].view(1, 2, 8, 32768, 64).sum(2), atol=1e-10)
+    kv64 = 2 * k.numel() * 8  # K and V in float64
+    fwd = case.replace(direction="fwd")
+    peak = peak_bytes("cpu", lambda: reference(fwd, q.detach(), k.detach(), v.detach()))
+    assert peak < 3 * kv64  # repeating them per head would take 8x

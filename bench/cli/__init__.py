@@ -6,6 +6,7 @@ errors into exit codes; the engine underneath takes and returns plain values."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from bench.cli import compare, export, gpu_check, listing, merge, profile, report, selfcheck, status, sweep
@@ -26,6 +27,8 @@ def build_parser() -> Parser:
 
 
 def main(argv=None) -> int:
+    # GPU numbers as nvidia-smi gives them, here as in every worker (set before CUDA starts)
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

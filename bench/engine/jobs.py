@@ -47,9 +47,10 @@ def require_submitit(executor: str):
     return submitit
 
 
-def run_shard(spec_dict: dict, folder: str, cuda_device: int | None = None) -> dict:
+def run_shard(spec_dict: dict, folder: str, cuda_device: int | str | None = None) -> dict:
     """A job's work: the shard's sweep in its folder (resumed when it holds rows already).
-    Returns its status counts.  ``cuda_device``: the one GPU this job may use."""
+    Returns its status counts.  ``cuda_device``: the one GPU this job may use, as the
+    submitting process's CUDA_VISIBLE_DEVICES names it."""
     if cuda_device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(cuda_device)
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -75,6 +76,11 @@ def submit(spec: Spec, sweep_dir: Path, shards: int, per_shard_s: float) -> dict
         if shutil.which("sbatch") is None:
             raise UsageError("--executor slurm: no Slurm here (sbatch is not on the PATH); --executor local runs "
                              "the same jobs on this machine")
+    gpus = _local_gpus(spec) if spec.executor == "local" else []
+    if gpus and shards > len(gpus):
+        raise UsageError(f"--executor local --shards {shards}: this machine has {len(gpus)} GPU(s) for them, and "
+                         f"shards beyond that would share a GPU and time each other; give --shards {len(gpus)} or "
+                         f"fewer")
     sweep_dir = store.writable_dir(sweep_dir)
     minutes = spec.slurm_time or max(10, math.ceil(2 * per_shard_s / 60))
     if spec.executor == "slurm":
@@ -86,12 +92,14 @@ def submit(spec: Spec, sweep_dir: Path, shards: int, per_shard_s: float) -> dict
     else:  # the local executor itself: AutoExecutor does not pass visible_gpus through
         ex = submitit.LocalExecutor(folder=sweep_dir / SUBMITIT_DIR)
         ex.update_parameters(timeout_min=minutes)
-    gpus = _local_gpus(spec) if spec.executor == "local" else []
+    from bench.engine import placement
+
+    visible = placement.visible_ids()
     jobs = []
     for i in range(1, shards + 1):
         shard_spec = replace(spec, shard=f"{i}/{shards}", executor=None, shards=None)
         folder = shard_folder(sweep_dir, i, shards)
-        device = gpus[(i - 1) % len(gpus)] if gpus else None
+        device = placement.device_id(gpus[i - 1], visible) if gpus else None
         jobs.append((i, folder, device, shard_spec.to_dict()))
     if spec.executor == "slurm":
         with ex.batch():  # one job array

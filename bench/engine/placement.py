@@ -45,11 +45,32 @@ def parse_gpus(text: str | None, visible: int) -> list[int] | None:
     return ids
 
 
+def visible_ids(environ=None) -> list[str] | None:
+    """This process's ``CUDA_VISIBLE_DEVICES`` entries (indices, GPU UUIDs or MIG ids, as a
+    scheduler sets them), or None when it is not set (every GPU is visible)."""
+    import os
+
+    raw = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    return [x.strip() for x in raw.split(",") if x.strip()]
+
+
+def device_id(index: int, visible: list[str] | None) -> str:
+    """What a child's ``CUDA_VISIBLE_DEVICES`` must name so that it sees this process's GPU
+    ``index``: this process's own entry for it (a job limited to "4,5" gives its workers "4"
+    and "5", never "0" and "1")."""
+    if visible is not None and 0 <= index < len(visible):
+        return visible[index]
+    return str(index)
+
+
 def place(device: str, workers: int | None, gpus: list[int] | None, cpus: list[int],
-          threads: int | None) -> list[Slot]:
+          threads: int | None, visible: list[str] | None = None) -> list[Slot]:
     """The slots of a sweep's workers.
 
-    - cuda: one worker per GPU of ``gpus`` (or the first ``workers`` GPUs); each sees only its own.
+    - cuda: one worker per GPU of ``gpus`` (or the first ``workers`` GPUs); each sees only its
+      own, named as this process sees it (``visible``: its CUDA_VISIBLE_DEVICES entries).
     - cpu: ``workers`` workers, the available cores ``cpus`` dealt out in disjoint contiguous
       blocks; each worker's threads are ``threads`` or its block's size.
     One worker with no GPU list is the plain sweep: no pinning at all."""
@@ -61,7 +82,7 @@ def place(device: str, workers: int | None, gpus: list[int] | None, cpus: list[i
         if workers and workers != len(gpus):
             raise UsageError(f"--workers {workers} with --gpus {','.join(map(str, gpus))}: one worker per GPU "
                              f"(give one of them)")
-        return [Slot(f"cuda:{g}", {"CUDA_VISIBLE_DEVICES": str(g), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+        return [Slot(f"cuda:{g}", {"CUDA_VISIBLE_DEVICES": device_id(g, visible), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
                      threads=threads) for g in gpus]
     if gpus is not None:
         raise UsageError("--gpus places workers on GPUs; on the CPU give --workers N")

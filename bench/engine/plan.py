@@ -33,7 +33,7 @@ from bench.model.case import Case
 
 # achieved FLOP/s of an attention call, by device, when no earlier run says better
 DEFAULT_RATE = {"cpu": 5e10, "cuda": 1e14}
-REFERENCE_RATE = {"cpu": 1e10, "cuda": 1e12}  # the float64 reference
+REFERENCE_RATE = 1e10  # the float64 reference: on the CPU whatever the device (its slice of a large case)
 COMPILE_S = {"cpu": 0.6, "cuda": 8.0}  # a variant that compiles, per case (torch.compile, a warm compiler)
 COMPILE_FIRST_S = {"cpu": 4.0, "cuda": 20.0}  # once per worker: the compiler's own start
 SETUP_S = 0.01  # any other variant's setup
@@ -127,7 +127,11 @@ def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None =
 
 
 def group_cost_s(variants, case: Case, budget_ms: float, history: History | None = None) -> float:
-    reference = flopcount.flops(case.replace(direction="fwd")) / REFERENCE_RATE[case.device]
+    from bench.measure.reference import check_slice
+
+    batches, heads, _ = check_slice(case)  # the reference covers this much of the case, on the CPU
+    share = len(batches) / case.batch * (len(range(case.heads)[heads]) / case.heads)
+    reference = share * flopcount.flops(case.replace(direction="fwd")) / REFERENCE_RATE
     if case.needs_grad:
         reference *= 3
     return GROUP_OVERHEAD_S + reference + sum(cell_cost_s(v, case, budget_ms, history) for v in variants)

@@ -9,10 +9,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.engine import remeasure as again
 from bench.engine import store
 from bench.engine.cell import base_row
 from bench.engine.runner import Worker, WorkerSettings, release_prestarted
 from bench.errors import UsageError
+from bench.measure import contention
 from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import available
@@ -54,7 +56,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
     registry = discover(spec.plugins)
     run_dir = store.writable_dir(run_dir)
     with store.locked(run_dir):
-        auto, note = auto_threads(spec)
+        auto, note = again.auto_threads(spec)
         if note:
             print(note, file=sys.stderr)
         saved, spec = spec, spec.replace(threads=spec.threads or auto)  # the folder keeps 'auto'; cells run with it
@@ -73,7 +75,8 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
                   "memory-bound cell can run slower beside another than alone", file=sys.stderr)
         t0 = time.perf_counter()
         counts, timed_s, devices = _run_cells(cells, run_dir, spec, registry, options, slots)
-        notes, again_s = _remeasure(cells, run_dir, spec, registry, options, slots)
+        notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads,
+                                         lambda shaky: _run_cells(shaky, run_dir, spec, registry, options, slots)[1])
         rows = store.read_rows(run_dir)
         measured = _measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) if cells else {}
         _close_run(run_dir, spec, rows, devices, measured)
@@ -90,80 +93,6 @@ def _measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:
     return {"cells_wall_s": round(wall_s, 3), "setup_s": round(setup, 3),
             "measured_rest_s": round(max(0.0, wall_s - setup), 3), "projected_s": options.projected_s,
             "model_rest_s": options.model_rest_s}
-
-
-QUIET_WAIT_S = 10.0  # the longest a re-measurement pass waits for the load to drop
-
-
-def auto_threads(spec) -> tuple[int | None, str]:
-    """``--threads auto`` (the default) on the CPU: when other processes leave fewer cores free
-    than the sweep would use, the free ones (at least 1), and a note that says so; else
-    (None, ''): one thread per core.  Measured once the workers started ahead have done
-    their imports, as the contention check measures (bench.measure.contention)."""
-    from bench.engine.runner import wait_prestarted
-    from bench.measure import contention
-
-    if spec.threads is not None or spec.device != "cpu" or (spec.workers or 1) > 1:
-        return None, ""
-    wait_prestarted()
-    cores = len(contention.usable_cpus())
-    free = contention.free_cores()
-    if free is None or free > cores - 0.5:
-        return None, ""
-    n = max(1, min(cores, int(free + 0.5)))
-    return n, (f"note: other processes are using {cores - free:.1f} of the {cores} cores this sweep may use: it "
-               f"takes --threads {n} (--threads auto: the free ones, at least 1), so that its threads do not wait "
-               f"for cores; give --threads N to choose")
-
-
-def wait_for_quiet(threads: int, limit_s: float = QUIET_WAIT_S, step_s: float = 0.5) -> tuple[bool, float]:
-    """Wait (at most ``limit_s``) until other processes leave the worker's cores free: (quiet,
-    seconds waited).  Measured as the contention check does, on this process's CPUs."""
-    from bench.measure import contention
-
-    free = max(0, len(contention.usable_cpus()) - threads)
-    t0 = time.monotonic()
-    while True:
-        window = contention.LoadWindow().start()
-        time.sleep(step_s)
-        other = window.stop()
-        waited = time.monotonic() - t0
-        if other is None or other <= free + contention.OTHER_CPU_MARGIN:
-            return True, waited
-        if waited >= limit_s:
-            return False, waited
-
-
-def _remeasure(cells, run_dir: Path, spec, registry, options, slots) -> tuple[list[str], float]:
-    """Up to ``spec.remeasure`` passes at the end of the sweep over its cells whose current
-    row is contended: each waits (a little) for the load to drop, then measures those cells
-    again, appending new rows (the old ones stay; the newest counts).  Returns what each pass
-    did, in words, and its timed seconds."""
-    notes, timed = [], 0.0
-    wanted = {store.cell_key(n, c): (n, c) for n, c in cells}
-    threads = slots[0].threads or spec.threads or len(_usable())
-    for i in range(spec.remeasure or 0):
-        current = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in wanted]
-        shaky = [wanted[store.cell_key(r["variant"], r)] for r in current
-                 if r.get("status") == "ok" and r.get("contended")]
-        if not shaky:
-            break
-        quiet, waited = wait_for_quiet(threads)
-        _, t, _ = _run_cells(shaky, run_dir, spec, registry, options, slots)
-        timed += t
-        keys = {store.cell_key(n, c) for n, c in shaky}
-        after = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in keys]
-        clean = sum(1 for r in after if r.get("status") == "ok" and not r.get("contended"))
-        notes.append(f"re-measured {len(shaky)} contended cell(s) at the end of the sweep (pass {i + 1} of "
-                     f"{spec.remeasure}, after {waited:.1f} s waiting for the load to drop"
-                     f"{'' if quiet else ', which it did not'}): {clean} now clean, {len(after) - clean} not")
-    return notes, timed
-
-
-def _usable() -> list[int]:
-    from bench.measure.contention import usable_cpus
-
-    return usable_cpus()
 
 
 def spec_cells(spec: Spec, registry) -> list:
@@ -186,7 +115,7 @@ def worker_slots(spec: Spec) -> list:
     else:
         gpus = placement.parse_gpus(spec.gpus, placement.visible_gpus()) if spec.gpus else None
     cpus = placement.available_cpus() if spec.device == "cpu" else []
-    return placement.place(spec.device, spec.workers, gpus, cpus, spec.threads)
+    return placement.place(spec.device, spec.workers, gpus, cpus, spec.threads, placement.visible_ids())
 
 
 def failures(rows: list[dict]) -> list[str]:
@@ -203,8 +132,6 @@ def failures(rows: list[dict]) -> list[str]:
 
 def contention_warning(rows: list[dict], spec) -> str:
     """A warning that counts the contended cells (of the rows that count) and says what to do, or ''."""
-    from bench.measure.contention import usable_cpus
-
     ok = [r for r in store.current_rows(rows) if r.get("status") == "ok"]
     bad = [r for r in ok if r.get("contended")]
     if not bad:
@@ -212,7 +139,7 @@ def contention_warning(rows: list[dict], spec) -> str:
     return (f"warning: {len(bad)} of {len(ok)} ok cells were timed while the CPU was shared (contended: "
             f"e.g. {bad[0].get('contended_why')}). Their numbers are kept but flagged, drawn hollow and left "
             f"out of fits. For numbers you can trust, rerun on a quieter machine, or with fewer threads than "
-            f"cores (--threads {max(1, len(usable_cpus()) - 1)}) so that other processes have a core of "
+            f"cores (--threads {max(1, len(contention.usable_cpus()) - 1)}) so that other processes have a core of "
             f"their own.")
 
 
@@ -226,7 +153,6 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     once per run, at the sweep's thread count), and a history entry for this invocation.  A resume on a machine
     whose fingerprint differs is refused unless ``allow_env_change``; then env.json says
     the run is mixed."""
-    from bench.measure.contention import load_average
     from bench.measure.envinfo import fingerprint, measure_peak_gbps, measure_peak_tflops, peak_run_ms
 
     here = fingerprint(spec.device)
@@ -258,7 +184,7 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     from bench.model.spec import sweep_id
 
     env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None,
-            "loadavg_start": load_average(), "sweep_id": sweep_id(spec), "shard": spec.shard,
+            "loadavg_start": contention.load_average(), "sweep_id": sweep_id(spec), "shard": spec.shard,
             "workers": [s.label for s in slots]}
     threads = slots[0].threads if len(slots) > 1 else (spec.threads or auto)  # the peak at one worker's threads
     env["peak_threads"] = threads
@@ -298,10 +224,8 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
     from the rows).  Approximate variants have no TFLOP/s of their own and do not count.
     The end peak is measured again, after a wait for quiet, when other processes took the
     cores while it ran (``peak_checks[dtype]["end_under_load"]`` when they still did)."""
-    from bench.measure.contention import load_average
-
     env = store.read_env(run_dir)
-    env["loadavg_end"] = load_average()
+    env["loadavg_end"] = contention.load_average()
     this = (env.get("history") or [{}])[-1]  # this invocation's conditions, beside the folder's
     this["loadavg_end"] = env["loadavg_end"]
     this.update(measured or {})  # its projected and measured times (bench.engine.plan learns from them)
@@ -314,11 +238,11 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
     unreliable = env.setdefault("peak_unreliable", {})
     threads = env.get("peak_threads", spec.threads)
     for dtype in spec.dtypes:
-        again, loaded = _unloaded_peak(spec, dtype, threads)
+        end, loaded = again.unloaded_peak(spec, dtype, threads)
         start = env["peaks_tflops"].get(dtype, 0.0)
-        checks[dtype] = {"start": start, "end": again} | ({"end_under_load": loaded} if loaded else {})
-        this.setdefault("peaks_end", {})[dtype] = again
-        env["peaks_tflops"][dtype] = peak = max(start, again)
+        checks[dtype] = {"start": start, "end": end} | ({"end_under_load": loaded} if loaded else {})
+        this.setdefault("peaks_end", {})[dtype] = end
+        env["peaks_tflops"][dtype] = peak = max(start, end)
         top = best_cell.get(dtype, 0.0)
         if top > peak:
             unreliable[dtype] = (f"a cell reached {100 * top / peak:.0f}% of the measured {dtype} matmul peak "
@@ -327,27 +251,6 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
         else:
             unreliable.pop(dtype, None)
     store.write_env(run_dir, env)
-
-
-def _unloaded_peak(spec, dtype: str, threads) -> tuple[float, str]:
-    """The end-of-sweep matmul peak, measured again after a (bounded) wait for quiet when other
-    processes took the cores while it ran; ('' or what the load was, when it stayed)."""
-    from bench.measure.contention import OTHER_CPU_MARGIN, LoadWindow
-    from bench.measure.envinfo import measure_peak_tflops, peak_run_ms
-
-    def measure():
-        window = LoadWindow().start()
-        value = measure_peak_tflops(spec.device, dtype, threads, peak_run_ms(spec.device, spec.budget_ms))
-        other = window.stop() if spec.device == "cpu" else None
-        free = max(0, len(_usable()) - (threads or len(_usable())))
-        return value, (f"other processes used {other:.2f} cores while it ran" if other is not None and
-                       other > free + OTHER_CPU_MARGIN else "")
-
-    value, loaded = measure()
-    if loaded:  # a peak measured under load would make every % of peak look better than it is
-        wait_for_quiet(threads or len(_usable()))
-        value, loaded = measure()
-    return value, loaded
 
 
 def _run_cells(cells, run_dir: Path, spec, registry, options, slots) -> tuple[dict, float]:

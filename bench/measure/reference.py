@@ -70,6 +70,7 @@ BLOCK_ELEMENTS = 1 << 25  # float64 scores per query block (256 MiB)
 
 
 FULL_CHECK_LIMIT = 1 << 28  # batch * heads * q_len * kv_len above which a slice is checked
+KV_BYTES_LIMIT = 1 << 30  # float64 bytes of K and V together above which a slice is checked (decode: long caches)
 
 
 @dataclass
@@ -95,8 +96,11 @@ class Reference:
 def check_slice(case: Case) -> tuple[list[int], slice, slice]:
     """All of the case, or -- when it is larger than FULL_CHECK_LIMIT score elements -- the
     first and last batch elements and the first key/value head with its group of query
-    heads.  The slice is exact: those query heads see only that key/value head."""
-    if case.batch * case.heads * case.q_len * case.kv_len <= FULL_CHECK_LIMIT:
+    heads.  The slice is exact: those query heads see only that key/value head.  A case whose
+    K and V in float64 pass KV_BYTES_LIMIT is sliced too (decode over a long cache: few
+    scores, but K and V of 8.6 GB each at b = 8, 8 KV heads, 128k, d = 128)."""
+    kv_bytes = 2 * case.batch * case.kv_heads * case.kv_len * case.head_dim * 8
+    if case.batch * case.heads * case.q_len * case.kv_len <= FULL_CHECK_LIMIT and kv_bytes <= KV_BYTES_LIMIT:
         return list(range(case.batch)), slice(None), slice(None)
     group = case.heads // case.kv_heads
     return sorted({0, case.batch - 1}), slice(0, group), slice(0, 1)
@@ -120,17 +124,21 @@ def reference(case: Case, q, k, v, grad_out=None) -> Reference:
     outs, dqs = [], []
     dk = torch.zeros_like(k)
     dv = torch.zeros_like(v)
+    KvH = k.shape[1]
     for s in range(0, case.q_len, rows):
         e = min(case.q_len, s + rows)
-        qc = q[:, :, s:e].clone().requires_grad_(with_grad)
-        keep = bound.keep("cpu", (s, e), batches=batches, heads=hs)  # (B|1, H|1, rows, Lk) or None
+        r = e - s
+        qc = q[:, :, s:e].clone().requires_grad_(with_grad)  # (B, H, r, D)
+        keep = bound.keep("cpu", (s, e), batches=batches, heads=hs)  # (B|1, H|1, r, Lk) or None
         empty = keep is not None and bool((~keep.any(-1)).any())
         with torch.set_grad_enabled(with_grad):
-            kk = k.repeat_interleave(group, dim=1)
-            vv = v.repeat_interleave(group, dim=1)
-            scores = (qc @ kk.transpose(-2, -1)) * case.scale
+            # GQA without copying K and V per query head: query head h = j * group + g reads key/value
+            # head j, so the group's queries stack as rows, (B, KvH, group * r, D) against (B, KvH, Lk, D)
+            grouped = qc.reshape(B, KvH, group * r, -1)
+            scores = (grouped @ k.transpose(-2, -1)).view(B, H, r, Lk) * case.scale
             scores = bound.apply_mods(scores, (s, e), batches=batches, heads=hs)
-            oc = masks.masked_softmax(scores, keep, empty) @ vv
+            probs = masks.masked_softmax(scores, keep, empty)
+            oc = (probs.reshape(B, KvH, group * r, Lk) @ v).view(B, H, r, -1)
         if with_grad:
             gq, gk, gv = torch.autograd.grad(oc, (qc, k, v), grad_out[:, :, s:e])
             dqs.append(gq)

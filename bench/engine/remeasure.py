@@ -1,0 +1,95 @@
+"""Numbers measured again rather than only flagged: ``--threads auto`` (the free cores at the
+start), the end-of-sweep re-measurement of contended cells once the load has dropped, and
+an end-of-sweep matmul peak measured again when it ran under load.  Each measures the load
+as the contention check does (``bench.measure.contention``: this process's CPUs)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from bench.engine import store
+from bench.measure import contention
+
+QUIET_WAIT_S = 10.0  # the longest a re-measurement pass waits for the load to drop
+
+
+def auto_threads(spec) -> tuple[int | None, str]:
+    """``--threads auto`` (the default) on the CPU: when other processes leave fewer cores free
+    than the sweep would use, the free ones (at least 1), and a note that says so; else
+    (None, ''): one thread per core.  Measured once the workers started ahead have done
+    their imports, as the contention check measures (bench.measure.contention)."""
+    from bench.engine.runner import wait_prestarted
+
+    if spec.threads is not None or spec.device != "cpu" or (spec.workers or 1) > 1:
+        return None, ""
+    wait_prestarted()
+    cores = len(contention.usable_cpus())
+    free = contention.free_cores()
+    if free is None or free > cores - 0.5:
+        return None, ""
+    n = max(1, min(cores, int(free + 0.5)))
+    return n, (f"note: other processes are using {cores - free:.1f} of the {cores} cores this sweep may use: it "
+               f"takes --threads {n} (--threads auto: the free ones, at least 1), so that its threads do not wait "
+               f"for cores; give --threads N to choose")
+
+
+def wait_for_quiet(threads: int, limit_s: float = QUIET_WAIT_S, step_s: float = 0.5) -> tuple[bool, float]:
+    """Wait (at most ``limit_s``) until other processes leave the worker's cores free: (quiet,
+    seconds waited).  Measured as the contention check does, on this process's CPUs."""
+    free = max(0, len(contention.usable_cpus()) - threads)
+    t0 = time.monotonic()
+    while True:
+        window = contention.LoadWindow().start()
+        time.sleep(step_s)
+        other = window.stop()
+        waited = time.monotonic() - t0
+        if other is None or other <= free + contention.OTHER_CPU_MARGIN:
+            return True, waited
+        if waited >= limit_s:
+            return False, waited
+
+
+def remeasure(cells, run_dir: Path, spec, threads: int | None, measure) -> tuple[list[str], float]:
+    """Up to ``spec.remeasure`` passes at the end of the sweep over its cells whose current
+    row is contended: each waits (a little) for the load to drop, then ``measure(cells)``
+    (the sweep's own cell runner, returning its timed seconds) appends new rows (the old ones
+    stay; the newest counts).  Returns what each pass did, in words, and its timed seconds."""
+    notes, timed = [], 0.0
+    wanted = {store.cell_key(n, c): (n, c) for n, c in cells}
+    threads = threads or spec.threads or len(contention.usable_cpus())
+    for i in range(spec.remeasure or 0):
+        current = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in wanted]
+        shaky = [wanted[store.cell_key(r["variant"], r)] for r in current
+                 if r.get("status") == "ok" and r.get("contended")]
+        if not shaky:
+            break
+        quiet, waited = wait_for_quiet(threads)
+        timed += measure(shaky)
+        keys = {store.cell_key(n, c) for n, c in shaky}
+        after = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in keys]
+        clean = sum(1 for r in after if r.get("status") == "ok" and not r.get("contended"))
+        notes.append(f"re-measured {len(shaky)} contended cell(s) at the end of the sweep (pass {i + 1} of "
+                     f"{spec.remeasure}, after {waited:.1f} s waiting for the load to drop"
+                     f"{'' if quiet else ', which it did not'}): {clean} now clean, {len(after) - clean} not")
+    return notes, timed
+
+
+def unloaded_peak(spec, dtype: str, threads) -> tuple[float, str]:
+    """The end-of-sweep matmul peak, measured again after a (bounded) wait for quiet when other
+    processes took the cores while it ran; ('' or what the load was, when it stayed)."""
+    from bench.measure.envinfo import measure_peak_tflops, peak_run_ms
+
+    def measure():
+        window = contention.LoadWindow().start()
+        value = measure_peak_tflops(spec.device, dtype, threads, peak_run_ms(spec.device, spec.budget_ms))
+        other = window.stop() if spec.device == "cpu" else None
+        free = max(0, len(contention.usable_cpus()) - (threads or len(contention.usable_cpus())))
+        return value, (f"other processes used {other:.2f} cores while it ran" if other is not None and
+                       other > free + contention.OTHER_CPU_MARGIN else "")
+
+    value, loaded = measure()
+    if loaded:  # a peak measured under load would make every % of peak look better than it is
+        wait_for_quiet(threads or len(contention.usable_cpus()))
+        value, loaded = measure()
+    return value, loaded
