@@ -301,3 +301,28 @@ def test_the_gqa_reference_equals_attention_with_each_kv_head_repeated_and_does_
     fwd = case.replace(direction="fwd")
     peak = peak_bytes("cpu", lambda: reference(fwd, q.detach(), k.detach(), v.detach()))
     assert peak < 3 * kv64  # repeating them per head would take 8x
+
+
+def test_backward_variants_of_a_case_keep_one_forward_graph_alive_at_a_time():
+    import weakref
+
+    alive, most = [0], [0]
+
+    def make(name):
+        def factory(case):
+            def attention(q, k, v):
+                out = F.scaled_dot_product_attention(q, k, v)
+                alive[0] += 1
+                most[0] = max(most[0], alive[0])
+                weakref.finalize(out, lambda: alive.__setitem__(0, alive[0] - 1))
+                return out
+            return attention
+        return Variant(name=name, factory=factory, description=name)
+
+    case = SMALL.replace(direction="bwd")
+    rows = []
+    run_group([make("A"), make("B"), make("C")], case, CellSettings(budget_ms=5, rounds=3), rows.append)
+    rows = {r["variant"]: r for r in rows}
+    assert [rows[n]["status"] for n in "ABC"] == ["ok"] * 3
+    assert all(rows[n]["bwd_forward"] == "per turn" and rows[n]["rounds"] == 3 for n in "ABC")
+    assert most[0] == 1  # built at its turn, dropped after it: never three graphs at once

@@ -8,6 +8,7 @@ Every path ends in a row with a status and a reason; nothing here raises.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -188,10 +189,22 @@ def _setup_and_check(var, case, settings, cache, inputs) -> _Live:
 
 def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -> None:
     by_name = {item.variant.name: item for item in live}
+    # a bwd call holds its forward's graph; built at each variant's turn and dropped after it, so
+    # one variant's graph is alive at a time, not every variant's of the case (a later one's oom)
+    per_turn = case.direction == "bwd" and len(live) > 1
 
+    @contextlib.contextmanager
     def enter(name):
         at(name)
-        return by_name[name].bound.scope()
+        item = by_name[name]
+        with item.bound.scope():
+            if per_turn:
+                item.timer.call = item.bound.timed()  # the forward runs here, outside the timed turn
+            try:
+                yield
+            finally:
+                if per_turn:
+                    item.timer.call = None  # its graph goes with it
 
     def on_error(name, exc):
         by_name[name].failed = True
@@ -200,9 +213,12 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
     for item in list(live):
         try:
             at(item.variant.name)
-            with item.bound.scope():
-                item.call = item.bound.timed()
+            if not per_turn:
+                with item.bound.scope():
+                    item.call = item.bound.timed()
             item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision)
+            if per_turn:
+                item.row["bwd_forward"] = "per turn"
         except Exception as exc:
             on_error(item.variant.name, exc)
     timers = {item.variant.name: item.timer for item in live if not item.failed}

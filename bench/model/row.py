@@ -72,7 +72,7 @@ WORKLOAD = ("mask_params", "density", "flops", "bytes", "approximate")
 SETTINGS = ("threads", "budget_ms", "precision", "worker")  # worker: where it ran (cpu, cpu:0-3, cuda:1)
 TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth",
           "noisy", "ci_lo_ms", "ci_hi_ms", "number", "warmup_calls", "timer", "samples_ms", "round_medians_ms",
-          "rounds", "timed_s")
+          "rounds", "timed_s", "bwd_forward")  # bwd_forward: "per turn" when each turn ran its own forward
 SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time and its spread (compare's verdict)
 CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why")
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
