@@ -51,7 +51,8 @@ def test_gpu_check_quick_rehearsal_on_cpu(tmp_path):
     proc = run_cli("gpu-check", "--quick", "--device", "cpu", "--out", tmp_path / "q", timeout=900)
     lines = proc.stdout.strip().splitlines()
     verdicts = {v["check"]: v for v in json.loads((tmp_path / "q" / "quick-check.json").read_text())}
-    assert [c[0] for c in verdicts] == ["1", "2", "3", "3", "4", "4", "5"]
+    assert [c[0] for c in verdicts] == ["1", "2", "3", "3", "4", "4", "5", "1"]  # FlexAttention's compiles last
+    assert list(verdicts)[-1].startswith("1 flex x mask")
     assert (lines[-1] == "PASS") == (proc.returncode == 0) and all(v["ok"] for v in verdicts.values()) == \
         (proc.returncode == 0)
     for name, v in verdicts.items():
@@ -74,3 +75,31 @@ def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert cell.cuda_broken()  # the worker then exits, and a fresh one takes the next case
+
+
+def test_each_quick_verdict_is_written_and_printed_as_it_is_reached(tmp_path, capsys):
+    from bench.cli.gpu_check import Verdicts
+
+    v = Verdicts(tmp_path / "quick-check.json")
+    v.add("1 matrix", True, "ok 10")
+    assert json.loads((tmp_path / "quick-check.json").read_text()) == [{"check": "1 matrix", "ok": True,
+                                                                         "detail": "ok 10"}]
+    v.add("2 best SDPA backend TFLOP/s", False, "no SDPA backend ran")  # a window that closes here keeps both
+    assert [x["check"] for x in json.loads((tmp_path / "quick-check.json").read_text())] == [
+        "1 matrix", "2 best SDPA backend TFLOP/s"]
+    assert capsys.readouterr().out.splitlines() == ["ok   1 matrix: ok 10",
+                                                    "FAIL 2 best SDPA backend TFLOP/s: no SDPA backend ran"]
+
+
+def test_the_sdpa_verdict_holds_each_backend_to_its_share_of_the_measured_peak():
+    from bench.cli.gpu_check import sdpa_verdict
+
+    rows = [{"variant": "sdpa.flash", "status": "ok", "tflops": 380.0},
+            {"variant": "sdpa.efficient", "status": "ok", "tflops": 200.0}]
+    name, ok, detail = sdpa_verdict(rows, peak=790.0)
+    assert ok and detail.startswith("best sdpa.flash 380.0 TFLOP/s (threshold 0.35 x the measured matmul peak 790")
+    cudnn = [{"variant": "sdpa.cudnn", "status": "ok", "tflops": 420.0}] + rows
+    assert not sdpa_verdict(cudnn, peak=790.0)[1]  # cuDNN below 0.6 x 790 = 474: its verdict, named
+    assert "best sdpa.cudnn" in sdpa_verdict(cudnn, peak=790.0)[2]
+    assert sdpa_verdict(rows, peak=None)[1:] == (False, "no matmul peak was measured to hold it to")
+    assert sdpa_verdict(rows, peak=None, absolute=0.0)[1]  # the CPU rehearsal's relaxed threshold
