@@ -18,8 +18,15 @@ CACHE_SIZE_LIMIT = 256  # compiled shapes kept per function: a sweep compiles on
 
 def _dynamo_limits():
     """Dynamo's settings for flex's calls, set around them and restored after (a scope), not
-    changed for the whole process."""
-    return torch._dynamo.config.patch(cache_size_limit=max(torch._dynamo.config.cache_size_limit, CACHE_SIZE_LIMIT))
+    changed for the whole process: room for a compile per case, and an error, never a silent
+    fall-back to unfused eager code, should a limit be hit anyway."""
+    cfg = torch._dynamo.config
+    names = [n for n in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                         "accumulated_cache_size_limit") if hasattr(cfg, n)]
+    changes = {n: max(getattr(cfg, n), CACHE_SIZE_LIMIT) for n in names}
+    if hasattr(cfg, "fail_on_recompile_limit_hit"):
+        changes["fail_on_recompile_limit_hit"] = True
+    return cfg.patch(**changes)
 
 
 def _check(case):
@@ -48,21 +55,34 @@ def _eager_refusal(small):
 
 class FlexFactory:
     """The factory of the ``flex`` variant.  It owns its compiled flex_attention, built on
-    first use (one compilation per shape is then cached by dynamo with it)."""
+    first use with ``fullgraph=True`` (a graph break is an error, not eager code); one
+    compilation per case is then cached by dynamo with it.  Dynamo's recompile limits hold
+    for the life of a worker, and a full sweep can give one worker more flex cases than
+    that: before the limit is reached, the factory resets dynamo and compiles afresh, so no
+    case ever runs the unfused fall-back."""
 
     def __init__(self):
         self._compiled = None
+        self.compiles = 0  # cases compiled since the last reset
+        self.resets = 0
 
     def compiled(self):
+        if self.compiles >= CACHE_SIZE_LIMIT - 1:  # one more would reach dynamo's limit
+            torch._dynamo.reset()
+            self._compiled, self.compiles = None, 0
+            self.resets += 1
         if self._compiled is None:
             from torch.nn.attention.flex_attention import flex_attention
 
-            self._compiled = torch.compile(flex_attention, dynamic=False)
+            self._compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
+        self.compiles += 1
         return self._compiled
 
     def __call__(self, case):
         with _dynamo_limits():
-            return _prepare(case, self.compiled())
+            prepared = _prepare(case, self.compiled())
+        prepared.info["compiled"] = f"torch.compile fullgraph; case {self.compiles} since reset {self.resets}"
+        return prepared
 
 
 def _prepare(case, flex):
