@@ -51,7 +51,7 @@ def test_gpu_check_quick_rehearsal_on_cpu(tmp_path):
     proc = run_cli("gpu-check", "--quick", "--device", "cpu", "--out", tmp_path / "q", timeout=900)
     lines = proc.stdout.strip().splitlines()
     verdicts = {v["check"]: v for v in json.loads((tmp_path / "q" / "quick-check.json").read_text())}
-    assert [c[0] for c in verdicts] == ["1", "2", "3", "3", "4", "4", "5", "1"]  # FlexAttention's compiles last
+    assert [c[0] for c in verdicts] == ["1", "2", "2", "3", "3", "4", "4", "5", "1"]  # Flex's compiles last
     assert list(verdicts)[-1].startswith("1 flex x mask")
     assert (lines[-1] == "PASS") == (proc.returncode == 0) and all(v["ok"] for v in verdicts.values()) == \
         (proc.returncode == 0)
@@ -103,3 +103,19 @@ def test_the_sdpa_verdict_holds_each_backend_to_its_share_of_the_measured_peak()
     assert "best sdpa.cudnn" in sdpa_verdict(cudnn, peak=790.0)[2]
     assert sdpa_verdict(rows, peak=None)[1:] == (False, "no matmul peak was measured to hold it to")
     assert sdpa_verdict(rows, peak=None, absolute=0.0)[1]  # the CPU rehearsal's relaxed threshold
+
+
+def test_the_kernel_verdict_names_what_ran_and_fails_a_backend_that_ran_anothers_kernels():
+    from bench.cli.gpu_check import kernel_verdict
+
+    rows = [{"variant": "sdpa.flash", "status": "ok", "kernels": ["pytorch_flash::flash_fwd_kernel"],
+             "backend_ran": "flash"},
+            {"variant": "sdpa", "status": "ok", "kernels": ["cudnn_generated_fort_native_sdpa"],
+             "backend_ran": "cudnn"}]
+    assert kernel_verdict(rows, "cuda") == ("2 kernels that ran belong to each cell's backend", True,
+                                            "sdpa.flash -> flash, sdpa -> cudnn")
+    wrong = [rows[0] | {"backend_ran": "math", "kernel_mismatch": "declared backend flash, but its kernels are "
+                                                                  "math's"}]
+    assert kernel_verdict(wrong, "cuda")[1:] == (False, "sdpa.flash: declared backend flash, but its kernels are "
+                                                        "math's")
+    assert kernel_verdict([rows[0] | {"kernels": []}], "cuda")[1] is False

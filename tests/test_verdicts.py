@@ -326,3 +326,32 @@ def test_backward_variants_of_a_case_keep_one_forward_graph_alive_at_a_time():
     assert [rows[n]["status"] for n in "ABC"] == ["ok"] * 3
     assert all(rows[n]["bwd_forward"] == "per turn" and rows[n]["rounds"] == 3 for n in "ABC")
     assert most[0] == 1  # built at its turn, dropped after it: never three graphs at once
+
+
+# -- the kernels that ran (bench.measure.kernels), from names recorded on GPUs ------------------------
+
+@pytest.mark.parametrize("names, backend", [
+    (["void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>, true>(Flash_fwd_params)"],
+     "flash"),
+    (["fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)"],
+     "efficient"),
+    (["cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1_kernel0_0"], "cudnn"),
+    (["triton_tem_fused_0", "triton_poi_fused_1"], "flex"),
+    (["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "void at::native::cunn_SoftMaxForward<4>"],
+     "math"),
+    ([], ""),
+])
+def test_the_backend_a_cells_kernels_belong_to(names, backend):
+    from bench.measure.kernels import backend_of
+
+    assert backend_of(names) == backend
+
+
+def test_a_pinned_sdpa_variant_declares_its_backend_and_a_mismatch_is_named(registry):
+    from bench.measure.kernels import mismatch
+
+    case = Case("cpu", "float32", 1, 2, 2, 16, 16, 8, "none", None, "fwd")
+    assert registry["sdpa.flash"].prepare(case).info["backend"] == "flash"
+    assert registry["sdpa.cudnn"].prepare(case).info["backend"] == "cudnn"
+    assert mismatch("flash", "math") == "declared backend flash, but its kernels are math's"
+    assert mismatch("flash", "flash") == "" and mismatch(None, "math") == ""

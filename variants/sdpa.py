@@ -27,6 +27,11 @@ BACKENDS = {
 }
 
 
+DECLARED = {  # backend: the kernels' family it must run (bench.measure.kernels checks it on a GPU)
+    SDPBackend.MATH: "math", SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
+    SDPBackend.CUDNN_ATTENTION: "cudnn",
+}
+
 _FLAGS = {  # backend: the torch.backends.cuda query for it (these govern CPU dispatch too)
     SDPBackend.MATH: torch.backends.cuda.math_sdp_enabled,
     SDPBackend.FLASH_ATTENTION: torch.backends.cuda.flash_sdp_enabled,
@@ -64,7 +69,7 @@ def _make_factory(backend):
             with sdpa_kernel([backend]):  # called on its own: still never another backend
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
-        return Prepared(attention, scope=lambda: sdpa_kernel([backend]))
+        return Prepared(attention, {"backend": DECLARED[backend]}, scope=lambda: sdpa_kernel([backend]))
 
     return factory
 

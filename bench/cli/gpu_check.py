@@ -232,6 +232,7 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
                       "--masks", "none", "--directions", "fwd", *common])
     peak = (store.read_env(out / "peak").get("peaks_tflops") or {}).get(q["dtype"])
     checks.add(*sdpa_verdict(rows, peak, q["min_tflops"] if device == "cpu" else None))
+    checks.add(*kernel_verdict(rows, device))
 
     # 3. memory exponents of a causal scaling sweep
     scaled = [v for v in MEMORY_EXPONENTS[device] if v in registry]
@@ -298,6 +299,21 @@ def _matrix_verdict(check: str, rows: list[dict]) -> tuple[str, bool, str]:
     counts = pd.Series([r["status"] for r in rows]).value_counts().to_dict() if rows else {}
     return check, bool(rows) and not bad, (f"{len(bad)} failed, e.g. {bad[0]}" if bad else
                                            ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+def kernel_verdict(rows: list[dict], device: str) -> tuple[str, bool, str]:
+    """Every ok cell of the SDPA sweep names the kernels that ran, and a pinned backend ran its
+    own (bench.measure.kernels); on the CPU there are no CUDA kernels to name."""
+    check = "2 kernels that ran belong to each cell's backend"
+    if device != "cuda":
+        return check, True, "on the CPU: no CUDA kernels to name"
+    ok = [r for r in rows if r.get("status") == "ok"]
+    bad = [f"{r['variant']}: {r['kernel_mismatch']}" for r in ok if r.get("kernel_mismatch")]
+    unnamed = [r["variant"] for r in ok if not r.get("kernels")]
+    ran = ", ".join(f"{r['variant']} -> {r.get('backend_ran') or '?'}" for r in ok)
+    if bad or unnamed:
+        return check, False, "; ".join(bad + [f"{v}: no kernel names" for v in unnamed])
+    return check, bool(ok), ran or "no ok cell"
 
 
 # the share of the measured matmul peak a backend must reach at the check's large size: cuDNN's

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.measure import contention
+from bench.measure import contention, kernels
 from bench.measure import flops as flopcount
 from bench.measure.bound import Bound, bind, case_inputs
 from bench.measure.memory import peak_bytes
@@ -25,7 +25,7 @@ from bench.measure.timing import DEFAULT_PRECISION, interleave, make_timer, rele
 from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import Variant, first_line, probe_reason
-from bench.model.row import CONTENTION, MEASURED, TIMING, ReasonKind, Status, default_kind
+from bench.model.row import CONTENTION, KERNELS, MEASURED, TIMING, ReasonKind, Status, default_kind
 
 DEFAULT_ROUNDS = 3
 
@@ -62,7 +62,7 @@ def fail(row: dict, exc: BaseException, during: str = "") -> dict:
     if during:
         why = f"{during}: {why}"
     row.update(status=status, reason=why[:500], reason_kind=kind)
-    for key in (*TIMING, *CONTENTION, "peak_mem_bytes", "tflops", "gbps", "pct_peak"):
+    for key in (*TIMING, *CONTENTION, *KERNELS, "peak_mem_bytes", "tflops", "gbps", "pct_peak"):
         if key in row:
             row[key] = None
     for key in ("samples_ms", "round_medians_ms"):
@@ -243,6 +243,13 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
             with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
                 row["peak_mem_bytes"] = peak_bytes(case.device,
                                                    item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
+            if case.device == "cuda":  # the kernels that ran, and the backend they belong to
+                during = "kernel names (a profiled call after the timing)"
+                with item.bound.scope():
+                    names = kernels.names_of_one_call(item.bound.timed(), case.device)
+                ran = kernels.backend_of(names)
+                row.update(kernels=names, backend_ran=ran,
+                           kernel_mismatch=kernels.mismatch(item.bound.prepared.info.get("backend"), ran) or None)
             if not item.variant.approximate:  # an approximation does not do exact attention's FLOPs
                 row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
             row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9

@@ -78,7 +78,8 @@ CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
             "grad_cosine")
 FIGURES = ("setup_ms", "peak_mem_bytes", "tflops", "gbps", "pct_peak")
-COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES)
+KERNELS = ("kernels", "backend_ran", "kernel_mismatch")  # GPU cells: what ran (bench.measure.kernels)
+COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
            "rel_iqr", "ci_halfwidth", "timed_s", "cpu_util", "other_cpu", "density", "flops", "bytes",
            *ACCURACY, *FIGURES)

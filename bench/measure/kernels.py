@@ -1,0 +1,69 @@
+"""The kernels that ran: which SDPA backend a cell's CUDA kernels belong to.
+
+``sdpa`` chooses its backend itself, and a pinned backend that PyTorch could not use fails
+rather than falls back, but a user reading a row should not have to trust either: every ok
+GPU cell records the CUDA kernels of one short profiled call, made after its timing
+(``names_of_one_call``), and the backend they belong to (``backend_of``, a plain function of
+the names, tested on the CPU with names recorded from PyTorch's kernels).  A variant that
+declares its backend (``Prepared.info["backend"]``) and ran another's kernels is flagged.
+
+Kernel names, by backend (the first that matches wins; cuDNN's fused attention kernels
+carry "flash" in their names too, so it is tested first):
+
+- cudnn: ``cudnn`` (e.g. ``cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_...``)
+- flash: ``flash_fwd``, ``flash_bwd``, ``pytorch_flash::`` (FlashAttention-2 in PyTorch)
+- efficient: ``fmha_cutlass``, ``attention_kernel``, ``mem_efficient`` (xformers' cutlass FMHA)
+- flex: ``triton_tem_fused`` / ``flex_attention`` (the Triton template FlexAttention compiles)
+- math: no fused attention kernel: GEMMs and a softmax kernel
+"""
+
+from __future__ import annotations
+
+PATTERNS = (  # backend: substrings of a kernel name, lower-cased
+    ("cudnn", ("cudnn",)),
+    ("flash", ("flash_fwd", "flash_bwd", "pytorch_flash::", "flash_attn")),
+    ("efficient", ("fmha_cutlass", "attention_kernel", "mem_efficient", "efficient_attention")),
+    ("flex", ("triton_tem_fused", "flex_attention")),
+)
+TOP = 8  # kernel names kept per row
+
+
+def backend_of(names) -> str:
+    """The SDPA backend the kernel ``names`` belong to: cudnn, flash, efficient, flex, or math
+    (no fused attention kernel among them); '' for no names at all."""
+    low = [n.lower() for n in names]
+    if not low:
+        return ""
+    for backend, keys in PATTERNS:
+        if any(k in n for n in low for k in keys):
+            return backend
+    return "math"
+
+
+def mismatch(declared: str | None, ran: str) -> str:
+    """'' when the kernels that ran belong to the declared backend (or nothing is declared)."""
+    if not declared or not ran or declared == ran:
+        return ""
+    return f"declared backend {declared}, but its kernels are {ran}'s"
+
+
+def names_of_one_call(call, device: str) -> list[str]:
+    """The CUDA kernels one ``call`` launches, by total device time (at most TOP)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from bench.measure.memory import quiet_stderr
+
+    if device != "cuda":
+        return []
+    call()  # warm: the profiled call launches what a timed one launches
+    torch.cuda.synchronize()
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    totals: dict = {}
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", 0) or 0
+        if us > 0:
+            totals[e.key] = totals.get(e.key, 0) + us
+    return [k for k, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]]
