@@ -65,7 +65,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     for col in FLAGS:
         df[col] = df[col].map(lambda x: bool(x) if isinstance(x, (bool, np.bool_)) else False) if col in df else False
     # shaky: an ok cell whose figure is not to be trusted as it stands (drawn hollow, starred, not fitted)
-    df["shaky"] = (df["status"] == "ok") & (df["noisy"] | df["contended"])
+    df["shaky"] = (df["status"] == "ok") & df[FLAGS].any(axis=1)
     if "round_medians_ms" not in df:
         df["round_medians_ms"] = None
     return df

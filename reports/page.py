@@ -62,6 +62,7 @@ def trust_line(df, envs) -> str:
     and whether every dtype's matmul peak held."""
     ok = df[df["status"] == "ok"]
     noisy, contended = int(ok["noisy"].sum()), int(ok["contended"].sum())
+    throttled = int(ok["throttled"].sum()) if "throttled" in ok else 0
     shaky = int(ok["shaky"].sum())
     clean = len(ok) - shaky
     verdict = ("trustworthy" if shaky == 0 else "mostly trustworthy" if shaky <= 0.1 * max(1, len(ok))
@@ -70,8 +71,9 @@ def trust_line(df, envs) -> str:
     bad_peaks = sorted(set(ok.loc[ok.get("peak_unreliable", False) == True, "dtype"]))  # noqa: E712
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
                       f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
-    text = (f"{verdict}: {len(ok)} ok cells, {clean} clean, {noisy} noisy, {contended} contended "
-            f"(shaky cells are hollow in charts, marked * in tables and left out of fits)")
+    text = (f"{verdict}: {len(ok)} ok cells, {clean} clean, {noisy} noisy, {contended} contended"
+            + (f", {throttled} throttled (GPU clock below {0.9:g} of its start)" if throttled else "")
+            + " (shaky cells are hollow in charts, marked * in tables and left out of fits)")
     worst = worst_contended(ok)
     if worst:
         text += f"; worst: {worst}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from tabulate import tabulate
 
-from bench.model.row import ReasonKind, Status
+from bench.model.row import FLAGS, ReasonKind, Status
 from reports.frames import facet_groups, ran_here
 
 METRICS = {  # name: (title, formatter)
@@ -123,7 +123,7 @@ def write_csvs(df: pd.DataFrame, tables, folder) -> None:
 def shaky_mask(df):
     """True where an ok row is noisy or contended (a pandas Series over ``df``)."""
     flags = pd.Series(False, index=df.index)
-    for col in ("noisy", "contended"):
+    for col in FLAGS:
         if col in df:
             flags |= df[col].fillna(False).astype(bool)
     return flags & (df["status"] == "ok")

@@ -12,7 +12,7 @@ from bench.cli.common import Parser, add_setting_flags, given_settings, process_
 from bench.engine import store
 from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
-from bench.model.row import STATUSES
+from bench.model.row import FLAGS, STATUSES
 from bench.model.spec import build_spec, load_config, spec_from_dict
 
 # torch and the engine are imported once the workers are started (prestart): they import
@@ -261,8 +261,10 @@ def shaky_count(rows) -> str:
     ok = [r for r in store.current_rows(rows) if r.get("status") == "ok"]
     noisy = sum(1 for r in ok if r.get("noisy"))
     contended = sum(1 for r in ok if r.get("contended"))
-    shaky = sum(1 for r in ok if r.get("noisy") or r.get("contended"))
-    text = f"shaky: {shaky} of {len(ok)} ok cells ({noisy} noisy, {contended} contended)"
+    throttled = sum(1 for r in ok if r.get("throttled"))
+    shaky = sum(1 for r in ok if any(r.get(f) for f in FLAGS))
+    text = (f"shaky: {shaky} of {len(ok)} ok cells ({noisy} noisy, {contended} contended"
+            + (f", {throttled} throttled" if throttled else "") + ")")
     return text + ("; measure them again with --resume RUN --retry shaky" if shaky else "")
 
 
@@ -288,9 +290,9 @@ def _retry_statuses(raw: str | None, resume) -> set:
     wanted = [s.strip() for s in str(raw).split(",") if s.strip()]
     bad = [s for s in wanted if s not in valid]
     if bad or not wanted:
-        raise UsageError(f"--retry takes statuses from {', '.join(valid[:-3])} and the flags "
-                         f"{', '.join(store.SHAKY_FLAGS)} (ok cells that are noisy, contended or either), "
-                         f"got {raw!r}")
+        raise UsageError(f"--retry takes statuses from {', '.join(v for v in valid if v not in store.SHAKY_FLAGS)} "
+                         f"and the flags {', '.join(store.SHAKY_FLAGS)} (ok cells that are noisy, contended, "
+                         f"throttled, or any of them), got {raw!r}")
     return set(wanted)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.measure import contention, kernels
+from bench.measure import contention, kernels, nvml
 from bench.measure import flops as flopcount
 from bench.measure.bound import Bound, bind, case_inputs
 from bench.measure.memory import peak_bytes
@@ -25,7 +25,7 @@ from bench.measure.timing import DEFAULT_PRECISION, interleave, make_timer, rele
 from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import Variant, first_line, probe_reason
-from bench.model.row import CONTENTION, KERNELS, MEASURED, TIMING, ReasonKind, Status, default_kind
+from bench.model.row import CONTENTION, GPU_STATE, KERNELS, MEASURED, TIMING, ReasonKind, Status, default_kind
 
 DEFAULT_ROUNDS = 3
 
@@ -62,12 +62,28 @@ def fail(row: dict, exc: BaseException, during: str = "") -> dict:
     if during:
         why = f"{during}: {why}"
     row.update(status=status, reason=why[:500], reason_kind=kind)
-    for key in (*TIMING, *CONTENTION, *KERNELS, "peak_mem_bytes", "tflops", "gbps", "pct_peak"):
+    for key in (*TIMING, *CONTENTION, *KERNELS, *GPU_STATE, "peak_mem_bytes", "tflops", "gbps", "pct_peak"):
         if key in row:
             row[key] = None
     for key in ("samples_ms", "round_medians_ms"):
         row.pop(key, None)
     return row
+
+
+_NVML: dict = {}  # this worker's NVML handle, and the SM clock of its first sample (throttling is against it)
+
+
+def _nvml():
+    """NVML for this worker's GPU (opened once), or None without nvidia-ml-py or a driver."""
+    if "handle" not in _NVML:
+        _NVML["handle"] = nvml.open_nvml()
+        _NVML["clock"] = nvml.sample(_NVML["handle"]).sm_clock_mhz if _NVML["handle"] else None
+    return _NVML["handle"]
+
+
+def _calls(timer) -> int:
+    """Calls a timer has made so far, warm-up included (the energy of a turn is over all of them)."""
+    return timer.warmup_calls + sum(len(r) for r in timer.rounds) * getattr(timer, "number", 1)
 
 
 def _free(device: str) -> None:
@@ -192,6 +208,8 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
     # a bwd call holds its forward's graph; built at each variant's turn and dropped after it, so
     # one variant's graph is alive at a time, not every variant's of the case (a later one's oom)
     per_turn = case.direction == "bwd" and len(live) > 1
+    gpu = _nvml() if case.device == "cuda" else None  # clocks, power, energy around each turn
+    states = {name: nvml.Cell() for name in by_name}
 
     @contextlib.contextmanager
     def enter(name):
@@ -200,9 +218,12 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
         with item.bound.scope():
             if per_turn:
                 item.timer.call = item.bound.timed()  # the forward runs here, outside the timed turn
+            before = (nvml.sample(gpu), _calls(item.timer)) if gpu else None
             try:
                 yield
             finally:
+                if before:
+                    states[name].turn(before[0], nvml.sample(gpu), _calls(item.timer) - before[1])
                 if per_turn:
                     item.timer.call = None  # its graph goes with it
 
@@ -237,6 +258,8 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
             row.update(timing.to_row())
             if case.device == "cpu":
                 row.update(contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms))
+            if gpu:
+                row.update(states[item.variant.name].columns(_NVML["clock"], case.batch * case.q_len))
             item.call = None  # the retained graph of a bwd call goes before the memory pass
             _free(case.device)
             during = f"memory pass (after a timing of median {timing.stats.median:.4g} ms, not kept)"

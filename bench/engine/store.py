@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from bench.model.case import CASE_FIELDS, Case
-from bench.model.row import Row, flatten, make_row, to_record
+from bench.model.row import FLAGS, Row, flatten, make_row, to_record
 
 RESULTS = "results.jsonl"
 PROFILE = "profile.jsonl"  # sweep --profile: category shares per cell, from a pass after the timing
@@ -48,7 +48,8 @@ def done_keys(rows, retry=frozenset()) -> set:
     return {cell_key(r["variant"], r) for r in current_rows(rows) if not wants_retry(r, retry)}
 
 
-SHAKY_FLAGS = {"noisy": ("noisy",), "contended": ("contended",), "shaky": ("noisy", "contended")}
+SHAKY_FLAGS = {"noisy": ("noisy",), "contended": ("contended",), "throttled": ("throttled",),
+               "shaky": FLAGS}
 
 
 def wants_retry(row: dict, retry) -> bool:
