@@ -51,7 +51,7 @@ def test_gpu_check_quick_rehearsal_on_cpu(tmp_path):
     proc = run_cli("gpu-check", "--quick", "--device", "cpu", "--out", tmp_path / "q", timeout=900)
     lines = proc.stdout.strip().splitlines()
     verdicts = {v["check"]: v for v in json.loads((tmp_path / "q" / "quick-check.json").read_text())}
-    assert [c[0] for c in verdicts] == ["1", "2", "2", "3", "3", "4", "4", "5", "1"]  # Flex's compiles last
+    assert [c[0] for c in verdicts] == ["1", "2", "2", "3", "3", "4", "4", "5", "6", "1"]  # Flex's compiles last
     assert list(verdicts)[-1].startswith("1 flex x mask")
     assert (lines[-1] == "PASS") == (proc.returncode == 0) and all(v["ok"] for v in verdicts.values()) == \
         (proc.returncode == 0)
@@ -119,3 +119,17 @@ def test_the_kernel_verdict_names_what_ran_and_fails_a_backend_that_ran_anothers
     assert kernel_verdict(wrong, "cuda")[1:] == (False, "sdpa.flash: declared backend flash, but its kernels are "
                                                         "math's")
     assert kernel_verdict([rows[0] | {"kernels": []}], "cuda")[1] is False
+
+
+def test_the_gpu_state_verdict_wants_nvml_columns_and_a_graph_time_under_0_1_ms():
+    from bench.cli.gpu_check import gpu_state_verdict
+
+    row = {"variant": "sdpa", "status": "ok", "median_ms": 0.04, "graph_median_ms": 0.021, "kernel_sum_ms": 0.02,
+           "timer_mismatch": "CUDA-graph time 0.021 ms is 0.52x the event time 0.04 ms", "sm_clock_start_mhz": 1980,
+           "power_start_w": 120.0, "energy_j_per_call": 0.0004}
+    graph = {"variant": "sdpa", "status": "ok", "median_ms": 0.021, "timer": "cuda-graph"}
+    name, ok, detail = gpu_state_verdict([row], [graph], "cuda")
+    assert ok and "graph 0.021 ms" in detail and "SM 1980 MHz" in detail
+    assert not gpu_state_verdict([row | {"graph_median_ms": None}], [graph], "cuda")[1]
+    assert not gpu_state_verdict([row], [graph | {"timer": "cuda-events+l2-flush"}], "cuda")[1]
+    assert gpu_state_verdict([], [], "cpu")[1]

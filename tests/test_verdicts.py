@@ -419,3 +419,20 @@ def test_gpu_state_columns_from_nvml_samples_and_a_throttled_cell_is_shaky():
     df = tidy(pd.DataFrame([_row("ok", 1.0, throttled=True)]))
     assert bool(df["shaky"].iloc[0])  # drawn hollow, left out of fits, re-measured by --retry shaky
     assert not store.done_keys([_row("ok", 1.0, throttled=True)], frozenset({"shaky"}))
+
+
+def test_the_timers_are_held_against_each_other_and_a_disagreement_is_named():
+    from bench.measure.timing import timer_disagreement
+
+    assert timer_disagreement(0.050, 0.048, 0.047) == ""  # within 10%: nothing to say
+    launch_bound = timer_disagreement(0.050, 0.021, 0.020)  # a decode cell that launches more than it computes
+    assert launch_bound.startswith("CUDA-graph time 0.021 ms is 0.42x the event time 0.05 ms")
+    assert "profiler kernel sum 0.02 ms is 0.40x" in launch_bound
+    assert timer_disagreement(0.050, None, None) == "" and timer_disagreement(None, 0.02, None) == ""
+
+
+def test_graph_timing_is_refused_on_the_cpu(capsys):
+    from bench.cli import main
+
+    assert main(["sweep", "--timer", "graph", "--device", "cpu", "--out", "/nonexistent/never"]) == 2
+    assert "--timer graph captures CUDA graphs: it needs --device cuda" in capsys.readouterr().err

@@ -6,15 +6,11 @@ pass with CUDA activity), a cross-attention/GQA sweep, scaling sweeps (causal fo
 SDPA, window for the windowed variants), profiler traces, the timer self-check against
 torch.utils.benchmark and triton.testing.do_bench, and the reports.
 
-``--quick``: the device acceptance check, five verdicts in about five minutes on an H200:
-
-1. every variant x mask (none, causal, window, padding), fwd and bwd, bf16, n=1024: ok, or
-   unsupported with a reason;
-2. the best SDPA backend at bf16, n=8192, d=128, h=16, b=4, fwd: at least 500 TFLOP/s;
-3. memory exponents of a causal scaling sweep over n = 1024 to 8192: naive 1.8-2.2,
-   sdpa.flash 0.85-1.15;
-4. sdpa.flash and naive at n=4096, d=128: the harness median within 3% of do_bench's;
-5. a profiler trace with CUDA kernel events.
+``--quick``: the device acceptance check, six verdicts in about five minutes on an H200,
+each printed and written to quick-check.json as it is reached (README "On a GPU" lists
+them): the variant matrix (the compiled variants' part last), the best SDPA backend against
+its share of the measured matmul peak and the kernels each ran, memory exponents, timer
+agreement, a profiler trace, and NVML's fields with CUDA-graph timing on a sub-0.1 ms cell.
 
 Both end with one ``PASS`` or ``FAIL: ...`` line and exit non-zero on a failure.
 ``--device cpu`` runs the same steps at small sizes on the CPU: a rehearsal of the script
@@ -270,6 +266,13 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     n_events = sum(1 for e in events if e.get("cat") == want)
     checks.add(f"5 profiler trace has {want} events", n_events > 0, f"{n_events} in {Path(res['trace']).name}")
 
+    # 6. a sub-0.1 ms cell: NVML's clocks, power and energy, and its time again as a CUDA graph
+    tiny = ["--variants", "sdpa", "--seq-lens", "128", "--heads", "8", "--head-dims", "64", "--batch", "1",
+            "--masks", "none", "--directions", "fwd", *common]
+    _, events_rows = _sweep(["--out", str(out / "tiny"), *tiny])
+    graph_rows = _sweep(["--out", str(out / "tiny-graph"), "--timer", "graph", *tiny])[1] if device == "cuda" else []
+    checks.add(*gpu_state_verdict(events_rows, graph_rows, device))
+
     if compiled:  # 1, the compiled variants: last, so that the verdicts above are written whatever happens here
         _, rows = _sweep(["--out", str(out / "matrix-compiled"), "--variants", ",".join(compiled), *matrix,
                           *common])
@@ -314,6 +317,35 @@ def kernel_verdict(rows: list[dict], device: str) -> tuple[str, bool, str]:
     if bad or unnamed:
         return check, False, "; ".join(bad + [f"{v}: no kernel names" for v in unnamed])
     return check, bool(ok), ran or "no ok cell"
+
+
+def gpu_state_verdict(events_rows: list[dict], graph_rows: list[dict], device: str) -> tuple[str, bool, str]:
+    """Verdict 6: a sub-0.1 ms cell has NVML's clock and power (when nvidia-ml-py is there),
+    its CUDA-graph time beside its event time, and ``--timer graph`` times a cell as a graph."""
+    check = "6 NVML state, and CUDA-graph timing on a sub-0.1 ms cell"
+    if device != "cuda":
+        return check, True, "on the CPU: no NVML, no CUDA graphs"
+    row = next((r for r in events_rows if r.get("status") == "ok"), None)
+    graph = next((r for r in graph_rows if r.get("status") == "ok"), None)
+    if row is None or graph is None:
+        return check, False, "the cell did not run: " + "; ".join(
+            f"{r.get('variant')} {r.get('status')}: {r.get('reason')}" for r in events_rows + graph_rows)[:300]
+    problems = []
+    try:
+        import pynvml  # noqa: F401
+        if row.get("sm_clock_start_mhz") is None:
+            problems.append("no SM clock from NVML")
+    except ImportError:
+        pass  # optional: the columns are simply absent
+    if row["median_ms"] < 0.1 and row.get("graph_median_ms") is None:
+        problems.append("no CUDA-graph cross-check under 0.1 ms")
+    if graph.get("timer") != "cuda-graph":
+        problems.append(f"--timer graph timed with {graph.get('timer')}")
+    detail = (f"events {row['median_ms']:.4g} ms, graph {row.get('graph_median_ms') or float('nan'):.4g} ms, "
+              f"kernels {row.get('kernel_sum_ms') or float('nan'):.4g} ms ({row.get('timer_mismatch') or 'agree'}); "
+              f"--timer graph {graph['median_ms']:.4g} ms; SM {row.get('sm_clock_start_mhz')} MHz, "
+              f"{row.get('power_start_w')} W, {row.get('energy_j_per_call')} J/call")
+    return check, not problems, "; ".join(problems) + ("; " if problems else "") + detail
 
 
 # the share of the measured matmul peak a backend must reach at the check's large size: cuDNN's
@@ -362,7 +394,7 @@ def add_parser(sub) -> None:
     gp.add_argument("--out", metavar="DIR",
                     help="a new or empty folder (default: a fresh runs/<timestamp>-gpu-check-...)")
     gp.add_argument("--quick", action="store_true",
-                    help="the device acceptance check: five verdicts in about five minutes on an H200")
+                    help="the device acceptance check: six verdicts in about five minutes on an H200")
     gp.add_argument("--seq-len", dest="seq_len", default="2048")
     gp.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: the same steps at a small size, a dry run of the script itself")

@@ -21,7 +21,15 @@ from bench.measure.bound import Bound, bind, case_inputs
 from bench.measure.memory import peak_bytes
 from bench.measure.origin import classify
 from bench.measure.reference import reference, run_and_check
-from bench.measure.timing import DEFAULT_PRECISION, interleave, make_timer, release_flush_buffer
+from bench.measure.timing import (
+    DEFAULT_PRECISION,
+    GRAPH_CHECK_MS,
+    GraphTimer,
+    interleave,
+    make_timer,
+    release_flush_buffer,
+    timer_disagreement,
+)
 from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import Variant, first_line, probe_reason
@@ -36,6 +44,7 @@ class CellSettings:
     budget_ms: float = 1000.0
     precision: float = DEFAULT_PRECISION
     rounds: int = DEFAULT_ROUNDS
+    timer: str = "events"  # the GPU timer: events, or graph (bench.measure.timing.GraphTimer)
 
     def to_row(self) -> dict:
         return {"budget_ms": self.budget_ms, "precision": self.precision}
@@ -207,7 +216,7 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
     by_name = {item.variant.name: item for item in live}
     # a bwd call holds its forward's graph; built at each variant's turn and dropped after it, so
     # one variant's graph is alive at a time, not every variant's of the case (a later one's oom)
-    per_turn = case.direction == "bwd" and len(live) > 1
+    per_turn = case.direction == "bwd" and len(live) > 1 and settings.timer != "graph"  # a graph keeps its call
     gpu = _nvml() if case.device == "cuda" else None  # clocks, power, energy around each turn
     states = {name: nvml.Cell() for name in by_name}
 
@@ -237,7 +246,7 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
             if not per_turn:
                 with item.bound.scope():
                     item.call = item.bound.timed()
-            item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision)
+            item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer)
             if per_turn:
                 item.row["bwd_forward"] = "per turn"
         except Exception as exc:
@@ -266,13 +275,9 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
             with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
                 row["peak_mem_bytes"] = peak_bytes(case.device,
                                                    item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
-            if case.device == "cuda":  # the kernels that ran, and the backend they belong to
+            if case.device == "cuda":  # the kernels that ran, the backend they belong to, and a second timer
                 during = "kernel names (a profiled call after the timing)"
-                with item.bound.scope():
-                    names = kernels.names_of_one_call(item.bound.timed(), case.device)
-                ran = kernels.backend_of(names)
-                row.update(kernels=names, backend_ran=ran,
-                           kernel_mismatch=kernels.mismatch(item.bound.prepared.info.get("backend"), ran) or None)
+                _gpu_checks(item, row, settings)
             if not item.variant.approximate:  # an approximation does not do exact attention's FLOPs
                 row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
             row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
@@ -280,6 +285,24 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
         except Exception as exc:
             fail(row, exc, during)
         emit(row)
+
+
+def _gpu_checks(item: _Live, row: dict, settings: CellSettings) -> None:
+    """A GPU cell's kernel names and backend (a profiled call), and, under GRAPH_CHECK_MS with
+    the event timer, its time as a CUDA graph: the row keeps every figure and flags a
+    disagreement beyond AGREE between them (``timer_mismatch``)."""
+    with item.bound.scope():
+        call = item.bound.timed()
+        names, kernel_ms = kernels.names_of_one_call(call, "cuda")
+        graph_ms = None
+        if settings.timer == "events" and row["median_ms"] < GRAPH_CHECK_MS:
+            graph = GraphTimer(call)
+            graph.run_round(min(settings.budget_ms, 50.0))
+            graph_ms = graph.result().stats.median
+    ran = kernels.backend_of(names)
+    row.update(kernels=names, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
+               kernel_mismatch=kernels.mismatch(item.bound.prepared.info.get("backend"), ran) or None,
+               timer_mismatch=timer_disagreement(row["median_ms"], graph_ms, kernel_ms) or None)
 
 
 def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None],

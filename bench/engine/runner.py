@@ -22,6 +22,7 @@ class WorkerSettings:
     log_path: str | None = None  # the worker's stdout and stderr go here
     precision: float = 0.02
     rounds: int = 3
+    timer: str = "events"  # the GPU timer: events or graph
     env: dict = field(default_factory=dict)  # set before torch is imported (CUDA_VISIBLE_DEVICES)
     cpus: tuple = ()  # the cores this worker may use (its affinity); empty: any
 
@@ -95,7 +96,7 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     if settings.threads:
         torch.set_num_threads(settings.threads)
     registry = discover(settings.plugins)
-    cell_settings = CellSettings(settings.budget_ms, settings.precision, settings.rounds)
+    cell_settings = CellSettings(settings.budget_ms, settings.precision, settings.rounds, settings.timer)
     cache = ReferenceCache()
     gc.collect()
     gc.freeze()  # torch's and the registry's objects: never scanned again by a collection

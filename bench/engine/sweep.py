@@ -271,7 +271,8 @@ def _run_cells(cells, run_dir: Path, spec, registry, options, slots) -> tuple[di
     writer = store.ResultWriter(run_dir)
     many = len(slots) > 1
     workers = [Worker(WorkerSettings(plugins=spec.plugins, budget_ms=spec.budget_ms, threads=slot.threads,
-                                     precision=spec.precision / 100.0, rounds=spec.rounds, env=dict(slot.env),
+                                     precision=spec.precision / 100.0, rounds=spec.rounds, timer=spec.timer or "events",
+                                     env=dict(slot.env),
                                      cpus=tuple(slot.cpus),
                                      log_path=str(run_dir / (f"worker-{i}.log" if many else "worker.log"))))
                for i, slot in enumerate(slots)]

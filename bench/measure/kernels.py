@@ -47,15 +47,16 @@ def mismatch(declared: str | None, ran: str) -> str:
     return f"declared backend {declared}, but its kernels are {ran}'s"
 
 
-def names_of_one_call(call, device: str) -> list[str]:
-    """The CUDA kernels one ``call`` launches, by total device time (at most TOP)."""
+def names_of_one_call(call, device: str) -> tuple[list[str], float | None]:
+    """The CUDA kernels one ``call`` launches, by total device time (at most TOP), and the sum
+    of their device time in ms (the profiler's figure for the call, beside the timers')."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from bench.measure.memory import quiet_stderr
 
     if device != "cuda":
-        return []
+        return [], None
     call()  # warm: the profiled call launches what a timed one launches
     torch.cuda.synchronize()
     with quiet_stderr(), profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -66,4 +67,5 @@ def names_of_one_call(call, device: str) -> list[str]:
         us = getattr(e, "self_device_time_total", 0) or 0
         if us > 0:
             totals[e.key] = totals.get(e.key, 0) + us
-    return [k for k, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]]
+    names = [k for k, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]]
+    return names, sum(totals.values()) / 1e3 if totals else None

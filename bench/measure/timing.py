@@ -273,6 +273,84 @@ class CudaTimer:
                       round_medians_ms=[Stats.of(r).median for r in self.rounds if r], timed_s=self.timed_s)
 
 
+class GraphTimer:
+    """CUDA-graph timing (``--timer graph``, and the cross-check of cells under GRAPH_CHECK_MS):
+    the call is captured once into a CUDA graph, and each sample is the mean of REPLAYS replays
+    between two events.  No launch overhead and no L2 flush: what the kernels themselves take
+    back to back, the figure to hold a sub-0.1 ms event time against."""
+
+    REPLAYS = 20
+
+    def __init__(self, call: Callable, min_samples: int = 10, max_samples: int = 2_000):
+        self.call, self.min_samples, self.max_samples = call, min_samples, max_samples
+        self.rounds: list[list[float]] = []
+        self.graph = None
+        self.est = None
+        self.warmup_calls = 0
+        self.timed_s = 0.0
+
+    def _capture(self) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm on a side stream, as capture requires
+            for _ in range(3):
+                self.call()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.call()
+        self.graph.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        self.est = max(start.elapsed_time(end), 1e-4)
+        self.warmup_calls = 5
+
+    def run_round(self, budget_ms: float, min_samples: int | None = None) -> None:
+        if self.graph is None:
+            self._capture()
+        floor = max(self.min_samples, min_samples or 0)
+        n = min(self.max_samples, max(floor, int(budget_ms / (self.est * self.REPLAYS))))
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for start, end in events:
+            start.record()
+            for _ in range(self.REPLAYS):
+                self.graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        samples = [s.elapsed_time(e) / self.REPLAYS for s, e in events]
+        self.timed_s += sum(samples) * self.REPLAYS / 1e3
+        self.rounds.append(samples)
+
+    def result(self) -> Timing:
+        return Timing([x for r in self.rounds for x in r], self.REPLAYS, self.warmup_calls, "cuda-graph",
+                      round_medians_ms=[Stats.of(r).median for r in self.rounds if r], timed_s=self.timed_s)
+
+    @property
+    def number(self) -> int:
+        return self.REPLAYS
+
+
+GRAPH_CHECK_MS = 0.1  # a CUDA cell whose event median is below this is timed again as a graph
+AGREE = 0.10  # event time, graph time and the profiler's kernel sum agree within 10%, or the cell is flagged
+
+
+def timer_disagreement(event_ms: float | None, graph_ms: float | None, kernel_ms: float | None,
+                       tol: float = AGREE) -> str:
+    """'' when the figures a cell has agree within ``tol`` of the event time; else which pair
+    does not, with the figures (the row's ``timer_mismatch``)."""
+    if not event_ms:
+        return ""
+    out = []
+    for name, other in (("CUDA-graph time", graph_ms), ("profiler kernel sum", kernel_ms)):
+        if other and abs(other / event_ms - 1) > tol:
+            out.append(f"{name} {other:.4g} ms is {other / event_ms:.2f}x the event time {event_ms:.4g} ms")
+    return "; ".join(out)
+
+
 _FLUSH: list = []
 
 
@@ -287,8 +365,13 @@ def release_flush_buffer() -> None:
     _FLUSH.clear()
 
 
-def make_timer(device: str, call: Callable, budget_ms: float, precision: float = DEFAULT_PRECISION):
+def make_timer(device: str, call: Callable, budget_ms: float, precision: float = DEFAULT_PRECISION,
+               kind: str = "events"):
+    """The timer of a cell: CUDA events (``kind`` "events") or a CUDA graph ("graph") on a
+    GPU, the adaptive perf_counter timer on the CPU."""
     if device == "cuda":
+        if kind == "graph":
+            return GraphTimer(call)
         return CudaTimer(call, warmup_ms=min(25.0, budget_ms / 4))
     return CpuTimer(call, precision=precision)
 

@@ -78,14 +78,16 @@ CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
             "grad_cosine")
 FIGURES = ("setup_ms", "peak_mem_bytes", "tflops", "gbps", "pct_peak")
-KERNELS = ("kernels", "backend_ran", "kernel_mismatch")  # GPU cells: what ran (bench.measure.kernels)
+KERNELS = ("kernels", "backend_ran", "kernel_mismatch", "kernel_sum_ms", "graph_median_ms",
+           "timer_mismatch")  # GPU cells: what ran (bench.measure.kernels), and the timers held against each other
 GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_end_w", "temp_start_c", "temp_end_c",
              "throttle_reasons", "energy_j_per_call", "energy_j_per_token", "throttled", "throttled_why")  # NVML
 COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
            *GPU_STATE)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
            "rel_iqr", "ci_halfwidth", "timed_s", "cpu_util", "other_cpu", "density", "flops", "bytes",
-           *ACCURACY, *FIGURES, "sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_end_w",
+           *ACCURACY, *FIGURES, "kernel_sum_ms", "graph_median_ms", "sm_clock_start_mhz", "sm_clock_end_mhz",
+           "power_start_w", "power_end_w",
            "temp_start_c", "temp_end_c", "energy_j_per_call", "energy_j_per_token")
 FLAGS = ("noisy", "contended", "throttled")  # booleans that make an ok row shaky
 MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")

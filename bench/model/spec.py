@@ -262,6 +262,9 @@ class Spec:
                                metavar="PCT")
     rounds: int = setting("interleaved rounds per case: its variants take turns, A B C A B C (default 3)",
                           number(1, 100, True), default=3)
+    timer: str = setting("GPU timer: events (CUDA events around each call, L2 flushed; the default) or graph (the "
+                         "call captured in a CUDA graph and replayed: no launch overhead)",
+                         choice("timer", ("events", "graph")), default="events")
     remeasure: int = setting("passes at the end of the sweep that measure its contended cells again, once the "
                              "load has dropped (default 1; 0 turns it off); both rows stay, the newest counts",
                              number(0, 10, True), default=1, metavar="N", run=True)
@@ -444,6 +447,8 @@ def build_spec(given: dict, registry, base: Spec | None = None) -> Spec:
         if h % kvh:
             raise UsageError(f"heads {h} is not divisible by kv_heads {kvh}; kv_heads must divide heads "
                              f"(GQA groups of equal size)")
+    if merged.get("timer") == "graph" and device != "cuda":
+        raise UsageError("--timer graph captures CUDA graphs: it needs --device cuda (the CPU timer is perf_counter)")
     merged["timeout"] = merged["timeout"] or DEFAULT_TIMEOUT_S[device]
     timeout, budget = merged["timeout"], merged["budget_ms"]
     if timeout * 1e3 < budget:
