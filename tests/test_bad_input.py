@@ -117,5 +117,5 @@ def test_plugin_masks_that_cannot_work_are_refused_before_any_cell_runs(tmp_path
         assert "Traceback" not in proc.stderr and not out.exists()
         assert len(err) == 1, proc.stderr
         assert f"mask '{name}'" in err[0] and "badmasks.py" in err[0] and words in err[0], err[0]
-    assert "combine conditions with &, |, ~ and torch.where" in run_cli(
-        "sweep", "--plugin", plugin, "--masks", "pythonic", "--out", tmp_path / "again", *SMALL).stderr
+        if name == "pythonic":
+            assert "combine conditions with &, |, ~ and torch.where" in err[0]

@@ -145,7 +145,7 @@ def severity(row: dict) -> float:
     return 1.0 / (1.0 + max(0.0, float(other)))
 
 
-def free_cores(window_s: float = 0.5) -> float | None:
+def free_cores(window_s: float = 0.25) -> float | None:
     """Cores of this process's affinity that other processes left free over ``window_s``
     (None where /proc/stat cannot be read)."""
     window = LoadWindow().start()
