@@ -77,6 +77,10 @@ def trust_line(df, envs) -> str:
     worst = worst_contended(ok)
     if worst:
         text += f"; worst: {worst}"
+    unchecked = int(ok["reference_skipped"].notna().sum()) if "reference_skipped" in ok else 0
+    if unchecked:
+        text += (f"; {unchecked} ok cells timed unchecked (their float64 reference could not be computed: "
+                 f"reference_skipped says why)")
     if bad_peaks:
         text += f"; the matmul peak is unreliable for {', '.join(bad_peaks)} (marked † in % of peak)"
     mixed = [f"{e['run']}: {', '.join(e['mixed_env'])}" for e in envs if e.get("mixed_env")]

@@ -436,3 +436,38 @@ def test_graph_timing_is_refused_on_the_cpu(capsys):
 
     assert main(["sweep", "--timer", "graph", "--device", "cpu", "--out", "/nonexistent/never"]) == 2
     assert "--timer graph captures CUDA graphs: it needs --device cuda" in capsys.readouterr().err
+
+
+# -- the reference as a step of its own ---------------------------------------------------------------
+
+def test_a_reference_that_cannot_be_computed_leaves_the_cells_timed_unchecked(monkeypatch):
+    import bench.engine.cell as cell
+
+    def no_memory(*a, **k):
+        raise MemoryError("the float64 scores do not fit")
+
+    monkeypatch.setattr(cell, "reference", no_memory)
+    plain = Variant(name="plain", factory=lambda case: F.scaled_dot_product_attention, description="sdpa")
+    wrong = Variant(name="wrong", factory=lambda case: (lambda q, k, v: q[..., :4]), description="bad shape")
+    steps = []
+    rows = []
+    run_group([plain, wrong], SMALL, CellSettings(budget_ms=5, rounds=1), rows.append, at=steps.append)
+    rows = {r["variant"]: r for r in rows}
+    assert steps[0] == cell.REFERENCE  # its own step, before any variant's: its own deadline in a sweep
+    assert rows["plain"]["status"] == "ok" and rows["plain"]["median_ms"] > 0 and rows["plain"]["rel_err"] is None
+    assert rows["plain"]["reference_skipped"] == "the reference raised MemoryError: the float64 scores do not fit"
+    assert rows["wrong"]["status"] == "mismatch" and "output shape" in rows["wrong"]["reason"]  # the form still
+
+
+@pytest.mark.slow
+def test_a_reference_past_its_deadline_is_skipped_and_no_variant_is_blamed(tmp_path):
+    from tests.conftest import read_jsonl, run_cli
+
+    # the dense float64 reference at n = 8192 takes seconds on the CPU; a 64-key window's own steps well under 1 s
+    proc = run_cli("sweep", "--variants", "window.chunked", "--masks", "window:64", "--seq-lens", "8192",
+                   "--heads", "4", "--head-dims", "64", "--directions", "fwd", "--budget-ms", "50", "--timeout", "1",
+                   "--out", tmp_path / "run", "--no-report", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert row["status"] == "ok" and row["median_ms"] > 0
+    assert row["reference_skipped"].startswith("the float64 reference timeout: no result within the cell timeout")

@@ -20,7 +20,7 @@ from bench.measure import flops as flopcount
 from bench.measure.bound import Bound, bind, case_inputs
 from bench.measure.memory import peak_bytes
 from bench.measure.origin import classify
-from bench.measure.reference import reference, run_and_check
+from bench.measure.reference import check_form, reference, run_and_check
 from bench.measure.timing import (
     DEFAULT_PRECISION,
     GRAPH_CHECK_MS,
@@ -166,18 +166,33 @@ def _nowhere(name: str) -> None:
     pass
 
 
+REFERENCE = "(reference)"  # what ``at`` names while the float64 reference is computed: its own step
+
+
 def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit: Callable[[dict], None],
-              cache: ReferenceCache | None = None, at: Callable[[str], None] = _nowhere) -> None:
+              cache: ReferenceCache | None = None, at: Callable[[str], None] = _nowhere,
+              skip_reference: str = "") -> None:
     """Measure ``variants`` on ``case``; ``emit(row)`` for each as soon as its row is final
     (failures at once, timed rows after the rounds).  ``at(name)`` is called whenever a
-    variant's own code is about to run, so that a crash or a hang is put on the right one."""
+    variant's own code is about to run, so that a crash or a hang is put on the right one;
+    the float64 reference is a step of its own before them (``at(REFERENCE)``: its own
+    deadline in the sweep, and no variant's).  With ``skip_reference`` (the reason it could
+    not be computed) or when it raises here, the variants are timed unchecked: their rows
+    say ``reference_skipped`` with the reason."""
     cache = cache or ReferenceCache()
     try:
         inputs = case_inputs(case)
+        if not skip_reference:
+            at(REFERENCE)
+            try:
+                (q, k, v), grad_out = inputs
+                cache.get(case, q, k, v, grad_out)
+            except Exception as exc:  # out of memory, say: the cells are still timed, unchecked
+                skip_reference = f"the reference raised {type(exc).__name__}: {first_line(exc)}"[:300]
         live = []
         for var in variants:
             at(var.name)
-            item = _setup_and_check(var, case, settings, cache, inputs)
+            item = _setup_and_check(var, case, settings, cache, inputs, skip_reference)
             if item.row["status"]:
                 emit(item.row)
             else:
@@ -189,7 +204,7 @@ def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit:
         _free(case.device)
 
 
-def _setup_and_check(var, case, settings, cache, inputs) -> _Live:
+def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "") -> _Live:
     row = base_row(var.name, case) | settings.to_row() | {"approximate": var.approximate}
     row["threads"] = torch.get_num_threads()
     try:
@@ -201,9 +216,14 @@ def _setup_and_check(var, case, settings, cache, inputs) -> _Live:
         row["setup_ms"] = bound.setup_ms
         row["extra"] = _extra(bound.prepared.info)
         (q, k, v), grad_out = inputs
-        with bound.scope():
-            result = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
-                                   var.error_budget, var.approximate)
+        if skip_reference:  # timed unchecked: the output's form is still checked, its values cannot be
+            row["reference_skipped"] = skip_reference
+            with bound.scope():
+                result = check_form(case, bound.fn(q, k, v))
+        else:
+            with bound.scope():
+                result = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
+                                       var.error_budget, var.approximate)
         row.update(result.to_row())
         if not result.ok:
             row.update(status=Status.MISMATCH.value, reason=result.reason, reason_kind=result.kind)

@@ -109,8 +109,9 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
         if msg is None:
             return
         mode, names, case_dict = msg
+        skip = mode.partition(":")[2] if mode.startswith("unchecked:") else ""  # the reference could not be had
         run = profile_group if mode == "profile" else functools.partial(run_group, settings=cell_settings,
-                                                                         cache=cache)
+                                                                         cache=cache, skip_reference=skip)
         run([registry[n] for n in names], Case.from_dict(case_dict), emit=lambda row: conn.send(("row", row)),
             at=lambda name: conn.send(("at", name)))
         conn.send(("done", None))

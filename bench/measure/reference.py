@@ -278,6 +278,25 @@ def check(case: Case, out, ref_out, grads=None, ref_grads=None, error_budget: fl
     return result
 
 
+def check_form(case: Case, out) -> CheckResult:
+    """The output's dtype, device, layout, shape and finiteness: what can be checked without
+    a reference (a cell whose reference was skipped is held to this alone)."""
+    wrong = [f"{what} {got}, expected {want}" for what, got, want in (
+        ("dtype", out.dtype, case.torch_dtype), ("device", out.device.type, case.device),
+        ("layout", out.layout, torch.strided)) if got != want]
+    if wrong:
+        return CheckResult(False, float("inf"), float("inf"), reason="output " + "; ".join(wrong),
+                           kind="mismatch-shape")
+    if out.shape != (case.batch, case.heads, case.q_len, case.head_dim):
+        return CheckResult(False, float("inf"), float("inf"),
+                           reason=f"output shape {tuple(out.shape)} != expected "
+                                  f"{(case.batch, case.heads, case.q_len, case.head_dim)}", kind="mismatch-shape")
+    if not bool(torch.isfinite(out).all()):
+        return CheckResult(False, float("inf"), float("inf"), reason="output: non-finite values",
+                           kind="mismatch-shape")
+    return CheckResult(True, float("nan"), float("nan"))
+
+
 def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None = None,
                   error_budget: float | None = None, approximate: bool = False) -> CheckResult:
     """Run ``fn`` once (with backward when ``grad_out`` is given) and check it.
@@ -290,15 +309,8 @@ def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None 
     if grad_out is not None:
         grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
     ref = ref if ref is not None else reference(case, q, k, v, grad_out)
-    wrong = [f"{what} {got}, expected {want}" for what, got, want in (
-        ("dtype", out.dtype, case.torch_dtype), ("device", out.device.type, case.device),
-        ("layout", out.layout, torch.strided)) if got != want]
-    if wrong:
-        return CheckResult(False, float("inf"), float("inf"), reason="output " + "; ".join(wrong),
-                           kind="mismatch-shape")
-    if out.shape != (case.batch, case.heads, case.q_len, case.head_dim):
-        return CheckResult(False, float("inf"), float("inf"),
-                           reason=f"output shape {tuple(out.shape)} != expected "
-                                  f"{(case.batch, case.heads, case.q_len, case.head_dim)}", kind="mismatch-shape")
+    form = check_form(case, out)
+    if not form.ok:
+        return form
     out, grads = ref.select(out, grads)
     return check(case, out, ref.out, grads, ref.grads, error_budget, approximate)

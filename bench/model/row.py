@@ -76,7 +76,7 @@ TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples
 SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time and its spread (compare's verdict)
 CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why")
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
-            "grad_cosine")
+            "grad_cosine", "reference_skipped")  # reference_skipped: why the cell is timed unchecked
 FIGURES = ("setup_ms", "peak_mem_bytes", "tflops", "gbps", "pct_peak")
 KERNELS = ("kernels", "backend_ran", "kernel_mismatch", "kernel_sum_ms", "graph_median_ms",
            "timer_mismatch")  # GPU cells: what ran (bench.measure.kernels), and the timers held against each other
