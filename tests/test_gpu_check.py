@@ -133,3 +133,12 @@ def test_the_gpu_state_verdict_wants_nvml_columns_and_a_graph_time_under_0_1_ms(
     assert not gpu_state_verdict([row | {"graph_median_ms": None}], [graph], "cuda")[1]
     assert not gpu_state_verdict([row], [graph | {"timer": "cuda-events+l2-flush"}], "cuda")[1]
     assert gpu_state_verdict([], [], "cpu")[1]
+
+
+def test_the_quick_check_fits_five_minutes_on_an_h200_by_its_own_projection():
+    from bench.cli.gpu_check import QUICK_LIMIT_S, quick_projection
+    from bench.registry import discover
+
+    every = discover()  # the check's sweeps take every installed variant, xformers included
+    projected = quick_projection(every, "cuda")
+    assert 60 < projected <= QUICK_LIMIT_S, projected

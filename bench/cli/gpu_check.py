@@ -210,6 +210,9 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     common = ["--device", device, "--quiet", "--no-report", "--timeout", GPU_TIMEOUT_S, "--budget-ms", q["budget"],
               "--dtypes", q["dtype"]]
     checks = Verdicts(out / "quick-check.json")
+    projected = quick_projection(registry, device)
+    print(f"projected: {projected / 60:.1f} min by the plan's cost model (the limit on an H200: "
+          f"{QUICK_LIMIT_S / 60:g} min)", flush=True)
 
     # 1. every variant x mask x direction at n (FlexAttention's compiles last: the slowest part)
     matrix = ["--seq-lens", str(q["n"]), "--heads", "8", "--head-dims", "64", "--batch", "2",
@@ -279,6 +282,40 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
         checks.add(*_matrix_verdict(f"1 {', '.join(compiled)} x mask x fwd/bwd: ok or unsupported with a reason",
                                     rows))
     return _verdict(checks.items)
+
+
+QUICK_LIMIT_S = 300.0  # the quick check must fit five minutes on an H200, by its own projection
+QUICK_FIXED_S = 60.0  # beyond its sweeps: the timer checks (do_bench and the harness, two cells), the profile
+
+
+def quick_projection(registry, device: str = "cuda") -> float:
+    """The quick check's projected wall time: each of its sweeps through the plan's cost model
+    (bench.engine.plan, with its default rates for the device: compiles, the reference on the
+    CPU, the budget), plus QUICK_FIXED_S.  Plain arithmetic: it runs anywhere."""
+    from bench.engine import plan
+    from bench.model.spec import Spec
+
+    q = QUICK[device]
+    base = dict(device=device, dtypes=[q["dtype"]], budget_ms=float(q["budget"]), timeout=float(GPU_TIMEOUT_S),
+                kv_lens=None, kv_heads=None, window=[q["n"] // 4])
+    big = q["big"]
+    sweeps = [dict(variants=registry.names(), seq_lens=[q["n"]], heads=[8], head_dims=[64], batch=[2],
+                   masks=["none", "causal", "window", "padding"], directions=["fwd", "bwd"]),
+              dict(variants=[v for v in ("sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn") if v in registry],
+                   seq_lens=[big["q_len"]], heads=[big["heads"]], head_dims=[big["head_dim"]], batch=[big["batch"]],
+                   masks=["none"], directions=["fwd"]),
+              dict(variants=[v for v in MEMORY_EXPONENTS[device] if v in registry], seq_lens=q["scaling"],
+                   heads=[q["scaling_heads"]], head_dims=[q["scaling_dim"]], batch=[1], masks=["causal"],
+                   directions=["fwd"]),
+              dict(variants=["sdpa"], seq_lens=[128], heads=[8], head_dims=[64], batch=[1], masks=["none"],
+                   directions=["fwd"])]
+    total = QUICK_FIXED_S
+    for sweep in sweeps:
+        spec = Spec(**base, **sweep)
+        cells = [(n, c) for c in spec.cases() for n in spec.variants]
+        total += plan.project(cells, registry, spec, history=plan.History.empty(), report=False).wall_s
+    return total + (plan.project([], registry, Spec(**base, **sweeps[3]), report=False).wall_s
+                    if device == "cuda" else 0.0)  # the --timer graph sweep: its fixed costs
 
 
 class Verdicts:
