@@ -12,7 +12,7 @@ from bench.cli.common import Parser, add_setting_flags, given_settings, process_
 from bench.engine import store
 from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
-from bench.model.row import FLAGS, STATUSES
+from bench.model.row import STATUSES
 from bench.model.spec import build_spec, load_config, spec_from_dict
 
 # torch and the engine are imported once the workers are started (prestart): they import
@@ -262,7 +262,7 @@ def shaky_count(rows) -> str:
     noisy = sum(1 for r in ok if r.get("noisy"))
     contended = sum(1 for r in ok if r.get("contended"))
     throttled = sum(1 for r in ok if r.get("throttled"))
-    shaky = sum(1 for r in ok if any(r.get(f) for f in FLAGS))
+    shaky = sum(1 for r in ok if store.wants_retry(r, {"shaky"}))
     text = (f"shaky: {shaky} of {len(ok)} ok cells ({noisy} noisy, {contended} contended"
             + (f", {throttled} throttled" if throttled else "") + ")")
     return text + ("; measure them again with --resume RUN --retry shaky" if shaky else "")

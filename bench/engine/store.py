@@ -44,7 +44,7 @@ def read_current(run_dir: Path) -> list[dict]:
 
 def done_keys(rows, retry=frozenset()) -> set:
     """The cells a resume does not measure again: those whose current row's status is not in
-    ``retry`` (``retry`` may also hold the flags ``noisy`` and ``contended`` and ``shaky``, either)."""
+    ``retry`` (which may also name the flags of SHAKY_FLAGS: ok cells noisy, contended, throttled, or any)."""
     return {cell_key(r["variant"], r) for r in current_rows(rows) if not wants_retry(r, retry)}
 
 
