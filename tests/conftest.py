@@ -42,6 +42,6 @@ def read_jsonl(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def registry():
-    from bench.registry import discover
+    from bench.api import discover
 
     return discover(entry_points=False)

@@ -136,8 +136,8 @@ def test_the_gpu_state_verdict_wants_nvml_columns_and_a_graph_time_under_0_1_ms(
 
 
 def test_the_quick_check_fits_five_minutes_on_an_h200_by_its_own_projection():
+    from bench.api import discover
     from bench.cli.gpu_check import QUICK_LIMIT_S, quick_projection
-    from bench.registry import discover
 
     every = discover()  # the check's sweeps take every installed variant, xformers included
     projected = quick_projection(every, "cuda")

@@ -1,20 +1,22 @@
 """The architecture, checked: the layers import downwards only, and nothing imports in a circle.
 
 bench/model (what a case, mask, variant, spec and row are) <- bench/measure (timing, memory,
-FLOPs, the reference) <- bench/engine (cells, worker, sweep, run folder) <- reports <- bench/cli.
+FLOPs, the reference) <- variants (the built-in implementations, written as any plugin is) <-
+bench/engine (discovery, cells, worker, sweep, run folder) <- reports <- bench/cli and bench/api.
 """
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"bench.model": 0, "bench.measure": 1, "bench.engine": 2, "reports": 3, "bench.cli": 4}
+LAYERS = {"bench.model": 0, "bench.measure": 1, "variants": 2, "bench.engine": 3, "reports": 4, "bench.cli": 5,
+          "bench.api": 5}
 PUBLIC_PATHS = {"bench.case", "bench.masks", "bench.registry", "bench.probe"}  # the plugin API's stable names
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for top in ("bench", "reports"):
+    for top in ("bench", "reports", "variants"):
         for path in (ROOT / top).rglob("*.py"):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -51,7 +53,7 @@ def _layer(module: str) -> int | None:
 
 
 def test_the_core_never_imports_the_command_line_or_the_reports():
-    face = ("bench.cli", "bench.__main__")  # the command line, and `python -m bench` that starts it
+    face = ("bench.cli", "bench.__main__", "bench.api")  # the command line, `python -m bench`, the script API
     bad = [f"{m} imports {i}" for m, deps in _graph().items() if m.startswith("bench") and not m.startswith(face)
            for i in deps if i.startswith(("reports", "bench.cli"))]
     assert not bad, bad
@@ -94,3 +96,26 @@ def test_no_import_cycle():
 def test_the_scan_sees_local_imports():
     """The scan is not blind: a function-local import is found (the checks above rely on it)."""
     assert "bench.measure.profiler" in _graph()["bench.engine.cell"]
+
+
+def test_every_module_has_a_layer():
+    """A new top-level module or package is placed in the table, not silently left unchecked."""
+    outside = {"bench", "bench.errors", "bench.__main__"} | PUBLIC_PATHS  # shared base, entry, aliases
+    unplaced = sorted(m for m in _modules() if _layer(m) is None and m not in outside)
+    assert not unplaced, unplaced
+
+
+def test_the_variants_are_scanned_and_sit_below_the_engine():
+    graph = _graph()
+    assert "bench.registry" in graph["variants.naive"]
+    assert "variants" in graph["bench.engine.discovery"]  # the engine finds them: a downward arrow
+    assert not any(d.startswith("bench.engine") for d in graph["variants.flex"])
+
+
+def test_the_old_discover_path_says_where_it_went():
+    import pytest
+
+    from bench.model import registry
+
+    with pytest.raises(AttributeError, match="from bench.api import discover"):
+        registry.discover  # noqa: B018

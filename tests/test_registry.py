@@ -5,8 +5,9 @@ import textwrap
 
 import pytest
 
+from bench.api import discover
 from bench.case import Case
-from bench.registry import DuplicateVariantError, RegistryError, available, discover
+from bench.registry import DuplicateVariantError, RegistryError, available
 from tests.conftest import ROOT, run_cli, write_plugin
 
 PLUGIN = """

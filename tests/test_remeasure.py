@@ -9,9 +9,9 @@ import sys
 import pandas as pd
 import pytest
 
+from bench.api import discover
 from bench.cli import main
 from bench.engine import plan, store
-from bench.model.registry import discover
 from bench.model.spec import build_spec, parse_values
 from reports.frames import tidy
 from tests.test_reports import _run_folder, _timed_rows

@@ -12,7 +12,7 @@ def test_selfcheck_pairs_the_tools_round_by_round(monkeypatch):
     """The two tools take turns (harness, tub, harness, tub, ...), and the ratio is the median
     of the per-round ratios, with its spread."""
     import bench.measure.selfcheck as sc
-    from bench.registry import discover
+    from bench.api import discover
 
     order = []
     real_interleave = sc.interleave

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from bench import masks
+from bench.api import discover
 from bench.case import Case
 from bench.measure.inputs import make_grad_out, make_inputs
 from bench.measure.reference import TOLERANCES, reference, run_and_check
-from bench.registry import available, discover
+from bench.registry import available
 
 REGISTRY = discover(entry_points=False)
 SHAPES = [  # (q_len, kv_len, heads, kv_heads)

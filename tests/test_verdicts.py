@@ -89,7 +89,7 @@ def test_an_approximation_worse_than_zeros_is_a_mismatch(registry):
 
 def _plugin(tmp_path, body: str):
     """A plugin file's variants, loaded as the sweep loads them."""
-    from bench.registry import discover
+    from bench.api import discover
 
     path = tmp_path / "myplugin.py"
     path.write_text(textwrap.dedent(body))

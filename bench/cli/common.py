@@ -43,7 +43,7 @@ def given_settings(args) -> dict:
 def case_spec(args, defaults: dict, variants: list[str] | None = None):
     """The registry and the Spec of a single-case command (profile, selfcheck): its flags
     over ``defaults`` (raw values, as flags would give them)."""
-    from bench.model.registry import discover
+    from bench.engine.discovery import discover
 
     given = given_settings(args)
     if variants is not None:

@@ -120,9 +120,10 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     import torch
     from tabulate import tabulate
 
+    from bench.engine.discovery import discover
     from bench.measure.profiler import profile_case
     from bench.measure.selfcheck import check_cell
-    from bench.model.registry import available, discover
+    from bench.model.registry import available
 
     out = _prepare(out, device, "gpu-check")
     print(f"gpu-check folder: {out}", flush=True)
@@ -199,9 +200,10 @@ def _fit(ns, ys) -> float:
 def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     """The device acceptance check (module doc); returns the exit code."""
 
+    from bench.engine.discovery import discover
     from bench.measure.profiler import profile_case
     from bench.measure.selfcheck import check_cell
-    from bench.model.registry import available, discover
+    from bench.model.registry import available
 
     q = QUICK[device]
     out = _prepare(out, device, "gpu-quick")

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 def command(args) -> int:
     from tabulate import tabulate
 
-    from bench.model.registry import discover
+    from bench.engine.discovery import discover
     from bench.model.spec import availability_on_this_machine
 
     reg = discover(args.plugin)

@@ -27,7 +27,7 @@ def command(args):
                                           "batch": "1", "masks": "none", "directions": "fwd"})
         cells = [(name, case) for case in spec.cases() for name in spec.variants]
     else:
-        from bench.model.registry import discover
+        from bench.engine.discovery import discover
         from bench.model.spec import default_device
 
         registry = discover(args.plugin)

@@ -69,9 +69,10 @@ def command(args) -> int:
 
 def _command(args) -> int:
     from bench.engine import plan
+    from bench.engine.discovery import discover
     from bench.engine.sweep import SweepOptions, run_sweep, worker_slots
     from bench.model import masks
-    from bench.model.registry import discover, plugin_module
+    from bench.model.registry import plugin_module
 
     flags = given_settings(args)
     config = load_config(args.config) if args.config else {}

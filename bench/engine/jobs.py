@@ -149,8 +149,8 @@ def find_sweep(name: str, root: Path) -> Path:
 def job_states(record: dict) -> list[dict]:
     """Each job of a sweep: its state (from submitit; a local job by its process) and the
     cells its shard folder holds against the cells of its shard."""
+    from bench.engine.discovery import discover
     from bench.engine.sweep import spec_cells
-    from bench.model.registry import discover
 
     spec = spec_from_dict(record["spec"])
     registry = discover(spec.plugins)

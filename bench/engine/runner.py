@@ -91,7 +91,7 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     import gc
 
     from bench.engine.cell import CellSettings, ReferenceCache, cuda_broken, profile_group, run_group
-    from bench.model.registry import discover
+    from bench.engine.discovery import discover
 
     if settings.threads:
         torch.set_num_threads(settings.threads)

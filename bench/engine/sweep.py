@@ -51,7 +51,7 @@ class RunSummary:
 def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions()) -> RunSummary:
     """Measure every cell of ``spec`` that ``run_dir`` lacks, appending each row as soon as
     it is known; returns what was done. One sweep at a time writes a folder (a lock)."""
-    from bench.model.registry import discover
+    from bench.engine.discovery import discover
 
     registry = discover(spec.plugins)
     run_dir = store.writable_dir(run_dir)

@@ -12,11 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import importlib.metadata
 import importlib.util
-import pkgutil
 import sys
-import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,7 +169,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
                         backward=backward, requires=tuple(requires), baseline=baseline, check=check,
                         approximate=approximate, error_budget=error_budget, compiles=compiles,
                         module=factory.__module__, source=_source_of(mod, factory.__module__))
-        entries = _module_variants(mod, create=True)
+        entries = module_variants(mod, create=True)
         if any(v.name == name for v in entries):
             raise DuplicateVariantError(f"variant {name!r} is registered twice in {entry.source}")
         entries.append(entry)
@@ -181,7 +178,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
     return deco
 
 
-def _module_variants(mod, create: bool = False) -> list[Variant]:
+def module_variants(mod, create: bool = False) -> list[Variant]:
     """The variants ``mod`` registered (an empty list for none)."""
     if mod is None:
         if create:
@@ -207,55 +204,6 @@ def plugin_module(path: str) -> str:
     """The module name a ``--plugin`` file is loaded under."""
     p = Path(path).expanduser().resolve()
     return "attnbench_plugin_" + "".join(c if c.isalnum() else "_" for c in str(p))
-
-
-def _load_plugin(path: str):
-    p = Path(path).expanduser().resolve()
-    if not p.is_file() or p.suffix != ".py":
-        raise RegistryError(f"--plugin {path}: not a Python file (expected a path to a .py file)")
-    modname = plugin_module(path)
-    if modname in sys.modules:
-        return modname
-    spec = importlib.util.spec_from_file_location(modname, p)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = module
-    try:
-        spec.loader.exec_module(module)
-    except RegistryError:
-        del sys.modules[modname]
-        raise
-    except SystemExit as exc:
-        del sys.modules[modname]
-        raise RegistryError(f"--plugin {path}: called sys.exit({exc.code!r}) while being imported; a plugin "
-                            f"file defines variants and must not exit") from None
-    except Exception as exc:
-        del sys.modules[modname]
-        raise RegistryError(f"--plugin {path}: import failed: {type(exc).__name__}: {exc}") from exc
-    return modname
-
-
-def _builtin_modules() -> list[str]:
-    import variants
-
-    names = []
-    for info in sorted(pkgutil.iter_modules(variants.__path__), key=lambda m: m.name):
-        if not info.name.startswith("_"):
-            modname = f"variants.{info.name}"
-            importlib.import_module(modname)
-            names.append(modname)
-    return names
-
-
-def _entry_point_modules() -> list[str]:
-    names = []
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-        except Exception as exc:
-            raise RegistryError(f"entry point {ep.name!r} ({ep.value}) failed to load: "
-                                f"{type(exc).__name__}: {exc}") from exc
-        names.append(obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__)
-    return names
 
 
 class Registry:
@@ -293,23 +241,6 @@ class Registry:
 
     def baseline(self) -> Variant | None:
         return next((v for v in self if v.baseline), None)
-
-
-def discover(plugins: Iterable[str] = (), entry_points: bool = True) -> Registry:
-    """Built-in variants, then ``--plugin`` files, then installed entry points."""
-    modules = _builtin_modules()
-    modules += [_load_plugin(p) for p in plugins]
-    if entry_points:
-        modules += _entry_point_modules()
-    reg = Registry()
-    seen = set()
-    for m in modules:
-        if m in seen:
-            continue
-        seen.add(m)
-        for v in _module_variants(sys.modules.get(m)):
-            reg.add(v)
-    return reg
 
 
 @functools.cache
@@ -355,3 +286,10 @@ def probe_reason(v: Variant, case: Case) -> str | None:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def __getattr__(name: str):
+    if name == "discover":  # its home until the layers were made to point one way
+        raise AttributeError("discover() loads the built-in variants package, so it lives above the "
+                             "variants now: use `from bench.api import discover`")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,7 +31,7 @@ FRESH = """
 import json, sys, torch, torch.utils.benchmark as tb
 from bench.case import Case
 from bench.measure.bound import bind
-from bench.registry import discover
+from bench.api import discover
 name, n = sys.argv[1], int(sys.argv[2])
 case = Case("cpu", "float32", 1, 8, 8, n, n, 64, "none", None, "fwd")
 bound = bind(discover(entry_points=False)[name], case)

@@ -14,10 +14,10 @@ import argparse
 
 from tabulate import tabulate
 
+from bench.api import discover
 from bench.case import Case
 from bench.measure.bound import bind
 from bench.measure.reference import run_and_check
-from bench.registry import discover
 
 
 def main() -> None:

@@ -11,10 +11,11 @@ round ends with torch.cuda.synchronize(), so the figure covers the kernels, not 
 import pytest
 import torch
 
+from bench.api import discover
 from bench.case import Case
 from bench.measure.bound import bind
 from bench.measure.reference import run_and_check
-from bench.registry import available, discover
+from bench.registry import available
 
 REGISTRY = discover(entry_points=False)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
