@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from bench.engine import store
+from bench.engine import maskfile, store
 from bench.model import masks
 from bench.model.case import Case
 from reports.charts import new_figure, save_figure
@@ -27,7 +27,7 @@ def with_labels(df: pd.DataFrame) -> pd.DataFrame:
     """A ``mask_label`` column (the spelling, the window size in brackets) and a numeric ``density``
     (from the row, or from the definition for rows written before rows carried it)."""
     df = df.copy()
-    df["mask_label"] = [masks.label(m, w) for m, w in zip(df["mask"], df["window"])]
+    df["mask_label"] = [maskfile.label(m, w) for m, w in zip(df["mask"], df["window"])]
     if "density" not in df:
         df["density"] = np.nan
     df["density"] = pd.to_numeric(df["density"], errors="coerce")
@@ -55,7 +55,7 @@ def pictures(df: pd.DataFrame, envs: list[dict]) -> dict:
             continue
         row = g.iloc[0]
         try:
-            out[label] = masks.picture(Case(mask=row["mask"], window=None if row["window"] == "-"
+            out[label] = maskfile.picture(Case(mask=row["mask"], window=None if row["window"] == "-"
                                             else int(row["window"]), batch=int(row["batch"])))
         except (ValueError, TypeError):
             continue  # a plugin's mask that is no longer defined here: no picture
@@ -108,7 +108,7 @@ def pattern_chart(pics: dict, out: Path) -> list[Path]:
     for ax in axes.flat:
         ax.set_axis_off()
     for ax, (label, pic) in zip(axes.flat, items):
-        keep = masks.unpack(pic["rows"]).numpy()
+        keep = maskfile.unpack(pic["rows"]).numpy()
         ax.imshow(keep, cmap="Blues", vmin=0, vmax=1.25, interpolation="nearest", aspect="equal")
         ax.set_axis_on()
         ax.set_xticks([0, pic["size"] - 1], ["0", str(pic["size"] - 1)], fontsize=7)

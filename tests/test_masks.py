@@ -12,6 +12,7 @@ import torch
 from bench import masks
 from bench.case import Case
 from bench.cli import main
+from bench.engine import maskfile
 from bench.measure.flops import flops
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
@@ -191,7 +192,7 @@ def test_a_plugin_mask_is_swept_checked_and_counted(tmp_path):
         assert r["flops"] == 4 * 2 * kept * 16
     pictures = json.loads((out / "masks.json").read_text())
     assert set(pictures) == {"checker:4", "checker:8"}
-    assert masks.unpack(pictures["checker:4"]["rows"])[:8, :8].tolist() == \
+    assert maskfile.unpack(pictures["checker:4"]["rows"])[:8, :8].tolist() == \
         [[(i // 4 + j // 4) % 2 == 0 for j in range(8)] for i in range(8)]
     assert (out / "report" / "charts" / "masks.png").exists()
 

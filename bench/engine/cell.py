@@ -17,7 +17,7 @@ import torch
 
 from bench.measure import contention, kernels, nvml
 from bench.measure import flops as flopcount
-from bench.measure.bound import Bound, bind, case_inputs
+from bench.measure.bound import BoundVariant, bind_variant, case_inputs
 from bench.measure.memory import peak_bytes
 from bench.measure.origin import classify
 from bench.measure.reference import check_form, reference, run_and_check
@@ -155,7 +155,7 @@ def _extra(info: dict) -> dict:
 class _Live:
     """A variant that passed its check and waits for its timing."""
     variant: Variant
-    bound: Bound | None
+    bound: BoundVariant | None
     row: dict
     call: Callable = None
     timer: object = None
@@ -212,7 +212,7 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         if why:
             row.update(status=Status.UNSUPPORTED.value, reason=why, reason_kind=ReasonKind.LIBRARY.value)
             return _Live(var, None, row)
-        bound = bind(var, case, inputs)
+        bound = bind_variant(var, case, inputs)
         row["setup_ms"] = bound.setup_ms
         row["extra"] = _extra(bound.prepared.info)
         (q, k, v), grad_out = inputs
@@ -337,7 +337,7 @@ def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], No
             at(var.name)
             row = {"variant": var.name, **case.to_dict()}
             try:
-                bound = bind(var, case, inputs)
+                bound = bind_variant(var, case, inputs)
                 with bound.scope():
                     row.update(category_shares(bound))
             except Exception as exc:

@@ -9,13 +9,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.engine import maskfile, store
 from bench.engine import remeasure as again
-from bench.engine import store
 from bench.engine.cell import REFERENCE, base_row
 from bench.engine.runner import Worker, WorkerSettings, release_prestarted
 from bench.errors import UsageError
 from bench.measure import contention
-from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import available
 from bench.model.row import FAILED, STATUSES, ReasonKind
@@ -210,9 +209,9 @@ def _write_mask_pictures(run_dir: Path, spec) -> None:
     """masks.json: every mask of the sweep, its definition and keep pattern at n = 256 (the report's pictures)."""
     pictures = store.read_masks(run_dir)
     for case in spec.cases():
-        name = masks.label(case.mask, case.window)
+        name = maskfile.label(case.mask, case.window)
         if name not in pictures:
-            pictures[name] = masks.picture(case)
+            pictures[name] = maskfile.picture(case)
     store.write_json(run_dir, store.MASKS, pictures)
 
 

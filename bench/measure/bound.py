@@ -18,7 +18,7 @@ from bench.model.registry import Prepared, Variant
 
 
 @dataclass
-class Bound:
+class BoundVariant:
     variant: Variant
     case: Case
     prepared: Prepared
@@ -45,10 +45,10 @@ def case_inputs(case: Case) -> tuple[tuple, object]:
     return make_inputs(case), (make_grad_out(case) if case.needs_grad else None)
 
 
-def bind(variant: Variant, case: Case, inputs: tuple[tuple, object] | None = None) -> Bound:
+def bind_variant(variant: Variant, case: Case, inputs: tuple[tuple, object] | None = None) -> BoundVariant:
     """Set ``variant`` up for ``case`` (timing the setup) on ``inputs`` (``case_inputs``; made
     here when not given: the cells of one case share theirs)."""
     (q, k, v), grad_out = inputs if inputs is not None else case_inputs(case)
     t0 = time.perf_counter()
     prepared = variant.prepare(case)
-    return Bound(variant, case, prepared, (q, k, v), grad_out, (time.perf_counter() - t0) * 1e3)
+    return BoundVariant(variant, case, prepared, (q, k, v), grad_out, (time.perf_counter() - t0) * 1e3)

@@ -122,7 +122,7 @@ def shares_by_category(rows: list[dict]) -> dict[str, float]:
 
 def category_shares(bound) -> dict:
     """Columns for a sweep row: share_<category> in percent of profiled self time
-    (``bound``: ``bench.measure.bound.bind``'s, called inside its scope)."""
+    (``bound``: ``bench.measure.bound.bind_variant``'s, called inside its scope)."""
     prof = _profile(bound, None)
     shares = shares_by_category(breakdown(prof, bound.case.device))
     return {f"share_{c.replace('/', '_').replace(' ', '_')}": round(s, 2) for c, s in shares.items()}
@@ -130,9 +130,9 @@ def category_shares(bound) -> dict:
 
 def profile_case(variant, case: Case, out_dir: Path, top: int = 15) -> dict:
     """Profile one (variant, case); write trace and breakdown CSV; return figures and paths."""
-    from bench.measure.bound import bind
+    from bench.measure.bound import bind_variant
 
-    bound = bind(variant, case)
+    bound = bind_variant(variant, case)
     stem = f"{variant.name}_{case.mask}_n{case.q_len}_{case.dtype}_{case.direction}".replace("+", "")
     trace = out_dir / f"trace_{stem}.json"
     with bound.scope():

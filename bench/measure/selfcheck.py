@@ -18,7 +18,7 @@ import torch
 import torch.utils.benchmark as tub
 
 from bench.measure import contention
-from bench.measure.bound import bind
+from bench.measure.bound import bind_variant
 from bench.measure.timing import CpuTimer, CudaTimer, interleave
 from bench.model.case import Case
 
@@ -38,7 +38,7 @@ def default_cases(device: str) -> list[tuple[str, Case]]:
 
 
 def check_cell(variant, case: Case, budget_ms: float = 1000.0, rounds: int = ROUNDS) -> dict:
-    bound = bind(variant, case)
+    bound = bind_variant(variant, case)
     with bound.scope():
         return _compare_timers(variant.name, case, bound.timed(), budget_ms, rounds)
 

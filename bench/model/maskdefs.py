@@ -47,8 +47,8 @@ class Range:
 
     def text(self) -> str:
         if self.hi is not None:
-            return f"{_fmt(self.lo)} to {_fmt(self.hi)}"
-        return f"{'>' if self.open_lo else '>='} {_fmt(self.lo)}"
+            return f"{format_value(self.lo)} to {format_value(self.hi)}"
+        return f"{'>' if self.open_lo else '>='} {format_value(self.lo)}"
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class MaskDef:
     ranges: dict = field(default_factory=dict)  # parameter: its Range (a parameter without one takes any value)
 
     def signature(self) -> str:
-        return self.name + "".join(f":{k}={_fmt(v)}" for k, v in self.params.items())
+        return self.name + "".join(f":{k}={format_value(v)}" for k, v in self.params.items())
 
     def ranges_text(self) -> str:
         """Each parameter's valid values, as ``list --masks`` and the errors show them."""
@@ -97,7 +97,7 @@ def _register(kind, name, params, description, prepare, intervals, additive, ran
         except ValueError as exc:
             raise MaskError(f"{kind} {name!r}: parameter {k}: {exc}") from None
         if not parsed[k].holds(params[k]):
-            raise MaskError(f"{kind} {name!r}: the default {k}={_fmt(params[k])} is outside its range "
+            raise MaskError(f"{kind} {name!r}: the default {k}={format_value(params[k])} is outside its range "
                             f"{parsed[k].text()}")
 
     def deco(fn):
@@ -133,11 +133,16 @@ def catalogue() -> dict[str, MaskDef]:
     return dict(_DEFS)
 
 
+def definition(name: str) -> MaskDef | None:
+    """The registered mask or score mod called ``name``, or None."""
+    return _DEFS.get(name)
+
+
 def names(kind: str) -> list[str]:
     return [n for n, d in _DEFS.items() if d.kind == kind]
 
 
-def _fmt(v) -> str:
+def format_value(v) -> str:
     if isinstance(v, tuple):
         return "/".join(str(x) for x in v)
     if isinstance(v, float):

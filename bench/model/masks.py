@@ -38,119 +38,16 @@ prints it.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from bench.model.case import Case
-from bench.model.maskdefs import _DEFS, MaskDef, MaskError, _fmt, catalogue, mask, names, score_mod  # noqa: F401
+from bench.model.mask_spelling import Term, canonical, parse, parse_term, uses_window_flag  # noqa: F401
+from bench.model.maskdefs import MaskDef, MaskError, catalogue, mask, names, score_mod  # noqa: F401
 
 ANY = "any"  # a variant's masks= / score_mods= value: every registered one
 ADDITIVE = "additive"  # a variant's score_mods= value: every mod that only adds a bias
-
-# -- spelling ------------------------------------------------------------------------------
-
-def _value(term: str, key: str, default, raw: str):
-    try:
-        if isinstance(default, tuple):
-            return tuple(int(x) for x in raw.split("/") if x != "")
-        if isinstance(default, float):
-            out = float(raw)
-            if not math.isfinite(out):
-                raise ValueError
-            return out
-        return int(raw)
-    except ValueError:
-        kind = "numbers joined by '/'" if isinstance(default, tuple) else type(default).__name__
-        raise MaskError(f"mask term {term!r}: {key}={raw!r} is not valid: {key} takes {kind}") from None
-
-
-def _unknown(name: str) -> MaskError:
-    return MaskError(f"unknown mask or score mod {name!r}; masks: {', '.join(names('mask'))}; "
-                     f"score mods: {', '.join(names('score_mod'))} (python -m bench list --masks)")
-
-
-@dataclass(frozen=True)
-class Term:
-    d: MaskDef
-    params: tuple  # ((key, value), ...) in declaration order
-
-    @property
-    def kw(self) -> dict:
-        return dict(self.params)
-
-    def text(self) -> str:
-        """The one spelling: the first parameter positionally, the others as key=value when not
-        their default (the first too, as key=value, when only later ones differ)."""
-        items = list(self.params)
-        if not items:
-            return self.d.name
-        changed = [(k, v) for k, v in items if v != self.d.params[k]]
-        if not changed or changed[0][0] == items[0][0]:
-            first, rest = items[0][1], [kv for kv in changed if kv[0] != items[0][0]]
-            return f"{self.d.name}:{_fmt(first)}" + "".join(f":{k}={_fmt(v)}" for k, v in rest)
-        return self.d.name + "".join(f":{k}={_fmt(v)}" for k, v in changed)
-
-
-def parse_term(text: str, window: int | None = None) -> Term:
-    name, *parts = text.strip().split(":")
-    d = _DEFS.get(name)
-    if d is None:
-        raise _unknown(name)
-    keys = list(d.params)
-    given: dict = {}
-    for i, part in enumerate(parts):
-        key, sep, raw = part.partition("=")
-        if not sep:
-            if i >= len(keys) or any("=" in p for p in parts[:i]):
-                raise MaskError(f"mask term {text!r}: too many positional values; {d.signature()}")
-            key, raw = keys[i], part
-        elif key not in d.params:
-            raise MaskError(f"mask term {text!r}: {name} has no parameter {key!r}; {d.signature()}")
-        if key in given:
-            raise MaskError(f"mask term {text!r}: {key} given twice")
-        given[key] = _value(text, key, d.params[key], raw)
-        valid = d.ranges.get(key)
-        if valid is not None and not valid.holds(given[key]):
-            raise MaskError(f"mask term {text!r}: {key}={raw} is out of range: {name} takes {d.ranges_text()}")
-    if name == "window" and "window" not in given:
-        if window is None:
-            raise MaskError("mask 'window' needs a size: window:256, or --window 256")
-        given["window"] = window
-    return Term(d, tuple((k, given.get(k, v)) for k, v in d.params.items()))
-
-
-def parse(text: str, window: int | None = None) -> tuple[list[Term], list[Term]]:
-    """(mask terms, score-mod terms) of a spelling such as ``causal+softcap:50``."""
-    if not isinstance(text, str) or not text.strip():
-        raise MaskError(f"mask {text!r}: empty; valid: {', '.join(names('mask'))}")
-    if any(not t.strip() for t in text.split("+")):
-        raise MaskError(f"mask {text!r}: an empty term between '+' signs; join names such as causal+softcap:50")
-    terms = [parse_term(t, window) for t in text.split("+")]
-    ms = [t for t in terms if t.d.kind == "mask"]
-    mods = [t for t in terms if t.d.kind == "score_mod"]
-    if not ms:
-        ms = [parse_term("none")]
-    return ms, mods
-
-
-def canonical(text: str, window: int | None = None) -> tuple[str, int | None]:
-    """The (mask, window) a Case stores for a spelling: the lone window mask keeps its size in
-    Case.window (as it always has); every other spelling is written out in full, in one form."""
-    ms, mods = parse(text, window)
-    if len(ms) == 1 and not mods and ms[0].d.name == "window":
-        return "window", ms[0].kw["window"]
-    if any(t.d.name == "none" for t in ms):  # a union with 'none' keeps every pair
-        ms = [] if mods else [parse_term("none")]
-    return "+".join(t.text() for t in ms + mods), None
-
-
-def uses_window_flag(text: str) -> bool:
-    """True when a spelling has a bare ``window`` term (one that takes --window)."""
-    return any(t.strip() == "window" for t in str(text).split("+"))
-
 
 # -- a mask bound to a case ------------------------------------------------------------------
 
@@ -158,8 +55,8 @@ def _on(value, device):
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
-class Bound:
-    """The mask and score mods of a case, with their prepared tensors."""
+class CaseMask:
+    """The mask and score mods of one case, with their prepared tensors (``bind(case)`` gives it)."""
 
     def __init__(self, case: Case):
         self.case = case
@@ -419,26 +316,24 @@ def indices(case: Case, device="cpu", rows=None, kv=None, batches=None, heads=No
 
 
 @functools.lru_cache(maxsize=256)
-def _bound(case: Case) -> Bound:
-    return Bound(case)
+def _case_mask(case: Case) -> CaseMask:
+    return CaseMask(case)
 
 
-def bind(case: Case) -> Bound:
+def bind(case: Case) -> CaseMask:
     """The case's mask and score mods, resolved and prepared (cached per case; the direction
     does not matter to a mask).  A mask's ``prepare`` receives this very case."""
-    return _bound(case.replace(direction="fwd"))
+    return _case_mask(case.replace(direction="fwd"))
 
 
-# -- the functions variants have always called ------------------------------------------------
+# -- what variants, FLOP counts and rows ask of a case's mask ------------------------------------------------
 
 def kv_lengths(case: Case) -> list[int]:
-    """Valid key count per batch element for the padding mask; kv_len for other masks.
-    ``len_b = kv_len - ((b + 1) * kv_len) // (2 * batch)``: from nearly kv_len (b = 0) down
-    to about kv_len / 2 (last b); never below 1."""
+    """Valid key count per batch element under the padding mask (the lengths its definition
+    in ``mask_catalog`` prepares); kv_len for other masks."""
     if case.mask != "padding":
         return [case.kv_len] * case.batch
-    b2 = 2 * case.batch
-    return [case.kv_len - ((b + 1) * case.kv_len) // b2 for b in range(case.batch)]
+    return bind(case).masks[0][1]["lens"].flatten().tolist()
 
 
 def kept_pairs(case: Case) -> int:
@@ -459,27 +354,6 @@ def row_columns(case: Case) -> dict:
     ms, mods = parse(case.mask, case.window)
     params = {t.d.name: {k: list(v) if isinstance(v, tuple) else v for k, v in t.params} for t in ms + mods}
     return {"mask_params": params, "density": round(bind(case).density, 6)}
-
-
-def key_range(case: Case, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """(lo, hi) int64 tensors (B|1, q_len): query i keeps keys lo <= j < hi, for masks whose
-    rows keep one contiguous range (none, causal, window, padding, prefix_lm, chunked_causal,
-    document); MaskError for the others."""
-    bound = bind(case)
-    q = torch.arange(case.q_len)
-    if bound.is_full:
-        return torch.zeros(1, case.q_len, dtype=torch.long), torch.full((1, case.q_len), case.kv_len)
-    if len(bound.masks) != 1 or bound.masks[0][0].d.intervals is None:
-        raise MaskError(f"mask {case.mask!r} does not keep one key range per query row")
-    t, kw = bound.masks[0]
-    spans = t.d.intervals(q, case, **kw)
-    if len(spans) != 1:
-        raise MaskError(f"mask {case.mask!r} does not keep one key range per query row")
-    lo, hi = (torch.as_tensor(x).long() for x in spans[0])
-    lo, hi = torch.broadcast_tensors(lo.reshape((1,) * (2 - lo.dim()) + tuple(lo.shape)),
-                                     hi.reshape((1,) * (2 - hi.dim()) + tuple(hi.shape)))
-    lo, hi = lo.expand(lo.shape[0], case.q_len), hi.expand(hi.shape[0], case.q_len)
-    return lo.clamp(0, case.kv_len).to(device), hi.clamp(0, case.kv_len).to(device)
 
 
 def dense_keep(case: Case, device="cpu") -> torch.Tensor | None:
@@ -504,45 +378,6 @@ def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None, empty_rows: 
         return scores.softmax(-1)
     empty = ~keep.any(-1, keepdim=True)
     return scores.masked_fill(empty, 0.0).softmax(-1).masked_fill(empty, 0.0)
-
-
-def pattern(case: Case, size: int = 256) -> torch.Tensor:
-    """The keep pattern of batch element 0, head 0 at q_len = kv_len = ``size``: float (size, size)."""
-    small = case.replace(q_len=size, kv_len=size, heads=1, kv_heads=1)
-    keep = bind(small).keep("cpu")
-    if keep is None:
-        return torch.ones(size, size)
-    return keep[0, 0].float()
-
-
-def label(mask_: str, window) -> str:
-    """How reports name a mask: the spelling, with the window mask's size in brackets."""
-    return mask_ + (f"({int(window)})" if window not in (None, "-") and window == window else "")
-
-
-def picture(case: Case, size: int = 256) -> dict:
-    """What masks.json keeps of a case's mask: the definitions and parameters of its terms, its
-    density at q_len = kv_len = ``size``, and that keep pattern (batch element 0, head 0) as one
-    hex string per query row (bit j of a row: key j kept)."""
-    try:
-        keep = pattern(case, size).bool()
-    except MaskError as exc:
-        return {"mask": case.mask, "window": case.window, "size": size, "error": str(exc)}
-    weights = 1 << torch.arange(3, -1, -1)
-    nibbles = (keep.view(size, -1, 4).long() * weights).sum(-1)
-    rows = ["".join("0123456789abcdef"[int(x)] for x in r) for r in nibbles]
-    ms, mods = parse(case.mask, case.window)
-    return {"mask": case.mask, "window": case.window, "size": size, "density": float(keep.float().mean()),
-            "terms": [{"name": t.d.name, "kind": t.d.kind, "params": {k: list(v) if isinstance(v, tuple) else v
-                                                                     for k, v in t.params},
-                       "description": t.d.description} for t in ms + mods],
-            "rows": rows}
-
-
-def unpack(rows: list[str]) -> torch.Tensor:
-    """A picture's hex rows back to a bool (size, size) tensor."""
-    bits = [[(int(c, 16) >> (3 - i)) & 1 for c in r for i in range(4)] for r in rows]
-    return torch.tensor(bits, dtype=torch.bool)
 
 
 from bench.model import mask_catalog  # noqa: E402,F401  (registers the built-in catalogue)

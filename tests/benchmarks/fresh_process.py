@@ -30,11 +30,11 @@ from tabulate import tabulate
 FRESH = """
 import json, sys, torch, torch.utils.benchmark as tb
 from bench.case import Case
-from bench.measure.bound import bind
+from bench.measure.bound import bind_variant
 from bench.api import discover
 name, n = sys.argv[1], int(sys.argv[2])
 case = Case("cpu", "float32", 1, 8, 8, n, n, 64, "none", None, "fwd")
-bound = bind(discover(entry_points=False)[name], case)
+bound = bind_variant(discover(entry_points=False)[name], case)
 with bound.scope():
     call = bound.timed()
     timer = tb.Timer("call()", globals={"call": call}, num_threads=torch.get_num_threads())

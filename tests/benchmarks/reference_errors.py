@@ -16,7 +16,7 @@ from tabulate import tabulate
 
 from bench.api import discover
 from bench.case import Case
-from bench.measure.bound import bind
+from bench.measure.bound import bind_variant
 from bench.measure.reference import run_and_check
 
 
@@ -32,7 +32,7 @@ def main() -> None:
             for mask in ("none", "causal"):
                 for name in args.variants.split(","):
                     case = Case("cpu", dtype, 1, 2, 2, n, n, 64, mask, None, "fwd+bwd")
-                    bound = bind(registry[name], case)
+                    bound = bind_variant(registry[name], case)
                     with bound.scope():
                         r = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out)
                     table.append([dtype, n, mask, name, f"{r.rel_err:.2e}", f"{1 - r.cosine:.1e}",

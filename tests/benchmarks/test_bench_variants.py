@@ -13,7 +13,7 @@ import torch
 
 from bench.api import discover
 from bench.case import Case
-from bench.measure.bound import bind
+from bench.measure.bound import bind_variant
 from bench.measure.reference import run_and_check
 from bench.registry import available
 
@@ -37,7 +37,7 @@ def test_variant(benchmark, name, case):
     ok, why = available(v, case)
     if not ok:
         pytest.skip(why)
-    bound = bind(v, case)
+    bound = bind_variant(v, case)
     benchmark.group = f"{DEVICE} {DTYPE} n={N} {case.mask} {case.direction}"
     benchmark.extra_info.update(case.to_dict())
     with bound.scope():  # e.g. the pinned SDPA backend, held open around the rounds

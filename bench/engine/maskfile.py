@@ -1,0 +1,48 @@
+"""The run folder's ``masks.json``: each mask of a sweep as its terms, parameters, definitions
+and keep pattern at a small size, written by the sweep and drawn by the report."""
+
+from __future__ import annotations
+
+import torch
+
+from bench.model import masks
+from bench.model.case import Case
+
+
+def pattern(case: Case, size: int = 256) -> torch.Tensor:
+    """The keep pattern of batch element 0, head 0 at q_len = kv_len = ``size``: float (size, size)."""
+    small = case.replace(q_len=size, kv_len=size, heads=1, kv_heads=1)
+    keep = masks.bind(small).keep("cpu")
+    if keep is None:
+        return torch.ones(size, size)
+    return keep[0, 0].float()
+
+
+def label(mask_: str, window) -> str:
+    """How reports name a mask: the spelling, with the window mask's size in brackets."""
+    return mask_ + (f"({int(window)})" if window not in (None, "-") and window == window else "")
+
+
+def picture(case: Case, size: int = 256) -> dict:
+    """What masks.json keeps of a case's mask: the definitions and parameters of its terms, its
+    density at q_len = kv_len = ``size``, and that keep pattern (batch element 0, head 0) as one
+    hex string per query row (bit j of a row: key j kept)."""
+    try:
+        keep = pattern(case, size).bool()
+    except masks.MaskError as exc:
+        return {"mask": case.mask, "window": case.window, "size": size, "error": str(exc)}
+    weights = 1 << torch.arange(3, -1, -1)
+    nibbles = (keep.view(size, -1, 4).long() * weights).sum(-1)
+    rows = ["".join("0123456789abcdef"[int(x)] for x in r) for r in nibbles]
+    ms, mods = masks.parse(case.mask, case.window)
+    return {"mask": case.mask, "window": case.window, "size": size, "density": float(keep.float().mean()),
+            "terms": [{"name": t.d.name, "kind": t.d.kind, "params": {k: list(v) if isinstance(v, tuple) else v
+                                                                     for k, v in t.params},
+                       "description": t.d.description} for t in ms + mods],
+            "rows": rows}
+
+
+def unpack(rows: list[str]) -> torch.Tensor:
+    """A picture's hex rows back to a bool (size, size) tensor."""
+    bits = [[(int(c, 16) >> (3 - i)) & 1 for c in r for i in range(4)] for r in rows]
+    return torch.tensor(bits, dtype=torch.bool)
