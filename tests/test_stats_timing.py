@@ -171,8 +171,9 @@ def test_the_variants_of_a_case_are_timed_round_robin_in_the_worker_code():
     turns over three rounds (A B C A B C A B C), then each one's memory pass."""
     import torch.nn.functional as F
 
-    from bench.engine.cell import CellSettings, run_group
+    from bench.engine.cell import run_group
     from bench.measure import contention
+    from bench.measure.settings import MeasureSettings
     from bench.registry import Variant
 
     log = []
@@ -187,7 +188,7 @@ def test_the_variants_of_a_case_are_timed_round_robin_in_the_worker_code():
 
     case = Case("cpu", "float32", 1, 2, 2, 32, 32, 16, "none", None, "fwd")
     rows = []
-    run_group([make("A"), make("B"), make("C")], case, CellSettings(budget_ms=30, rounds=3), rows.append)
+    run_group([make("A"), make("B"), make("C")], case, MeasureSettings(budget_ms=30, rounds=3), rows.append)
     turns = [name for name, _ in itertools.groupby(log)]
     assert turns == list("ABC") + list("ABC") * 3 + list("ABC")  # check, 3 rounds, memory
     assert [r["status"] for r in rows] == ["ok"] * 3

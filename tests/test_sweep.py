@@ -318,3 +318,28 @@ def test_timed_share_line():
                     "(start-up, peaks and summary 5 s, report 10 s)")
     # without a report; a clock that disagrees by a hair never gives a negative rest
     assert timed_share(1.0, 2.0, 1.999, 0.0).endswith("of the command's 2 s (start-up, peaks and summary 0 s)")
+
+
+def test_measure_settings_come_from_the_spec_once_in_one_unit():
+    from bench.api import build_spec, discover, parse_values
+    from bench.measure.settings import MeasureSettings
+
+    spec = build_spec(parse_values({"variants": ["naive"], "precision": 5, "rounds": 2, "budget_ms": 7,
+                                    "threads": 1, "device": "cpu"}), discover(entry_points=False))
+    s = MeasureSettings.from_spec(spec)
+    assert (s.budget_ms, s.precision, s.rounds, s.threads, s.timer) == (7.0, 0.05, 2, 1, "events")
+    assert MeasureSettings.from_spec(spec, threads=3).threads == 3  # a worker's own share of the cores
+    row = s.stamp({}, "cuda")
+    assert row == {"budget_ms": 7.0, "threads": 1, "precision": None}  # no precision target on the GPU timers
+
+
+@pytest.mark.slow
+def test_every_row_is_stamped_with_the_settings_also_those_that_never_reached_a_worker(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("sweep", "--variants", "naive,xformers", "--seq-lens", "16", "--heads", "1", "--head-dims", "8",
+                   "--masks", "none", "--budget-ms", "5", "--precision", "4", "--threads", "1", "--out", out,
+                   "--quiet", "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    rows = read_jsonl(out / "results.jsonl")
+    assert {r["status"] for r in rows} == {"ok", "unsupported"}  # xformers: refused before any worker ran it
+    assert {(r["budget_ms"], r["threads"], r["precision"]) for r in rows} == {(5.0, 1, 0.04)}

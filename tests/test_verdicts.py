@@ -12,9 +12,10 @@ import torch.nn.functional as F
 
 from bench.case import Case
 from bench.engine import store
-from bench.engine.cell import CellSettings, run_group
+from bench.engine.cell import run_group
 from bench.measure.inputs import make_grad_out, make_inputs
 from bench.measure.reference import check, reference, run_and_check
+from bench.measure.settings import MeasureSettings
 from bench.registry import Variant
 
 # -- the check's power where values are small: long sequences, bf16, gradients, decode --------
@@ -98,7 +99,7 @@ def _plugin(tmp_path, body: str):
 
 def _rows(variants, case, **settings):
     rows = []
-    run_group(variants, case, CellSettings(budget_ms=5, rounds=1, **settings), rows.append)
+    run_group(variants, case, MeasureSettings(budget_ms=5, rounds=1, **settings), rows.append)
     return {r["variant"]: r for r in rows}
 
 
@@ -322,7 +323,7 @@ def test_backward_variants_of_a_case_keep_one_forward_graph_alive_at_a_time():
 
     case = SMALL.replace(direction="bwd")
     rows = []
-    run_group([make("A"), make("B"), make("C")], case, CellSettings(budget_ms=5, rounds=3), rows.append)
+    run_group([make("A"), make("B"), make("C")], case, MeasureSettings(budget_ms=5, rounds=3), rows.append)
     rows = {r["variant"]: r for r in rows}
     assert [rows[n]["status"] for n in "ABC"] == ["ok"] * 3
     assert all(rows[n]["bwd_forward"] == "per turn" and rows[n]["rounds"] == 3 for n in "ABC")
@@ -451,7 +452,7 @@ def test_a_reference_that_cannot_be_computed_leaves_the_cells_timed_unchecked(mo
     wrong = Variant(name="wrong", factory=lambda case: (lambda q, k, v: q[..., :4]), description="bad shape")
     steps = []
     rows = []
-    run_group([plain, wrong], SMALL, CellSettings(budget_ms=5, rounds=1), rows.append, at=steps.append)
+    run_group([plain, wrong], SMALL, MeasureSettings(budget_ms=5, rounds=1), rows.append, at=steps.append)
     rows = {r["variant"]: r for r in rows}
     assert steps[0] == cell.REFERENCE  # its own step, before any variant's: its own deadline in a sweep
     assert rows["plain"]["status"] == "ok" and rows["plain"]["median_ms"] > 0 and rows["plain"]["rel_err"] is None

@@ -21,8 +21,8 @@ from bench.measure.bound import BoundVariant, bind_variant, case_inputs
 from bench.measure.memory import peak_bytes
 from bench.measure.origin import classify
 from bench.measure.reference import check_form, reference, run_and_check
+from bench.measure.settings import MeasureSettings
 from bench.measure.timing import (
-    DEFAULT_PRECISION,
     GRAPH_CHECK_MS,
     GraphTimer,
     interleave,
@@ -34,20 +34,6 @@ from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import Variant, first_line, probe_reason
 from bench.model.row import CONTENTION, GPU_STATE, KERNELS, MEASURED, TIMING, ReasonKind, Status, default_kind
-
-DEFAULT_ROUNDS = 3
-
-
-@dataclass
-class CellSettings:
-    """How the cells of a sweep are measured (recorded in every row)."""
-    budget_ms: float = 1000.0
-    precision: float = DEFAULT_PRECISION
-    rounds: int = DEFAULT_ROUNDS
-    timer: str = "events"  # the GPU timer: events, or graph (bench.measure.timing.GraphTimer)
-
-    def to_row(self) -> dict:
-        return {"budget_ms": self.budget_ms, "precision": self.precision}
 
 
 def base_row(variant: str, case: Case, status: str = "", reason: str = "", kind: str | None = None) -> dict:
@@ -169,7 +155,7 @@ def _nowhere(name: str) -> None:
 REFERENCE = "(reference)"  # what ``at`` names while the float64 reference is computed: its own step
 
 
-def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit: Callable[[dict], None],
+def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
               cache: ReferenceCache | None = None, at: Callable[[str], None] = _nowhere,
               skip_reference: str = "") -> None:
     """Measure ``variants`` on ``case``; ``emit(row)`` for each as soon as its row is final
@@ -180,6 +166,8 @@ def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit:
     not be computed) or when it raises here, the variants are timed unchecked: their rows
     say ``reference_skipped`` with the reason."""
     cache = cache or ReferenceCache()
+    if settings.threads is None:  # the rows record the threads the cells ran with
+        settings = settings.replace(threads=torch.get_num_threads())
     try:
         inputs = case_inputs(case)
         if not skip_reference:
@@ -205,8 +193,7 @@ def run_group(variants: list[Variant], case: Case, settings: CellSettings, emit:
 
 
 def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "") -> _Live:
-    row = base_row(var.name, case) | settings.to_row() | {"approximate": var.approximate}
-    row["threads"] = torch.get_num_threads()
+    row = settings.stamp(base_row(var.name, case), case.device) | {"approximate": var.approximate}
     try:
         why = probe_reason(var, case)  # the library's own refusal, here in the worker
         if why:
@@ -232,7 +219,7 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         return _Live(var, None, fail(row, exc))
 
 
-def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -> None:
+def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at) -> None:
     by_name = {item.variant.name: item for item in live}
     # a bwd call holds its forward's graph; built at each variant's turn and dropped after it, so
     # one variant's graph is alive at a time, not every variant's of the case (a later one's oom)
@@ -307,7 +294,7 @@ def _time_all(live: list[_Live], case: Case, settings: CellSettings, emit, at) -
         emit(row)
 
 
-def _gpu_checks(item: _Live, row: dict, settings: CellSettings) -> None:
+def _gpu_checks(item: _Live, row: dict, settings: MeasureSettings) -> None:
     """A GPU cell's kernel names and backend (a profiled call), and, under GRAPH_CHECK_MS with
     the event timer, its time as a CUDA graph: the row keeps every figure and flags a
     disagreement beyond AGREE between them (``timer_mismatch``)."""

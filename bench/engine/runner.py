@@ -9,6 +9,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
+from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 
 WORKER_START_TIMEOUT_S = 300.0
@@ -16,13 +17,10 @@ WORKER_START_TIMEOUT_S = 300.0
 
 @dataclass
 class WorkerSettings:
+    """Where and with what a worker runs; how it measures is ``measure``, passed on untouched."""
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
     plugins: list[str] = field(default_factory=list)
-    budget_ms: float = 1000.0
-    threads: int | None = None
     log_path: str | None = None  # the worker's stdout and stderr go here
-    precision: float = 0.02
-    rounds: int = 3
-    timer: str = "events"  # the GPU timer: events or graph
     env: dict = field(default_factory=dict)  # set before torch is imported (CUDA_VISIBLE_DEVICES)
     cpus: tuple = ()  # the cores this worker may use (its affinity); empty: any
 
@@ -90,13 +88,13 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     import functools
     import gc
 
-    from bench.engine.cell import CellSettings, ReferenceCache, cuda_broken, profile_group, run_group
+    from bench.engine.cell import ReferenceCache, cuda_broken, profile_group, run_group
     from bench.engine.discovery import discover
 
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
+    if settings.measure.threads:
+        torch.set_num_threads(settings.measure.threads)
     registry = discover(settings.plugins)
-    cell_settings = CellSettings(settings.budget_ms, settings.precision, settings.rounds, settings.timer)
+    cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
     cache = ReferenceCache()
     gc.collect()
     gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
@@ -278,15 +276,15 @@ class Worker:
         self.last_started = None
         kills_before = oom_kills()
         # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget
-        timeout_s = timeout_s + self.settings.budget_ms / 1e3
+        timeout_s = timeout_s + self.settings.measure.budget_ms / 1e3
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                own = timeout_s - self.settings.budget_ms / 1e3
+                own = timeout_s - self.settings.measure.budget_ms / 1e3
                 return "timeout", (f"no result within the cell timeout ({own:g} s beyond the "
-                                   f"{self.settings.budget_ms:g} ms timing budget)")
+                                   f"{self.settings.measure.budget_ms:g} ms timing budget)")
             try:
                 if self._conn.poll(min(left, 0.5)):
                     tag, row = self._conn.recv()

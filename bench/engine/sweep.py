@@ -5,6 +5,7 @@ command line (``bench.cli.sweep``) decides what to print and whether to build th
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from bench.engine.cell import REFERENCE, base_row
 from bench.engine.runner import Worker, WorkerSettings, release_prestarted
 from bench.errors import UsageError
 from bench.measure import contention
+from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 from bench.model.registry import available
 from bench.model.row import FAILED, STATUSES, ReasonKind
@@ -73,12 +75,18 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
             print("note: the workers have cores of their own but share the memory bandwidth and the caches: a "
                   "memory-bound cell can run slower beside another than alone", file=sys.stderr)
         t0 = time.perf_counter()
-        counts, timed_s, devices = _run_cells(cells, run_dir, spec, registry, options, slots)
-        notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads,
-                                         lambda shaky: _run_cells(shaky, run_dir, spec, registry, options, slots)[1])
+        pool = WorkerPool(run_dir, spec, registry, options, slots)
+        try:
+            timed_s = pool.run(cells)
+            counts = dict(pool.counts)  # this invocation's cells; a re-measured cell is counted once
+            notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads, pool.run)
+            if options.profile:
+                pool.profile()
+        finally:
+            pool.close()
         rows = store.read_rows(run_dir)
         measured = _measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) if cells else {}
-        _close_run(run_dir, spec, rows, devices, measured)
+        _close_run(run_dir, spec, rows, pool.devices, measured)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s + again_s,
                       notes)
 
@@ -252,130 +260,155 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
     store.write_env(run_dir, env)
 
 
-def _run_cells(cells, run_dir: Path, spec, registry, options, slots) -> tuple[dict, float]:
-    """Each cell to a row, appended as soon as it is known; unavailable cells are recorded
-    as 'unsupported' without launching them.  The variants of one case go to one worker
-    together, to be timed in interleaved rounds; when the worker dies or overruns in a
-    group, the variants still without a row run again one at a time, so that the cell
-    that crashed is the one marked, and only that worker restarts.  With several workers
-    (``slots``, one thread each here), cases are dealt out largest first to whichever worker
-    is free; every row goes through the one writer.  Returns the status counts and the
-    timed seconds."""
-    import threading
+class WorkerPool:
+    """The sweep's workers and what they have done.  Each cell becomes a row, appended as soon as
+    it is known; an unavailable cell is recorded as 'unsupported' without launching it.  The
+    variants of one case go to one worker together, to be timed in interleaved rounds; when
+    the worker dies or overruns in a group, the variants still without a row run again one at
+    a time, so that the cell that crashed is the one marked, and only that worker restarts.
+    With several workers (``slots``, one thread each here), cases are dealt out largest first
+    to whichever worker is free; every row goes through the one writer.
 
-    from tqdm import tqdm
+    After ``run(cells)``: ``counts`` (status: cells), ``timed_s`` (seconds in timed samples),
+    ``measured`` (case: variants measured ok) and ``devices`` (worker label: its device)."""
 
-    from bench.engine import plan
+    def __init__(self, run_dir: Path, spec: Spec, registry, options: SweepOptions, slots: list):
+        self.run_dir, self.spec, self.registry, self.options, self.slots = run_dir, spec, registry, options, slots
+        many = len(slots) > 1
+        self.settings = {s.label: MeasureSettings.from_spec(spec, s.threads) for s in slots}
+        self.workers = [Worker(WorkerSettings(measure=self.settings[slot.label], plugins=spec.plugins,
+                                              env=dict(slot.env), cpus=tuple(slot.cpus),
+                                              log_path=str(run_dir / (f"worker-{i}.log" if many else "worker.log"))))
+                        for i, slot in enumerate(slots)]
+        self.counts = dict.fromkeys(STATUSES, 0)
+        self.timed_s = 0.0
+        self.measured: dict = {}
+        self._lock = threading.Lock()
+        self._queue: list = []
+        self._raised: list = []  # an exception in a worker's thread: the others stop, run() raises it
+        self._writer = self._bar = None
 
-    writer = store.ResultWriter(run_dir)
-    many = len(slots) > 1
-    workers = [Worker(WorkerSettings(plugins=spec.plugins, budget_ms=spec.budget_ms, threads=slot.threads,
-                                     precision=spec.precision / 100.0, rounds=spec.rounds, timer=spec.timer or "events",
-                                     env=dict(slot.env),
-                                     cpus=tuple(slot.cpus),
-                                     log_path=str(run_dir / (f"worker-{i}.log" if many else "worker.log"))))
-               for i, slot in enumerate(slots)]
-    counts = dict.fromkeys(STATUSES, 0)
-    timed = [0.0]
-    measured: dict = {}  # case: names of the variants measured ok in this invocation
-    lock = threading.Lock()
-    bar = tqdm(total=len(cells), unit="cell", dynamic_ncols=True, file=sys.stderr,
-               disable=not options.progress)
+    @property
+    def devices(self) -> dict:
+        return {s.label: w.device_name for s, w in zip(self.slots, self.workers) if w.device_name}
 
-    def record(row: dict, label: str) -> None:
-        with lock:
+    def run(self, cells) -> float:
+        """Measure ``cells`` ((variant name, case) pairs); returns the seconds timed in this call."""
+        from tqdm import tqdm
+
+        from bench.engine import plan
+
+        before = self.timed_s
+        groups = list(_by_case(cells))
+        if len(self.slots) > 1:  # largest first, each to the next free worker
+            cost = {g.case: g.cost_s for g in plan.groups(cells, self.registry, self.spec.budget_ms)}
+            groups.sort(key=lambda item: -cost[item[0]])
+        self._queue = list(reversed(groups))
+        self._writer = store.ResultWriter(self.run_dir)
+        self._bar = tqdm(total=len(cells), unit="cell", dynamic_ncols=True, file=sys.stderr,
+                         disable=not self.options.progress)
+        try:
+            if len(self.slots) == 1:
+                self._serve(self.workers[0], self.slots[0].label)
+            else:
+                threads = [threading.Thread(target=self._serve, args=(w, s.label), daemon=True)
+                           for w, s in zip(self.workers, self.slots)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            if self._raised:
+                raise self._raised[0]
+        finally:
+            self._bar.close()
+            self._writer.close()
+        return self.timed_s - before
+
+    def profile(self) -> None:
+        """sweep --profile: every cell measured ok, profiled again after all the timing."""
+        if self.measured:
+            _profile_pass(self.workers[0], self.run_dir, self.measured, self.spec.timeout, self.options.progress)
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+        release_prestarted()
+
+    # -- inside the worker threads -----------------------------------------------------------
+    def _record(self, row: dict, label: str) -> None:
+        if row.get("budget_ms") is None:  # a row made here, for a cell that never ran in a worker
+            self.settings[label].stamp(row, row["device"])
+        with self._lock:
             row["worker"] = label
-            writer.write(row)
+            self._writer.write(row)
             if row["status"] == "ok":
-                measured.setdefault(Case.from_dict(row), []).append(row["variant"])
-            counts[row["status"]] += 1
-            timed[0] += row.get("timed_s") or 0.0
-            bar.update(1)
+                self.measured.setdefault(Case.from_dict(row), []).append(row["variant"])
+            self.counts[row["status"]] += 1
+            self.timed_s += row.get("timed_s") or 0.0
+            self._bar.update(1)
 
-    def run(worker: Worker, label: str, names: list[str], case, mode: str = "time") -> None:
+    def _run_group(self, worker: Worker, label: str, names: list[str], case, mode: str = "time") -> None:
         got = []
-        tag, why = worker.run_group(names, case, spec.timeout, lambda row: (got.append(row["variant"]),
-                                                                            record(row, label)), mode=mode)
+        tag, why = worker.run_group(names, case, self.spec.timeout,
+                                    lambda row: (got.append(row["variant"]), self._record(row, label)), mode=mode)
         missing = [n for n in names if n not in got]
         if tag == "done" or not missing:
             return
         if worker.last_started == REFERENCE:  # the reference overran its own deadline or took the worker down:
             # the variants are timed all the same, unchecked, on a fresh worker (no variant is blamed)
-            run(worker, label, missing, case, mode=f"unchecked:the float64 reference {tag}: {why}"[:300])
+            self._run_group(worker, label, missing, case, mode=f"unchecked:the float64 reference {tag}: {why}"[:300])
             return
         culprit = worker.last_started if worker.last_started in missing else None
         if culprit is None and len(missing) == 1:
             culprit = missing[0]
         if culprit is None:
             for name in missing:  # find the culprit: one at a time
-                run(worker, label, [name], case)
+                self._run_group(worker, label, [name], case)
             return
-        record(base_row(culprit, case, tag, why), label)  # it was running when the worker died or hung
+        self._record(base_row(culprit, case, tag, why), label)  # it was running when the worker died or hung
         rest = [n for n in missing if n != culprit]
         if rest:
-            run(worker, label, rest, case)
+            self._run_group(worker, label, rest, case)
 
-    groups = list(_by_case(cells))
-    if many:  # largest first, each to the next free worker
-        cost = {g.case: g.cost_s for g in plan.groups(cells, registry, spec.budget_ms)}
-        groups.sort(key=lambda item: -cost[item[0]])
-    queue = list(reversed(groups))
-    raised: list = []  # an exception in a worker's thread: the others stop, this thread raises it
-
-    def serve(worker: Worker, label: str) -> None:
+    def _serve(self, worker: Worker, label: str) -> None:
         try:
             while True:
-                with lock:
-                    if not queue or raised:
+                with self._lock:
+                    if not self._queue or self._raised:
                         return
-                    case, names = queue.pop()
-                    bar.set_postfix_str(f"{case.label()}", refresh=False)
+                    case, names = self._queue.pop()
+                    self._bar.set_postfix_str(f"{case.label()}", refresh=False)
                 runnable = []
                 for name in names:
-                    ok, why = available(registry[name], case, probe=False)  # probes run in the worker
+                    ok, why = available(self.registry[name], case, probe=False)  # probes run in the worker
                     if ok:
                         runnable.append(name)
                     else:
-                        kind = ReasonKind.CAPABILITY if registry[name].static_reason(case) else ReasonKind.ENVIRONMENT
-                        record(base_row(name, case, "unsupported", why, kind.value), label)
+                        static = self.registry[name].static_reason(case)
+                        kind = ReasonKind.CAPABILITY if static else ReasonKind.ENVIRONMENT
+                        self._record(base_row(name, case, "unsupported", why, kind.value), label)
                 if runnable:
-                    run(worker, label, runnable, case)
+                    self._run_group(worker, label, runnable, case)
         except BaseException as exc:
-            raised.append(exc)
-
-    try:
-        if not many:
-            serve(workers[0], slots[0].label)
-        else:
-            threads = [threading.Thread(target=serve, args=(w, s.label), daemon=True) for w, s in zip(workers, slots)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        if raised:
-            raise raised[0]
-        if options.profile and measured:
-            _profile_pass(workers[0], run_dir, measured, spec.timeout, bar)
-    finally:
-        bar.close()
-        for w in workers:
-            w.stop()
-        release_prestarted()
-        writer.close()
-    return counts, timed[0], {s.label: w.device_name for s, w in zip(slots, workers) if w.device_name}
+            self._raised.append(exc)
 
 
-def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, bar) -> None:
+def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, progress: bool) -> None:
     """sweep --profile: every cell measured ok, profiled again after all the timing (a
     profiler must not run just before a timed loop), into profile.jsonl."""
+    from tqdm import tqdm
+
     writer = store.ResultWriter(run_dir, store.PROFILE)
+    bar = tqdm(total=len(measured), unit="case", dynamic_ncols=True, file=sys.stderr, disable=not progress)
     try:
         for case, names in measured.items():
             bar.set_postfix_str(f"profiling {case.label()}", refresh=False)
             tag, why = worker.run_group(names, case, timeout, writer.write, mode="profile")
             if tag != "done":
                 print(f"warning: the profiled pass of {case.label()} ended early: {why}", file=sys.stderr)
+            bar.update(1)
     finally:
+        bar.close()
         writer.close()
 
 

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from bench.measure.settings import DEFAULT_PRECISION
 from bench.measure.stats import Stats, quantile
 from bench.model.case import Case
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H100/H200: 50-60 MiB)
 CONFIDENCE = 0.95
-DEFAULT_PRECISION = 0.02  # stop when the median's 95% CI is within +-2% of it
 MIN_BLOCK_MS = 1.0  # a CPU sample times a block of calls lasting at least this long
 WARMUP_AGREE = 0.10  # warm once two successive block estimates agree within 10%
 MAX_CPU_SAMPLES = 2000
@@ -115,9 +115,9 @@ class Timing:
                 "ci_halfwidth": halfwidth if math.isfinite(halfwidth) else None, "noisy": halfwidth > NOISY_CI,
                 "ci_lo_ms": ci[0] if ci else None, "ci_hi_ms": ci[1] if ci else None,
                 "number": self.number, "warmup_calls": self.warmup_calls,
-                "timer": self.method, "threads": self.threads, "samples_ms": self.samples_ms,
+                "timer": self.method, "samples_ms": self.samples_ms,
                 "round_medians_ms": self.round_medians_ms, "rounds": len(self.round_medians_ms),
-                "timed_s": self.timed_s, "cpu_util": self.cpu_util, "precision": self.precision}
+                "timed_s": self.timed_s, "cpu_util": self.cpu_util}
 
 
 def timed_call(case: Case, fn: Callable, q, k, v, grad_out=None) -> Callable[[], object]:

@@ -1,0 +1,44 @@
+"""How the cells of a sweep are measured: one frozen object, derived once from the Spec,
+handed to every worker, and stamped on every row by one function.
+
+Units: ``precision`` is a fraction here and in rows (0.02 is +-2 %); the Spec and the
+command line give it in percent (``--precision 2``), converted in ``from_spec`` only.
+No torch here: a worker unpickles this before it imports torch (its CUDA_VISIBLE_DEVICES is set first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+DEFAULT_PRECISION = 0.02  # stop when the median's 95% CI is within +-2% of it
+DEFAULT_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    budget_ms: float = 1000.0
+    precision: float = DEFAULT_PRECISION  # CPU timer: the 95% CI of the median within +-precision (a fraction)
+    rounds: int = DEFAULT_ROUNDS  # interleaved rounds per case (A B C A B C ...)
+    timer: str = "events"  # the GPU timer: events, or graph (bench.measure.timing.GraphTimer)
+    threads: int | None = None  # torch threads in the worker; None: torch's default (resolved in the worker)
+
+    @classmethod
+    def from_spec(cls, spec, threads: int | None = None) -> MeasureSettings:
+        """The settings of ``spec`` (a ``bench.model.spec.Spec``); ``threads`` is the worker's own
+        count where placement chose one (several workers share the cores)."""
+        return cls(budget_ms=float(spec.budget_ms), precision=spec.precision / 100.0, rounds=int(spec.rounds),
+                   timer=spec.timer or "events", threads=threads if threads is not None else spec.threads)
+
+    def replace(self, **changes) -> MeasureSettings:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def stamp(self, row: dict, device: str) -> dict:
+        """Write the settings a row was measured under on it (every row, failed ones too): the
+        budget, the threads, and the precision target where one applies (the CPU timer; the
+        GPU timers take a fixed number of samples, so a CUDA row's precision is None)."""
+        row.update(budget_ms=self.budget_ms, threads=self.threads,
+                   precision=self.precision if device == "cpu" else None)
+        return row
