@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.engine import store
@@ -82,16 +83,44 @@ def _prepare(out: Path | None, device: str, label: str) -> Path:
     return out
 
 
-def _sweep(argv: list[str]) -> tuple[int, list[dict]]:
-    from bench.cli.sweep import run
+@dataclass(frozen=True)
+class Step:
+    """One sweep of a check, as data: the folder it writes under the check's folder and its
+    settings (the keys a TOML config or ``parse_values`` takes).  ``run`` measures it through the
+    Python API (bench.api) and ``spec`` is what the projection prices."""
+    folder: str
+    settings: dict
+    report: bool = False  # draw its report (the full check on a GPU)
 
-    out = Path(argv[argv.index("--out") + 1])
-    try:
-        rc = run(argv)
-    except UsageError as exc:
-        print(f"error: {exc}")
-        rc = 2
-    return rc, store.read_rows(out)
+    def spec(self, registry, common: dict, here: bool = True):
+        from bench.api import build_spec, parse_values
+
+        return build_spec(parse_values(common | self.settings), registry, here=here)
+
+    def run(self, out: Path, registry, common: dict) -> tuple[bool, list[dict]]:
+        """(ran to the end, its rows); a refused setting is printed, not raised."""
+        from bench.api import SweepOptions, build_report, run_sweep
+
+        run_dir = out / self.folder
+        try:
+            spec = self.spec(registry, common)
+            run_sweep(spec, run_dir, SweepOptions(progress=False, given=common | self.settings,
+                                                  command=f"gpu-check step {self.folder}"))
+        except UsageError as exc:
+            print(f"error: {self.folder}: {exc}", flush=True)
+            return False, store.read_rows(run_dir) if run_dir.exists() else []
+        if self.report:
+            build_report([run_dir])
+        return True, store.read_rows(run_dir)
+
+
+def _start(out: Path | None, device: str, label: str):
+    """The check's fresh folder and the registry of every installed variant."""
+    from bench.engine.discovery import discover
+
+    out = _prepare(out, device, label)
+    print(f"{label} folder: {out}", flush=True)
+    return out, discover()
 
 
 def _verdict(checks: list[tuple[str, bool, str]]) -> int:
@@ -114,52 +143,52 @@ def _failed_cells(rows: list[dict]) -> list[str]:
                                                            and r.get("reason_kind") == "mismatch-values")])
 
 
+def full_steps(names: list[str], seq_len: int, device: str) -> list[Step]:
+    """The full check's sweeps: the matrix, cross-attention with GQA, and the scaling sweeps."""
+    small = max(16, seq_len // 2)
+    lengths = [seq_len * f // 2 for f in (1, 2, 4, 8, 16)]
+    gpu = device == "cuda"
+    steps = [Step("matrix", dict(variants=names, seq_lens=[seq_len], dtypes=["bf16", "fp16"] if gpu else ["bf16"],
+                                 masks=["none", "causal", "window", "padding"], directions=["fwd", "bwd"]), True),
+             Step("cross", dict(variants=names, seq_lens=[small], kv_lens=[3 * small], kv_heads=[2], dtypes=["bf16"],
+                                masks=["none", "causal", "padding"], directions=["fwd", "bwd"]), True)]
+    for mask, wanted in SCALING.items():
+        chosen = [v for v in wanted if v in names]
+        if chosen:  # the CPU rehearsal draws no scaling report: the GPU's is the one
+            steps.append(Step(f"scaling-{mask}", dict(variants=chosen, seq_lens=lengths, dtypes=["bf16"], masks=[mask],
+                                                      directions=["fwd"]), gpu))
+    return steps
+
+
 def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
                   variants: list[str] | None = None) -> int:
     import pandas as pd
     import torch
     from tabulate import tabulate
 
-    from bench.engine.discovery import discover
     from bench.measure.profiler import profile_case
     from bench.measure.selfcheck import check_cell
     from bench.model.registry import available
 
-    out = _prepare(out, device, "gpu-check")
-    print(f"gpu-check folder: {out}", flush=True)
-    registry = discover()
+    out, registry = _start(out, device, "gpu-check")
     names = variants or registry.names()
-    pick = ["--variants", ",".join(names)]
-    small = max(16, seq_len // 2)
-    common = ["--device", device, "--heads", "8", "--head-dims", "64", "--batch", "2",
-              "--window", str(max(8, seq_len // 8)), "--quiet", "--timeout", GPU_TIMEOUT_S]
-    if device == "cpu":  # a dry run: the steps, not the numbers
-        common += ["--budget-ms", "10"]
-    dtypes = "bf16,fp16" if device == "cuda" else "bf16"  # the CPU rehearsal: the steps, one dtype
-    rc, matrix = _sweep(["--out", str(out / "matrix"), "--seq-lens", str(seq_len), "--dtypes", dtypes,
-                         "--masks", "none,causal,window,padding", "--directions", "fwd,bwd", "--profile",
-                         *pick, *common])
-    rc2, cross = _sweep(["--out", str(out / "cross"), "--seq-lens", str(small), "--kv-lens", str(3 * small),
-                         "--kv-heads", "2", "--dtypes", "bf16", "--masks", "none,causal,padding",
-                         "--directions", "fwd,bwd", *pick, *common])
-    lengths = ",".join(str(seq_len * f // 2) for f in (1, 2, 4, 8, 16))
-    scaling_rows = []
-    for mask, wanted in SCALING.items():
-        chosen = [v for v in wanted if v in names]
-        if chosen:
-            quick = ["--no-report"] if device == "cpu" else []  # a rehearsal: the GPU's scaling report is the one
-            _, rows = _sweep(["--out", str(out / f"scaling-{mask}"), "--variants", ",".join(chosen),
-                              "--seq-lens", lengths, "--dtypes", "bf16", "--masks", mask, "--directions", "fwd",
-                              *common, *quick])
-            scaling_rows += rows
+    common = dict(device=device, heads=[8], head_dims=[64], batch=[2], window=[max(8, seq_len // 8)],
+                  timeout=float(GPU_TIMEOUT_S), **({"budget_ms": 10.0} if device == "cpu" else {}))
+    steps = full_steps(names, seq_len, device)
+    ran, rows = {}, {}
+    for step in steps:
+        ran[step.folder], rows[step.folder] = step.run(out, registry, common)
+    matrix, cross = rows["matrix"], rows["cross"]
+    scaling_rows = [r for step in steps if step.folder.startswith("scaling") for r in rows[step.folder]]
     checks, timer_rows = [], []
     if device == "cuda" and torch.cuda.device_count() > 1:  # one worker per GPU, cases dealt out
         n_gpus = torch.cuda.device_count()
-        rc3, spread = _sweep(["--out", str(out / "workers"), "--gpus", "all", "--seq-lens", lengths, "--dtypes", "bf16",
-                              "--masks", "causal", "--directions", "fwd", *pick, *common])
+        step = Step("workers", dict(variants=names, gpus="all", seq_lens=[seq_len * f // 2 for f in (1, 2, 4, 8, 16)],
+                                    dtypes=["bf16"], masks=["causal"], directions=["fwd"]))
+        whole, spread = step.run(out, registry, common)
         used = sorted({r.get("worker") for r in spread})
         keys = [(r["variant"], r["q_len"]) for r in spread]
-        whole = rc3 == 0 and len(used) == n_gpus and len(keys) == len(set(keys))
+        whole = whole and len(used) == n_gpus and len(keys) == len(set(keys))
         detail = f"rows from {', '.join(map(str, used))}; {len(keys)} rows, {len(set(keys))} cells"
         checks.append((f"one worker per GPU ({n_gpus})", whole, detail))
     dims = dict(batch=1, heads=16, head_dim=128) if device == "cuda" else dict(batch=1, heads=8, head_dim=64)
@@ -179,6 +208,7 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
         df["kv_len"].ne(df["q_len"]).map({True: " cross+gqa", False: ""})
     from reports.tables import cell_pivot
 
+    small = max(16, seq_len // 2)
     table = cell_pivot(df, ["variant", "mask"], "where", "cell")
     print(f"\nstatus and median per cell (b=2, h=8, d=64; n={seq_len}, cross: q={small} kv={3 * small}):")
     print(tabulate(table.reset_index(), headers="keys", showindex=False))
@@ -186,7 +216,9 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     bad = _failed_cells(matrix + cross + scaling_rows)
     checks.append(("every cell ok, or unsupported with a reason", not bad,
                    f"{len(bad)} failed: {bad[0]}" if bad else f"{len(df) + len(scaling_rows)} cells"))
-    checks.append(("sweeps exit 0", rc == 0 and rc2 == 0, f"matrix {rc}, cross {rc2}"))
+    stopped = [f for f, ok in ran.items() if not ok]
+    checks.append(("every sweep ran to the end", not stopped, "refused: " + ", ".join(stopped) if stopped else
+                   ", ".join(ran)))
     return _verdict(checks)
 
 
@@ -197,52 +229,70 @@ def _fit(ns, ys) -> float:
     return statistics.linear_regression([x for x, _ in pts], [y for _, y in pts]).slope
 
 
+def quick_common(device: str) -> dict:
+    q = QUICK[device]
+    return dict(device=device, timeout=float(GPU_TIMEOUT_S), budget_ms=float(q["budget"]), dtypes=[q["dtype"]])
+
+
+def quick_steps(registry, device: str) -> dict[str, Step]:
+    """The quick check's sweeps by verdict, as data: ``run_quick_check`` runs them and
+    ``quick_projection`` prices the very same ones."""
+    q, big = QUICK[device], QUICK[device]["big"]
+    compiled = [n for n in registry.names() if registry[n].compiles]
+    matrix = dict(seq_lens=[q["n"]], heads=[8], head_dims=[64], batch=[2], window=[q["n"] // 4],
+                  masks=["none", "causal", "window", "padding"], directions=["fwd", "bwd"])
+    tiny = dict(variants=["sdpa"], seq_lens=[128], heads=[8], head_dims=[64], batch=[1], masks=["none"],
+                directions=["fwd"])
+    steps = {
+        "matrix": Step("matrix", dict(variants=[n for n in registry.names() if n not in compiled], **matrix)),
+        "peak": Step("peak", dict(variants=[v for v in ("sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn")
+                                            if v in registry], seq_lens=[big["q_len"]], heads=[big["heads"]],
+                                  head_dims=[big["head_dim"]], batch=[big["batch"]], masks=["none"],
+                                  directions=["fwd"])),
+        "scaling": Step("scaling", dict(variants=[v for v in MEMORY_EXPONENTS[device] if v in registry],
+                                        seq_lens=q["scaling"], heads=[q["scaling_heads"]], head_dims=[q["scaling_dim"]],
+                                        batch=[1], masks=["causal"], directions=["fwd"])),
+    }
+    if device == "cuda":  # the CPU has no NVML and no CUDA graphs
+        steps["tiny"] = Step("tiny", tiny)
+        steps["tiny-graph"] = Step("tiny-graph", dict(tiny, timer="graph"))
+    if compiled:  # last, so that the verdicts above are written whatever happens here
+        steps["matrix-compiled"] = Step("matrix-compiled", dict(variants=compiled, **matrix))
+    return steps
+
+
 def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     """The device acceptance check (module doc); returns the exit code."""
-
-    from bench.engine.discovery import discover
     from bench.measure.profiler import profile_case
     from bench.measure.selfcheck import check_cell
     from bench.model.registry import available
 
     q = QUICK[device]
-    out = _prepare(out, device, "gpu-quick")
-    print(f"gpu-check --quick folder: {out}", flush=True)
-    registry = discover()
-    common = ["--device", device, "--quiet", "--no-report", "--timeout", GPU_TIMEOUT_S, "--budget-ms", q["budget"],
-              "--dtypes", q["dtype"]]
+    out, registry = _start(out, device, "gpu-check --quick")
+    common = quick_common(device)
+    steps = quick_steps(registry, device)
     checks = Verdicts(out / "quick-check.json")
     projected = quick_projection(registry, device)
     print(f"projected: {projected / 60:.1f} min by the plan's cost model (the limit on an H200: "
           f"{QUICK_LIMIT_S / 60:g} min)", flush=True)
 
+    def rows(name: str) -> list[dict]:
+        return steps[name].run(out, registry, common)[1] if name in steps else []
+
     # 1. every variant x mask x direction at n (FlexAttention's compiles last: the slowest part)
-    matrix = ["--seq-lens", str(q["n"]), "--heads", "8", "--head-dims", "64", "--batch", "2",
-              "--masks", "none,causal,window,padding", "--window", str(q["n"] // 4), "--directions", "fwd,bwd"]
-    compiled = [n for n in registry.names() if registry[n].compiles]
-    _, rows = _sweep(["--out", str(out / "matrix"), "--variants",
-                      ",".join(n for n in registry.names() if n not in compiled), *matrix, *common])
     checks.add(*_matrix_verdict("1 every variant x mask x fwd/bwd: ok or unsupported with a reason (an "
-                                "approximation: or its accuracy verdict)", rows))
+                                "approximation: or its accuracy verdict)", rows("matrix")))
 
     # 2. the best SDPA backend at a large size, against the matmul peak the sweep measured
-    big = q["big"]
-    sdpa = [v for v in ("sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn") if v in registry]
-    _, rows = _sweep(["--out", str(out / "peak"), "--variants", ",".join(sdpa), "--seq-lens", str(big["q_len"]),
-                      "--heads", str(big["heads"]), "--head-dims", str(big["head_dim"]), "--batch", str(big["batch"]),
-                      "--masks", "none", "--directions", "fwd", *common])
+    peak_rows = rows("peak")
     peak = (store.read_env(out / "peak").get("peaks_tflops") or {}).get(q["dtype"])
-    checks.add(*sdpa_verdict(rows, peak, q["min_tflops"] if device == "cpu" else None))
-    checks.add(*kernel_verdict(rows, device))
+    checks.add(*sdpa_verdict(peak_rows, peak, q["min_tflops"] if device == "cpu" else None))
+    checks.add(*kernel_verdict(peak_rows, device))
 
     # 3. memory exponents of a causal scaling sweep
-    scaled = [v for v in MEMORY_EXPONENTS[device] if v in registry]
-    _, rows = _sweep(["--out", str(out / "scaling"), "--variants", ",".join(scaled),
-                      "--seq-lens", ",".join(map(str, q["scaling"])), "--heads", str(q["scaling_heads"]),
-                      "--head-dims", str(q["scaling_dim"]), "--batch", "1", "--masks", "causal", "--directions", "fwd",
-                      *common])
+    scaling = rows("scaling")
     for name, (lo, hi) in MEMORY_EXPONENTS[device].items():
-        mine = [r for r in rows if r["variant"] == name and r["status"] == "ok" and r.get("peak_mem_bytes")]
+        mine = [r for r in scaling if r["variant"] == name and r["status"] == "ok" and r.get("peak_mem_bytes")]
         exp = _fit([r["q_len"] for r in mine], [r["peak_mem_bytes"] for r in mine])
         checks.add(f"3 memory exponent {name} in [{lo}, {hi}]", lo <= exp <= hi,
                    f"{exp:.2f} over n={','.join(str(r['q_len']) for r in mine)}")
@@ -272,17 +322,12 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     checks.add(f"5 profiler trace has {want} events", n_events > 0, f"{n_events} in {Path(res['trace']).name}")
 
     # 6. a sub-0.1 ms cell: NVML's clocks, power and energy, and its time again as a CUDA graph
-    tiny = ["--variants", "sdpa", "--seq-lens", "128", "--heads", "8", "--head-dims", "64", "--batch", "1",
-            "--masks", "none", "--directions", "fwd", *common]
-    events_rows = _sweep(["--out", str(out / "tiny"), *tiny])[1] if device == "cuda" else []
-    graph_rows = _sweep(["--out", str(out / "tiny-graph"), "--timer", "graph", *tiny])[1] if device == "cuda" else []
-    checks.add(*gpu_state_verdict(events_rows, graph_rows, device))
+    checks.add(*gpu_state_verdict(rows("tiny"), rows("tiny-graph"), device))
 
-    if compiled:  # 1, the compiled variants: last, so that the verdicts above are written whatever happens here
-        _, rows = _sweep(["--out", str(out / "matrix-compiled"), "--variants", ",".join(compiled), *matrix,
-                          *common])
+    if "matrix-compiled" in steps:
+        compiled = steps["matrix-compiled"].settings["variants"]
         checks.add(*_matrix_verdict(f"1 {', '.join(compiled)} x mask x fwd/bwd: ok or unsupported with a reason",
-                                    rows))
+                                    rows("matrix-compiled")))
     return _verdict(checks.items)
 
 
@@ -291,33 +336,19 @@ QUICK_FIXED_S = 60.0  # beyond its sweeps: the timer checks (do_bench and the ha
 
 
 def quick_projection(registry, device: str = "cuda") -> float:
-    """The quick check's projected wall time: each of its sweeps through the plan's cost model
-    (bench.engine.plan, with its default rates for the device: compiles, the reference on the
-    CPU, the budget), plus QUICK_FIXED_S.  Plain arithmetic: it runs anywhere."""
+    """The quick check's projected wall time: each of its sweeps (``quick_steps``, the ones it
+    runs) through the plan's cost model (bench.engine.plan, with its default rates for the
+    device: compiles, the reference on the CPU, the budget), plus QUICK_FIXED_S.  Plain
+    arithmetic: it runs anywhere."""
     from bench.engine import plan
-    from bench.model.spec import Spec
 
-    q = QUICK[device]
-    base = dict(device=device, dtypes=[q["dtype"]], budget_ms=float(q["budget"]), timeout=float(GPU_TIMEOUT_S),
-                kv_lens=None, kv_heads=None, window=[q["n"] // 4])
-    big = q["big"]
-    sweeps = [dict(variants=registry.names(), seq_lens=[q["n"]], heads=[8], head_dims=[64], batch=[2],
-                   masks=["none", "causal", "window", "padding"], directions=["fwd", "bwd"]),
-              dict(variants=[v for v in ("sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn") if v in registry],
-                   seq_lens=[big["q_len"]], heads=[big["heads"]], head_dims=[big["head_dim"]], batch=[big["batch"]],
-                   masks=["none"], directions=["fwd"]),
-              dict(variants=[v for v in MEMORY_EXPONENTS[device] if v in registry], seq_lens=q["scaling"],
-                   heads=[q["scaling_heads"]], head_dims=[q["scaling_dim"]], batch=[1], masks=["causal"],
-                   directions=["fwd"]),
-              dict(variants=["sdpa"], seq_lens=[128], heads=[8], head_dims=[64], batch=[1], masks=["none"],
-                   directions=["fwd"])]
     total = QUICK_FIXED_S
-    for sweep in sweeps:
-        spec = Spec(**base, **sweep)
+    common = quick_common(device)
+    for step in quick_steps(registry, device).values():
+        spec = step.spec(registry, common, here=False)
         cells = [(n, c) for c in spec.cases() for n in spec.variants]
         total += plan.project(cells, registry, spec, history=plan.History.empty(), report=False).wall_s
-    return total + (plan.project([], registry, Spec(**base, **sweeps[3]), report=False).wall_s
-                    if device == "cuda" else 0.0)  # the --timer graph sweep: its fixed costs
+    return total
 
 
 class Verdicts:

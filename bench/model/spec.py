@@ -421,13 +421,14 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def build_spec(given: dict, registry, base: Spec | None = None) -> Spec:
+def build_spec(given: dict, registry, base: Spec | None = None, here: bool = True) -> Spec:
     """The Spec from settings given by name, already parsed (``parse_values``, ``load_config``;
     None = unset), over ``base`` (a frozen spec, for a resume) or else the preset.  The checks
-    that involve several settings or the registry are made here."""
+    that involve several settings or the registry are made here.  ``here=False``: a spec to
+    price for another machine (a projection), whose device this one need not have."""
     values = {k: v for k, v in given.items() if v is not None}
     device = values.get("device") or (base.device if base else default_device())
-    if device == "cuda" and default_device() != "cuda":
+    if here and device == "cuda" and default_device() != "cuda":
         raise UsageError("device cuda: CUDA is not available on this machine; valid here: cpu")
     preset = values.get("preset") or (base.preset if base else "default")
     if preset not in presets(device):
