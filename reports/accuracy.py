@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from reports.charts import minor_label, new_figure, save_figure
 from reports.frames import facet_groups
 
 MAX_PANELS = 12
-PARETO_PANELS = 8  # each a log-log plot with its own legend
+PARETO_PANELS = 8  # panels of the Pareto chart, one legend below them
 EXACT_FLOOR = 1e-8  # an exact variant's error is drawn no lower than this (log axis)
 
 
@@ -48,6 +48,20 @@ def _plain(ax, axis: str = "both") -> None:
         ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))  # 2 and 5 of a decade, no mathtext
 
 
+def log_ticks(ax, axis: str = "y") -> None:
+    """1-2-5 ticks, every one labelled, across a log axis's drawn range: a range shorter than a
+    decade (an error between 0.3 and 2, say) still reads."""
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+             for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    if len(ticks) > 12:  # many decades: the powers of ten alone
+        ticks = [t for t in ticks if f"{t:g}".lstrip("0.").startswith("1")]
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(FixedLocator(ticks))
+    target.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}"))
+    target.set_minor_locator(NullLocator())
+
+
 def _style(style: dict, name: str) -> dict:
     return style.get(name, {"color": "gray", "marker": "o", "lw": 1.5, "z": 3})
 
@@ -71,17 +85,19 @@ def error_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
             st = _style(style, name)
             ax.plot(v["n"], v["rel_err"], color=st["color"], lw=st["lw"], zorder=st["z"])
             _points(ax, v, "n", "rel_err", st, name)
-        ax.axhline(1.0, color="#999999", lw=0.8, ls="--")
-        ax.text(g["n"].min(), 1.0, " error of answering zeros", fontsize=7, color="#777777", va="bottom")
+        ax.axhline(1.0, color="#999999", lw=0.8, ls="--", label="error of answering zeros")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         _plain(ax)
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, 0.5), max(hi, 2.0))  # the zeros line always in view
+        log_ticks(ax, "y")
         ax.set_xticks(sorted(g["n"].unique()))
         ax.set_xlabel("sequence length n (tokens)", fontsize=9)
         ax.set_ylabel("relative error ||out - ref|| / ||ref||", fontsize=9)
         ax.set_title(label, fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
-        ax.legend(fontsize=8, frameon=False)
+    figure_legend(fig, axes)
     fig.suptitle("Approximate variants: output error against the float64 softmax reference", fontsize=11)
     return save_figure(fig, out)
 
@@ -114,17 +130,59 @@ def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         front = front[front["median_ms"] <= front["median_ms"].cummin()]
         ax.step(front["err"], front["median_ms"], where="post", color="#444444", lw=1.0, ls=":", zorder=1,
                 label="Pareto front")
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_locator(NullLocator())  # the errors span many decades: a tick per decade reads
+        _broken_error_axis(ax, g["err"])
+        ax.axvline(1.0, color="#b22222", lw=0.9, ls="--", zorder=1, label="error of answering zeros")
         ax.set_yscale("log")
         _plain(ax, "y")
-        ax.set_xlabel("relative error (exact variants sit at the left)", fontsize=9)
+        ax.set_xlabel("relative error (exact variants in the strip at the left)", fontsize=9)
         ax.set_ylabel("median time per call (ms)", fontsize=9)
         ax.set_title(title, fontsize=9)
-        ax.grid(True, which="both", alpha=0.25)
-        ax.legend(fontsize=7, frameon=False)
+        ax.grid(True, which="major", alpha=0.25)
+    figure_legend(fig, axes)
     fig.suptitle("Speed against error: faster is lower, more exact is further left", fontsize=11)
     return save_figure(fig, out)
+
+
+EXACT_BREAK = 1e-3  # below this a variant counts as exact: its errors share a narrow strip of the axis
+STRIP = 0.15  # how much of a decade one decade below the break takes
+
+
+def _broken_error_axis(ax, errs) -> None:
+    """An error axis broken at EXACT_BREAK: the exact variants' errors (1e-8 to 1e-3) squeezed
+    into a strip at the left, the approximations' on a plain log axis to the right of the break
+    (a double slash marks it), so that the exact variants do not take most of the width."""
+    b = math.log10(EXACT_BREAK)
+
+    def fwd(x):
+        lx = np.log10(np.clip(x, EXACT_FLOOR, None))
+        return np.where(lx < b, b + (lx - b) * STRIP, lx)
+
+    def inv(y):
+        return 10 ** np.where(y < b, b + (y - b) / STRIP, y)
+
+    ax.set_xscale("function", functions=(fwd, inv))
+    hi = max(10.0, float(np.nanmax(errs)) * 2)
+    ax.set_xlim(EXACT_FLOOR / 2, hi)
+    ticks = [1e-6, 1e-3] + [10.0 ** e for e in range(-2, math.ceil(math.log10(hi)) + 1)]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:.0e}" if val < 0.01 else f"{val:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.tick_params(axis="x", labelsize=7)
+    ax.axvspan(EXACT_FLOOR / 2, EXACT_BREAK, color="#f1f1f1", zorder=0)
+    ax.text(EXACT_BREAK, 0.02, "//", transform=ax.get_xaxis_transform(), ha="center", fontsize=9, color="#555555")
+    ax.text(1e-6, 0.97, "exact", transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7,
+            color="#555555")
+
+
+def figure_legend(fig, axes) -> None:
+    """One legend for the figure, below the panels: no legend box covers a point."""
+    seen: dict = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(6, len(seen)), fontsize=8,
+                   frameon=False)
 
 
 def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -> list[Path]:
@@ -165,6 +223,6 @@ def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -
         ax.set_title(f"{dtype}" + ("" if len({r for (r, _), _ in panels}) == 1 else f", run {run}")
                      + f"; left of the ridge ({ridge:.3g} FLOP/B) memory-bound", fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
-        ax.legend(fontsize=7, frameon=False, loc="lower right")
+    figure_legend(fig, axes)
     fig.suptitle("Roofline: each ok cell under the measured ceilings", fontsize=11)
     return save_figure(fig, out)

@@ -10,7 +10,7 @@ from reports.frames import load_runs, speedups, with_peaks
 from reports.masks import density_chart, mask_table, pattern_chart, pictures, with_labels
 from reports.page import ReportParts, write_markdown, write_page
 from reports.scaling import crossovers, scaling_table
-from reports.tables import facet_tables, failures, status_counts, write_csvs
+from reports.tables import facet_tables, failed_rows, failures, status_counts, write_csvs
 
 
 def build_report(run_dirs, out: Path | None = None) -> Path:
@@ -48,6 +48,7 @@ def build_report(run_dirs, out: Path | None = None) -> Path:
     masks["table"].to_csv(folder / "masks.csv", index=False)
     write_csvs(df, tables, folder)
     scaling.to_csv(folder / "scaling.csv", index=False)
+    failed_rows(df).to_csv(folder / "failures.csv", index=False)
     cross.to_csv(folder / "crossovers.csv", index=False)
     parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks)
     write_markdown(parts)

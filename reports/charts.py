@@ -94,22 +94,39 @@ def _share(axes, x: bool) -> None:
                 ax.tick_params(axis="x", which="both", labelbottom=False)
 
 
+GUIDES = (("O(n) guide", 1, (0, (5, 3))), ("O(n²) guide", 2, (0, (1, 2))))  # label, power, dash pattern
+
+
 def _guides(ax, ns, ys) -> None:
-    """Dashed O(n) and O(n^2) lines through the median of the smallest n's values."""
+    """O(n) (dashed) and O(n^2) (dotted) lines through the median of the smallest n's values;
+    named in the legend, not on the plot, where a label would sit on the data."""
     ns = np.array(sorted(set(ns)), dtype=float)
     if len(ns) < 2 or not len(ys):
         return
     n0, y0 = ns[0], float(np.median(ys))
-    for k, label in ((1, "O(n)"), (2, "O(n²)")):
-        y = y0 * (ns / n0) ** k
-        ax.plot(ns, y, ls="--", lw=0.9, color="#9a9a9a", zorder=1)
-        mid = len(ns) // 2  # labelled inside the plot, clear of the failure marks at the top
-        ax.annotate(label, (ns[mid], y[mid]), xytext=(2, -9), textcoords="offset points", fontsize=8,
-                    color="#777777", va="center")
+    for _, k, dash in GUIDES:
+        ax.plot(ns, y0 * (ns / n0) ** k, ls=dash, lw=0.9, color="#9a9a9a", zorder=1)
+
+
+COINCIDE = 0.03  # two variants whose values agree within 3 % at every n they share are drawn apart
+
+
+def coinciding(ok: pd.DataFrame, metric: str) -> list[tuple[str, str]]:
+    """Pairs of variants (a, b) whose ``metric`` agrees within COINCIDE at every n both have
+    (two n at least): b would hide under a."""
+    wide = ok.pivot_table(index="n", columns="variant", values=metric, aggfunc="first")
+    names, pairs = list(wide.columns), []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            both = wide[[a, b]].dropna()
+            if len(both) >= 2 and ((both[b] / both[a] - 1).abs() <= COINCIDE).all():
+                pairs.append((a, b))
+    return pairs
 
 
 def _failed_marks(ax, fails: pd.DataFrame, style) -> None:
-    """An X in the variant's colour at the top of the plot, at the failed n, with the status."""
+    """An X in the variant's colour at the top of the plot, at the n where it failed or stopped
+    (unsupported there), with the status."""
     trans = ax.get_xaxis_transform()  # x in data, y in axes fraction
     for k, (name, g) in enumerate(fails.groupby("variant", sort=True)):
         y = 0.95 - 0.07 * k
@@ -119,6 +136,19 @@ def _failed_marks(ax, fails: pd.DataFrame, style) -> None:
             ax.annotate(FAIL_MARK.get(r["status"], r["status"]), (r["n"], y), xycoords=trans,
                         xytext=(6, 0), textcoords="offset points", fontsize=7, va="center",
                         color=style[name]["color"])
+
+
+def not_drawn(df: pd.DataFrame) -> str:
+    """The variants of a chart with no cell that ran (every one unsupported), with the first
+    reason of each, shortened: said under the chart, so that no variant vanishes unexplained."""
+    out = []
+    for name, g in df.groupby("variant", sort=True):
+        if (g["status"] == "unsupported").all():
+            reason = str(g["reason"].dropna().iloc[0]) if g["reason"].notna().any() else "no reason"
+            out.append(f"{name} ({textwrap.shorten(reason, 48, placeholder='...')})")
+    if not out:
+        return ""
+    return "\n".join(textwrap.wrap("not drawn, unsupported in every cell: " + "; ".join(out), 190))
 
 
 def new_figure(rows: int = 1, cols: int = 1, *, figsize, layout: str = "constrained", **subplots):
@@ -173,15 +203,20 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     same_x = len({tuple(sorted(g["n"].unique())) for _, g in groups}) == 1  # else each panel its own n axis
     fig, axes = _subplots(len(groups))
     all_fails = failed_cells(df)
-    shown = set()
+    shown, together, peak_labels = set(), set(), set()
     any_fail = any_shaky = False
     for ax, (label, g) in zip(axes, groups):
         ok = g[(g["status"] == "ok") & g[metric].notna() & (g[metric] > 0 if logy else True)]
         keep = [c for c in ("n", metric, "shaky", *(band or ())) if c in ok]  # grouping a wide frame is slow
+        pairs = coinciding(ok, metric)
+        beside = {b for _, b in pairs}  # drawn a step to the right of the one it would hide under
+        together.update(f"{b} = {a}" for a, b in pairs)
         for name, v in ok.groupby("variant", sort=True):
             # a failed n in between breaks the line instead of being bridged
             ns = sorted(g.loc[g["variant"] == name, "n"].unique())
             v = v[keep].groupby("n").first().reindex(ns).reset_index()
+            if name in beside:
+                v["n"] = v["n"] * 1.03
             st = style[name]
             ax.plot(v["n"], v[metric], color=st["color"], lw=st["lw"], label=name, zorder=st["z"])
             shaky = v["shaky"].fillna(False).astype(bool) if "shaky" in v else pd.Series(False, index=v.index)
@@ -206,10 +241,10 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
             dtype = g["dtype"].iloc[0]
             if dtype in peaks and g["dtype"].nunique() == 1:
                 ax.axhline(peaks[dtype], color="#b22222", lw=1.2, ls="-.", zorder=1)
-                ax.annotate(f"measured {dtype} matmul peak {peaks[dtype]:.3g} TFLOP/s",
-                            (0.02, peaks[dtype]), xycoords=("axes fraction", "data"),
-                            xytext=(0, 3), textcoords="offset points", fontsize=7, color="#b22222")
-        fails = all_fails[all_fails.index.isin(g.index)]
+                peak_labels.add(f"measured {dtype} matmul peak {peaks[dtype]:.3g} TFLOP/s")
+        # failed cells, and where a drawn variant stops: its unsupported cells (a length it refuses)
+        stopped = (g["status"] == "unsupported") & g["variant"].isin(ok["variant"].unique())
+        fails = g[(g["status"] != "ok") & (g.index.isin(all_fails.index) | stopped)]
         _failed_marks(ax, fails, style)
         shown.update(fails["variant"])
         any_fail = any_fail or not fails.empty
@@ -233,17 +268,21 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
                for n in sorted(shown)]
     extra = []
     if guides:
-        extra.append(Line2D([], [], color="#9a9a9a", ls="--", lw=0.9, label="O(n), O(n²) guides"))
+        extra += [Line2D([], [], color="#9a9a9a", ls=dash, lw=0.9, label=name) for name, _, dash in GUIDES]
+    extra += [Line2D([], [], color="#b22222", ls="-.", lw=1.2, label=text) for text in sorted(peak_labels)]
     if band:
         extra.append(Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label=band_label))
     if any_shaky:
         extra.append(Line2D([], [], color="#555555", marker="o", markerfacecolor="white", ls="none",
                             label="hollow: noisy or contended (not fitted)"))
     if any_fail:
-        extra.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed cell (status)"))
+        extra.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed or stopped (status)"))
     fig.suptitle(f"{title}\n{_subtitle(df)}", fontsize=12)
-    fig.legend(handles=handles + extra, loc="outside lower center",
-               ncol=min(6 if len(axes) > 1 else 4, len(handles + extra)), fontsize=8, frameon=False)
+    notes = [n for n in (not_drawn(df), ("drawn 3 % to the right, equal within 3 % to the one named: "
+                                         + ", ".join(sorted(together))) if together else "") if n]
+    if notes:
+        fig.supxlabel("\n".join(notes), fontsize=8, color="#555555")
+    fig.legend(handles=handles + extra, loc="outside right upper", ncol=1, fontsize=8, frameon=False)
     return save_figure(fig, out)
 
 

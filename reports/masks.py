@@ -17,6 +17,7 @@ from matplotlib.ticker import FuncFormatter
 from bench.engine import maskfile, store
 from bench.model import masks
 from bench.model.case import Case
+from reports.accuracy import figure_legend
 from reports.charts import new_figure, save_figure
 from reports.frames import facet_groups
 
@@ -119,6 +120,21 @@ def pattern_chart(pics: dict, out: Path) -> list[Path]:
     return save_figure(fig, out)
 
 
+NEAR = 0.04  # masks closer than this in density share one label on the top axis (else the labels overlap)
+
+
+def _near_labels(densities: list[float], labels: list[str]) -> tuple[list[float], list[str]]:
+    """Labels for sorted densities, those within NEAR of the previous one joined with ' / '."""
+    at, names = [], []
+    for d, name in zip(densities, labels):
+        if at and d - at[-1] < NEAR:
+            names[-1] += f" / {name}"
+        else:
+            at.append(d)
+            names.append(name)
+    return at, names
+
+
 def density_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
     """Median time against mask density at one n per facet (the largest n measured with two
     masks or more): a variant that exploits sparsity falls as density falls."""
@@ -160,13 +176,13 @@ def density_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         ax.set_ylabel("median time per call (ms, log)", fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
         top = ax.secondary_xaxis("top")
-        marks = g.drop_duplicates("mask_label").assign(at=lambda m: m["density"].round(3))
-        marks = marks.groupby("at", sort=True)["mask_label"].agg(lambda x: " / ".join(sorted(x)))  # same density
-        top.set_xticks(marks.index.to_numpy(), marks.tolist(), rotation=50, ha="left", fontsize=7)
-        for d in marks.index:
+        marks = g.drop_duplicates("mask_label").sort_values("density")
+        for d in marks["density"].unique():
             ax.axvline(d, color="#bbbbbb", lw=0.6, zorder=1)
+        at, names = _near_labels(marks["density"].tolist(), marks["mask_label"].tolist())
+        top.set_xticks(at, names, rotation=50, ha="left", fontsize=7)
         ax.set_title(f"n = {n}" + ("" if label == "all cells" else f"; {label}"), fontsize=9)
-        ax.legend(fontsize=8, frameon=False)
+    figure_legend(fig, list(axes.flat[:len(panels)]))
     fig.suptitle("Time vs mask density at fixed n\n(a variant that exploits sparsity gets faster to the left; "
                  "hollow = noisy or contended)", fontsize=10)
     return save_figure(fig, out)

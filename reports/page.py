@@ -21,10 +21,13 @@ h1{font-size:26px;margin:8px 0 4px} h2{font-size:20px;margin:36px 0 8px;border-b
 h3{font-size:15px;margin:20px 0 6px} .muted{color:#666} nav a{margin-right:14px}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0 14px;background:#fff}
 th,td{border:1px solid #e0e0e0;padding:3px 8px;text-align:right;white-space:nowrap}
-td:last-child{white-space:normal;min-width:120px;max-width:640px;text-align:left;word-break:break-word}
+td:last-child{white-space:normal;min-width:120px;max-width:560px;text-align:left;overflow-wrap:anywhere}
+td:first-child{white-space:normal;max-width:260px;overflow-wrap:anywhere}
 th{background:#f2f2f4} td:first-child,th:first-child{text-align:left}
 td.bad{color:#b22222;font-weight:600}
-p.trust{font-size:15px;background:#fff;border-left:4px solid #4c72b0;padding:6px 10px}
+p.trust{font-size:15px;padding:8px 12px;border-left:6px solid;border-radius:3px}
+p.trust.clean{background:#eef7ee;border-color:#2e7d32} p.trust.care{background:#fff7e6;border-color:#e69500}
+p.trust.bad{background:#fdecea;border-color:#c62828}
 img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
 details{margin:6px 0} summary{cursor:pointer;font-weight:600} code{background:#f0f0f0;padding:1px 4px;border-radius:3px}
 .grid{display:block} figure{margin:0 0 22px} .tw{overflow-x:auto;max-width:100%}
@@ -55,6 +58,29 @@ def _fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
     return s.rename(columns={"time_exp": "time exponent", "time_r2": "time R²", "mem_exp": "memory exponent",
                              "mem_r2": "memory R²", "n_range": "n range", "largest_ok_n": "largest n ok",
                              "left_out": "left out (shaky)", "first_failure": "first failure above"})
+
+
+def trust_state(df, envs) -> tuple[str, str, str]:
+    """(css class, heading, main reason) of the trust box: clean, read with care, or do not use."""
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return "bad", "Do not use", "no cell was measured ok"
+    shaky = int(ok["shaky"].sum())
+    unchecked = int(ok["reference_skipped"].notna().sum()) if "reference_skipped" in ok else 0
+    bad_peaks = sorted(set(ok.loc[ok.get("peak_unreliable", False) == True, "dtype"]))  # noqa: E712
+    mixed = [e["run"] for e in envs if e.get("mixed_env")]
+    if shaky > 0.5 * len(ok):
+        return "bad", "Do not use", f"{shaky} of {len(ok)} ok cells are shaky (noisy or contended)"
+    if mixed:
+        return "bad", "Do not use", f"{', '.join(mixed)} mixes machines (resumed on one that differs)"
+    if shaky > 0.1 * len(ok):
+        return "care", "Read with care", f"{shaky} of {len(ok)} ok cells are shaky"
+    if bad_peaks or unchecked:
+        why = (f"the matmul peak is unreliable for {', '.join(bad_peaks)}" if bad_peaks else
+               f"{unchecked} ok cells were timed without their reference check")
+        return "care", "Read with care", why
+    return "clean", "Clean", ("every ok cell is clean" if not shaky else
+                              f"only {shaky} of {len(ok)} ok cells are shaky")
 
 
 def trust_line(df, envs) -> str:
@@ -88,6 +114,12 @@ def trust_line(df, envs) -> str:
         text += "; MIXED RUN, resumed on a machine that differs (" + "; ".join(mixed) + ")"
     history = "; ".join(h for e in envs if (h := invocations(e)))
     return text + (f"; {history}" if history else f"; {loads}" if loads else "") + "."
+
+
+def _trust_html(df, envs) -> str:
+    state, heading, why = trust_state(df, envs)
+    return (f"<p class='trust {state}'><b>{heading}: {html.escape(why)}.</b><br>"
+            f"{html.escape(trust_line(df, envs))}</p>")
 
 
 def worst_contended(ok: pd.DataFrame) -> str:
@@ -163,7 +195,7 @@ def write_page(r: ReportParts) -> Path:
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
              f"<style>{CSS}</style></head><body><main>",
              f"<h1>{html.escape(title)}</h1>",
-             f"<p class=trust><b>Trust:</b> {html.escape(trust_line(df, envs))}</p>",
+             _trust_html(df, envs),
              f"<p class=muted>{len(df)} cells, {len(variants)} variants "
              f"({len(ran)} ran here: {html.escape(', '.join(ran))}); baseline <b>{html.escape(str(baseline))}</b>.</p>",
              "<nav><a href=#charts>charts</a><a href=#masks>masks</a><a href=#scaling>scaling</a>"
@@ -196,7 +228,9 @@ def write_page(r: ReportParts) -> Path:
     parts.append("<h2 id=status>Statuses</h2>")
     parts.append(_table_html(counts))
     if not fails.empty:
-        parts.append("<h3>Failed cells and reasons</h3>" + _table_html(fails, index=False))
+        parts.append(f"<h3>Failed cells and reasons</h3><p class=muted>{int(fails['cells'].sum())} cells in "
+                     f"{len(fails)} groups of one variant, status and reason (failures.csv lists every cell)</p>"
+                     + _table_html(fails, index=False))
     unsupported = df[df["status"] == "unsupported"].drop_duplicates("variant")[["variant", "reason"]]
     if not unsupported.empty:
         parts.append("<details><summary>unsupported combinations (first reason per variant)</summary>"
@@ -229,7 +263,9 @@ def _masks_html(masks) -> list[str]:
 def write_markdown(r: ReportParts) -> Path:
     folder, df, envs, tables, scaling, cross = r.folder, r.df, r.envs, r.tables, r.scaling, r.cross
     counts, fails, charts, masks = r.counts, r.fails, r.charts, r.masks
-    lines = ["# attnbench report: " + ", ".join(e["run"] for e in envs), "", "**Trust:** " + trust_line(df, envs), ""]
+    state = trust_state(df, envs)
+    lines = ["# attnbench report: " + ", ".join(e["run"] for e in envs), "",
+             f"**Trust: {state[1]}: {state[2]}.** " + trust_line(df, envs), ""]
     for name, paths in charts.items():
         png = next(p for p in paths if p.suffix == ".png")
         lines += [f"![{name}](charts/{png.name})", ""]

@@ -102,7 +102,27 @@ def failed_cells(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def failures(df: pd.DataFrame) -> pd.DataFrame:
-    """The failed cells for a table: one line per variant, status and reason."""
+    """The failed cells, grouped: one line per (variant, status, reason) with the number of
+    cells and where they are (the lengths, masks, directions and dtypes), most cells first."""
+    cells = failed_cells(df)
+    if cells.empty:
+        return pd.DataFrame(columns=["variant", "status", "cells", "where", "reason"])
+    cells = cells.assign(reason=cells["reason"].fillna("no reason given"))
+
+    def where(g: pd.DataFrame) -> str:
+        ns = sorted(g["n"].unique())
+        parts = [f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}-{ns[-1]} ({len(ns)})"]
+        for col in ("mask", "direction", "dtype"):
+            parts.append(", ".join(sorted(map(str, g[col].unique()))))
+        return "; ".join(parts)
+
+    out = [{"variant": v, "status": st, "cells": len(g), "where": where(g), "reason": reason}
+           for (v, st, reason), g in cells.groupby(["variant", "status", "reason"], sort=True)]
+    return pd.DataFrame(out).sort_values(["cells", "variant"], ascending=[False, True], kind="stable")
+
+
+def failed_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The failed cells, one line each (variant, status, where, reason)."""
     cols = ["variant", "status", "n", "dtype", "mask", "direction", "reason"]
     return failed_cells(df)[cols].sort_values(["variant", "n", "dtype", "mask", "direction"])  # every cell its row
 

@@ -20,7 +20,7 @@ from tests.conftest import run_cli
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "small"
-    proc = run_cli("sweep", "--out", out, "--variants", "naive,sdpa.flash,window.chunked,xformers",
+    proc = run_cli("sweep", "--out", out, "--variants", "naive,sdpa.flash,window.chunked,xformers,linear.elu",
                    "--seq-lens", "64,128,256", "--heads", "2", "--head-dims", "16",
                    "--masks", "none,window", "--window", "16", "--budget-ms", "10", "--quiet")
     assert proc.returncode == 0, proc.stderr
@@ -40,10 +40,11 @@ def test_sweep_writes_report_naming_every_variant(small_run):
         for ext in ("png", "svg"):
             path = out / "report" / "charts" / f"{chart}.{ext}"
             assert path.stat().st_size > 5000
-    # self-contained: the four charts, the roofline, the mask pictures and time against density
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 7
-    assert (out / "report" / "charts" / "roofline.png").exists()
-    assert not (out / "report" / "charts" / "error.png").exists()  # no approximate variant ran
+    # self-contained: the four charts, the roofline, the approximation's error and Pareto charts,
+    # the mask pictures and time against density
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 9
+    for chart in ("roofline", "error", "pareto"):
+        assert (out / "report" / "charts" / f"{chart}.png").exists()
     assert "<h2 id=masks>Masks</h2>" in html and (out / "report" / "charts" / "density.png").exists()
     assert "4 * batch * heads" in html  # the FLOP convention
     md = (out / "report" / "report.md").read_text()
@@ -249,8 +250,12 @@ def test_reports_of_runs_with_no_good_rows_list_the_failures(tmp_path):
                  for n in (256, 512, 1024)]]
     html = build_report([_run_folder(tmp_path / "failed", rows)]).read_text()
     failures = html[html.index("Failed cells and reasons"):]
-    assert failures.count("output max abs err 0.5") == 8  # every failed cell its row, none collapsed
-    assert "0 ok cells" in html
+    assert "10 cells in 4 groups" in failures  # one line per variant, status and reason, with its count
+    assert failures.count("output max abs err 0.5") == 2 and "<td>5</td>" in failures and "<td>3</td>" in failures
+    assert "n=64-1024 (5)" in failures  # where the group's cells are
+    listed = pd.read_csv(tmp_path / "failed" / "report" / "failures.csv")
+    assert len(listed) == 10  # every failed cell its line in the CSV
+    assert "0 ok cells" in html and "class='trust bad'" in html and "Do not use: no cell was measured ok" in html
 
 
 def test_compare_says_when_nothing_matches_and_reads_a_rule(tmp_path, capsys):
@@ -365,3 +370,63 @@ def test_pareto_chart_keeps_each_facets_largest_lengths_first(tmp_path, monkeypa
     accuracy.pareto_chart(pd.DataFrame(rows), tmp_path / "pareto", style={})
     assert accuracy.PARETO_PANELS == 8
     assert seen["titles"] == [f"n = {n}; mask={m}" for m in ("causal", "none") for n in (256, 512, 1024, 2048)]
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+PROBE = """<script>
+window.__errs = [];
+window.addEventListener('error', e => window.__errs.push(String(e.message || e.target && e.target.src)), true);
+const __ce = console.error; console.error = (...a) => { window.__errs.push(a.join(' ')); __ce(...a); };
+window.addEventListener('load', () => {
+  const imgs = [...document.images];
+  const r = {images: imgs.length, broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt),
+             scroll_width: document.documentElement.scrollWidth, width: window.innerWidth, errors: window.__errs,
+             ids: [...document.querySelectorAll('h2[id]')].map(h => h.id),
+             trust: (document.querySelector('p.trust') || {className: ''}).className};
+  const out = document.createElement('pre'); out.id = '__probe'; out.textContent = JSON.stringify(r);
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def open_in_browser(page, width: int = 1400) -> dict:
+    """``page`` opened in headless Chromium at ``width`` px: what a probe script injected ahead
+    of the page's own content saw once it loaded (images, console errors, sections, scroll)."""
+    import json
+    import shutil
+    import subprocess
+
+    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
+    if browser is None:
+        pytest.skip("no Chromium here (Debian: apt-get install chromium; .ci/run installs it)")
+    probed = page.with_name("probed.html")
+    probed.write_text(page.read_text().replace("<head>", "<head>" + PROBE, 1))
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           f"--window-size={width},900", "--virtual-time-budget=10000", "--dump-dom",
+                           probed.as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="__probe">(.*?)</pre>', proc.stdout, re.S)
+    assert found, proc.stderr[-2000:]
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
+                      .replace("&amp;", "&"))
+
+
+@pytest.mark.slow
+def test_the_report_renders_in_a_real_browser_within_1400_px(small_run):
+    out, _ = small_run
+    seen = open_in_browser(out / "report" / "index.html")
+    assert seen["images"] == 9 and seen["broken"] == [], seen  # every chart decoded and drawn
+    assert seen["errors"] == [], seen["errors"]
+    assert {"charts", "masks", "scaling", "tables", "status", "env"} <= set(seen["ids"]), seen["ids"]
+    assert seen["scroll_width"] <= seen["width"] == 1400, seen  # no horizontal scroll at 1400 px
+    assert seen["trust"].split()[0] == "trust" and seen["trust"].split()[1] in ("clean", "care", "bad")
+
+
+@pytest.mark.slow
+def test_the_browser_probe_sees_a_broken_page(tmp_path):
+    """The probe is not blind: a broken image, a console error and a too-wide block are caught."""
+    page = tmp_path / "index.html"
+    page.write_text("<!doctype html><html><head><title>t</title></head><body><h2 id=charts>c</h2>"
+                    "<img alt=gone src='missing.png'><div style='width:2000px'>wide</div>"
+                    "<script>console.error('boom')</script></body></html>")
+    seen = open_in_browser(page)
+    assert seen["broken"] == ["gone"] and "boom" in seen["errors"] and seen["scroll_width"] > 1400
