@@ -93,10 +93,13 @@ def _prepare(case, flex):
     block_mask, info = None, {}
     if mask_mod is not None:
         per_batch, per_head = bound.depends
-        block_mask = create_block_mask(mask_mod, case.batch if per_batch else None, case.heads if per_head else None,
-                                       case.q_len, case.kv_len, device=case.device)
+        shape = case.packed()  # a ragged batch: one packed sequence under a document block mask
+        block_mask = create_block_mask(mask_mod, shape.batch if per_batch else None, case.heads if per_head else None,
+                                       shape.q_len, shape.kv_len, device=case.device)
         info["block_sparsity"] = round(float(block_mask.sparsity()), 2)  # % of blocks skipped
     gqa, scale = case.is_gqa, case.scale
+    if case.ragged:
+        info["layout"] = "packed"
 
     def attention(q, k, v):
         return flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
@@ -113,6 +116,6 @@ def _prepare(case, flex):
     return Prepared(attention, info, scope=_dynamo_limits)
 
 
-variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True,
+variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True, ragged=True,
         description="FlexAttention: any mask as a block mask from its mask_mod, any score mod; torch.compile'd "
                     "once per shape")(FlexFactory())

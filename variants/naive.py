@@ -5,9 +5,12 @@ from bench.measure.flops import DIRECTION_FACTOR, ELEMENT_BYTES, min_bytes
 from bench.registry import Prepared, variant
 
 
-@variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,),
-         description="textbook QK^T/sqrt(d) -> -inf mask -> softmax -> @V; materialises the scores")
+@variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True,
+         description="textbook QK^T/sqrt(d) -> -inf mask -> softmax -> @V; materialises the scores "
+                     "(a ragged batch: one sequence at a time)")
 def naive(case):
+    if case.ragged:
+        return Prepared(masks.per_sequence(case, naive), {"layout": "packed"})
     bound = masks.bind(case)
     keep = bound.keep(case.device)  # (B|1, H|1, Lq, Lk) or None
     empty = masks.has_empty_rows(case)

@@ -11,15 +11,17 @@ of bench.masks, evaluated per key block; blocks no query keeps are skipped.
 import torch
 
 from bench import masks
-from bench.registry import variant
+from bench.registry import Prepared, variant
 
 BLOCK = 128  # keys per block
 
 
-@variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,),
+@variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True,
          description="online softmax over key blocks (FlashAttention's algorithm) in plain PyTorch; "
-                     "O(n * block) memory, exact")
+                     "O(n * block) memory, exact (a ragged batch: one sequence at a time)")
 def chunked_online(case):
+    if case.ragged:
+        return Prepared(masks.per_sequence(case, chunked_online), {"layout": "packed"})
     bound = masks.bind(case)
     mod = bound.score_mod(case.device)
     group, scale, dev = case.heads // case.kv_heads, case.scale, case.device

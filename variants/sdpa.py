@@ -45,8 +45,39 @@ def _pinned(backend) -> bool:
     return all(query() == (b is backend) for b, query in _FLAGS.items())
 
 
+def _nested(case, backend):
+    """A ragged batch as a nested jagged tensor (torch.nested, layout=torch.jagged): each
+    sequence its own length, no padding; causal as is_causal, within each sequence."""
+    lens = case.seq_lengths()
+    offsets = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device=case.device)
+    group = case.heads // case.kv_heads
+    kwargs = {"scale": case.scale, "is_causal": case.mask == "causal"}
+
+    def jagged(t):  # (1, heads, total, D) -> nested (batch, heads, j, D)
+        return torch.nested.nested_tensor_from_jagged(t[0].transpose(0, 1).contiguous(), offsets).transpose(1, 2)
+
+    def call(q, k, v):
+        if group > 1:  # nested tensors take no enable_gqa: the key/value heads repeated
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        out = F.scaled_dot_product_attention(jagged(q), jagged(k), jagged(v), **kwargs)
+        return out.transpose(1, 2).values().transpose(0, 1).unsqueeze(0)  # back to (1, heads, total, D)
+
+    if backend is None:
+        return Prepared(call, {"layout": "nested"})
+
+    def attention(q, k, v):
+        if _pinned(backend):
+            return call(q, k, v)
+        with sdpa_kernel([backend]):
+            return call(q, k, v)
+
+    return Prepared(attention, {"backend": DECLARED[backend], "layout": "nested"}, scope=lambda: sdpa_kernel([backend]))
+
+
 def _make_factory(backend):
     def factory(case):
+        if case.ragged:
+            return _nested(case, backend)
         kwargs = {"scale": case.scale}
         bound = masks.bind(case)
         if bound.mods:  # additive score mods: one float bias, masked pairs at -inf
@@ -75,6 +106,9 @@ def _make_factory(backend):
 
 
 def _check(factory, backend, case):
+    if case.ragged and case.mask not in ("none", "causal"):
+        return (f"a ragged batch goes in as nested tensors, which take no attn_mask: {case.mask} within each "
+                f"sequence cannot be expressed (is_causal only)")
     if backend is SDPBackend.CUDNN_ATTENTION and case.device == "cuda":
         if not torch.backends.cudnn.is_available():
             return "cuDNN is not available in this PyTorch build"
@@ -86,5 +120,5 @@ def _check(factory, backend, case):
 
 for _name, (_backend, _desc) in BACKENDS.items():
     _factory = _make_factory(_backend)
-    variant(_name, description=_desc, masks=(masks.ANY,), score_mods=(masks.ADDITIVE,),
+    variant(_name, description=_desc, masks=(masks.ANY,), score_mods=(masks.ADDITIVE,), ragged=True,
             check=functools.partial(_check, _factory, _backend))(_factory)

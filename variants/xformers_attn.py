@@ -4,7 +4,8 @@ xformers takes (B, M, H, K) tensors; our (B, H, L, D) inputs are transposed as v
 GQA uses its 5-D (B, M, G, H/G, K) form with expanded keys, and padding packs the batch
 into one row of blocks (BlockDiagonalPaddedKeysMask), which costs a copy of q; document
 packs it too, one block per document (BlockDiagonalMask, or BlockDiagonalCausalMask for
-document:causal=1), exact for q_len == kv_len.
+document:causal=1), exact for q_len == kv_len.  A ragged batch (--lengths) is that packed
+document case: one block per sequence.
 """
 
 import logging
@@ -35,6 +36,9 @@ def _bias(case, fmha):
     if _is_document(case):  # packed sequences: one block per document of every batch element
         term, kw = masks.bind(case).masks[0]
         sizes = [int(x) for x in kw["doc"][:case.q_len].bincount() if x > 0] * case.batch
+        if kw.get("window"):  # a window within each document: i - window < j <= i
+            return ab.BlockDiagonalCausalMask.from_seqlens(sizes, sizes, device=case.device).make_local_attention(
+                kw["window"])
         cls = ab.BlockDiagonalCausalMask if kw["causal"] else ab.BlockDiagonalMask
         return cls.from_seqlens(sizes, sizes, device=case.device)
     return None
@@ -45,6 +49,7 @@ def _is_document(case):
 
 
 def _check(case):
+    case = case.packed()
     if "+" in case.mask:
         return "xformers takes one mask at a time (one attn_bias), not a union"
     if _is_document(case) and case.is_cross:
@@ -55,10 +60,11 @@ def _check(case):
     return run_probe(xformers_mea, case)
 
 
-@variant("xformers", requires=("xformers",), check=_check, devices=("cuda",),
+@variant("xformers", requires=("xformers",), check=_check, devices=("cuda",), ragged=True,
          masks=("none", "causal", "window", "padding", "document"),
          description="xformers.ops.memory_efficient_attention with xformers attn_bias types (CUDA kernels only)")
 def xformers_mea(case):
+    case = case.packed()  # a ragged batch: its sequences packed, one block each (BlockDiagonalMask)
     xops = _xops()
     bias = _bias(case, xops.fmha)
     group = case.heads // case.kv_heads

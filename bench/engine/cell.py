@@ -41,9 +41,10 @@ def base_row(variant: str, case: Case, status: str = "", reason: str = "", kind:
     ``bench.model.row.make_row`` types it when it is written.  ``kind``: a ReasonKind
     (default: the status's own)."""
     kind = kind if kind is not None else (default_kind(Status(status)).value if status else "")
+    workload = {} if case.unsupported_reason else {**masks.row_columns(case), "flops": flopcount.flops(case),
+                                                   "bytes": flopcount.min_bytes(case)}
     return {"variant": variant, **case.to_dict(), "status": status, "reason": reason, "reason_kind": kind,
-            **masks.row_columns(case), "flops": flopcount.flops(case), "bytes": flopcount.min_bytes(case)} \
-        | dict.fromkeys(MEASURED)
+            **workload} | dict.fromkeys(MEASURED)
 
 
 def fail(row: dict, exc: BaseException, during: str = "") -> dict:
@@ -202,6 +203,8 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         bound = bind_variant(var, case, inputs)
         row["setup_ms"] = bound.setup_ms
         row["extra"] = _extra(bound.prepared.info)
+        if case.ragged:  # how the variant held the ragged batch: packed, nested or padded
+            row["layout"] = row["extra"].pop("layout", "packed")
         (q, k, v), grad_out = inputs
         if skip_reference:  # timed unchecked: the output's form is still checked, its values cannot be
             row["reference_skipped"] = skip_reference

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.model.case import CASE_FIELDS, Case
+from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS, Case
 from bench.model.row import FLAGS, Row, flatten, make_row, to_record
 
 RESULTS = "results.jsonl"
@@ -22,7 +22,7 @@ DEFAULT_ROOT = Path("runs")
 
 def cell_key(variant: str, case: Case | dict) -> tuple:
     d = case.to_dict() if isinstance(case, Case) else case
-    return (variant,) + tuple(d.get(f) for f in CASE_FIELDS)
+    return (variant,) + tuple(d.get(f, CASE_DEFAULTS[f]) for f in CASE_FIELDS)
 
 
 def current_rows(rows) -> list[dict]:
@@ -106,7 +106,8 @@ def require_run(run_dir) -> Path:
     return path
 
 
-REQUIRED = {RESULTS: ("variant", "status", *CASE_FIELDS), PROFILE: ("variant", *CASE_FIELDS)}
+_CASE_REQUIRED = tuple(f for f in CASE_FIELDS if f not in CASE_ADDED)
+REQUIRED = {RESULTS: ("variant", "status", *_CASE_REQUIRED), PROFILE: ("variant", *_CASE_REQUIRED)}
 _WARNED: set = set()
 
 
@@ -131,6 +132,8 @@ def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS) -> list[
         if row is None:
             _warn(path, number, why)
         else:
+            for f in CASE_ADDED:  # a row from before the field existed: the default it was measured with
+                row.setdefault(f, CASE_DEFAULTS[f])
             rows.append(flatten(row) if name == RESULTS else row)
     if torn and repair:
         with open(path, "r+b") as f:

@@ -1,4 +1,5 @@
-"""Deterministic random inputs for a case."""
+"""Deterministic random inputs for a case: i.i.d. normal, or with the structure ``--inputs``
+asks for (bench.model.workload says what each kind is and why), packed for a ragged batch."""
 
 from __future__ import annotations
 
@@ -12,32 +13,87 @@ from bench.model.case import Case
 
 def case_seed(case: Case, seed: int = 0) -> int:
     """A seed derived from the case's shape (not its variant), stable across processes."""
-    key = repr((case.batch, case.heads, case.kv_heads, case.q_len, case.kv_len, case.head_dim, seed))
+    key = repr((case.batch, case.heads, case.kv_heads, case.q_len, case.kv_len, case.head_dim, seed)
+               + tuple(v for v in (case.lengths, case.inputs) if v not in ("fixed", "normal")))
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:6], "little")
 
 
+def tensor_shape(case: Case) -> tuple[int, int, int]:
+    """(batch, q_len, kv_len) of the tensors: a ragged batch is packed into one sequence of
+    all its tokens, (1, batch x n)."""
+    if case.ragged:
+        return 1, case.batch * case.q_len, case.batch * case.kv_len
+    return case.batch, case.q_len, case.kv_len
+
+
 def make_inputs(case: Case, seed: int = 0, requires_grad: bool | None = None):
-    """q (B, H, Lq, D), k and v (B, KvH, Lk, D), standard normal, in the case's dtype/device.
+    """q (B, H, Lq, D), k and v (B, KvH, Lk, D) in the case's dtype/device; B, Lq, Lk from
+    ``tensor_shape``.  Standard normal, or structured by ``case.inputs``.
 
     Values are drawn in float32 on the CPU, so every device and dtype sees the same numbers
     up to rounding.
     """
+    from bench.model.workload import parse_inputs
+
     g = torch.Generator().manual_seed(case_seed(case, seed))
-    shapes = [(case.batch, case.heads, case.q_len, case.head_dim),
-              (case.batch, case.kv_heads, case.kv_len, case.head_dim),
-              (case.batch, case.kv_heads, case.kv_len, case.head_dim)]
+    b, lq, lk = tensor_shape(case)
+    shapes = [(b, case.heads, lq, case.head_dim), (b, case.kv_heads, lk, case.head_dim),
+              (b, case.kv_heads, lk, case.head_dim)]
     grad = case.needs_grad if requires_grad is None else requires_grad
-    out = []
-    for shape in shapes:
-        t = torch.randn(shape, generator=g).to(device=case.device, dtype=case.torch_dtype)
-        out.append(t.requires_grad_(grad))
-    return tuple(out)
+    kind = parse_inputs(case.inputs)
+    if kind.kind == "normal":
+        raw = [torch.randn(shape, generator=g) for shape in shapes]
+    else:
+        raw = STRUCTURED[kind.kind](case, shapes, g, kind.param)
+    return tuple(t.to(device=case.device, dtype=case.torch_dtype).requires_grad_(grad) for t in raw)
+
+
+def _per_query_head(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """A per-kv-head tensor (B, KvH, ...) repeated for the query heads that share each one."""
+    return t.repeat_interleave(heads // t.shape[1], dim=1)
+
+
+def _clustered(case, shapes, g, topics):
+    """Tokens in ``topics`` contiguous runs; a query and the keys of its topic share the topic's
+    centroid (weight 0.9, the rest noise), so each query attends sharply to its topic's keys."""
+    (b, h, lq, d), (_, kvh, lk, _), vshape = shapes
+    k_topics = min(int(topics), lk)
+    centroids = torch.randn((b, kvh, k_topics, d), generator=g)
+    q_topic = (torch.arange(lq) * k_topics) // lq
+    k_topic = (torch.arange(lk) * k_topics) // lk
+    a = 0.9
+    q = a * _per_query_head(centroids, h)[:, :, q_topic] + math.sqrt(1 - a * a) * torch.randn(shapes[0], generator=g)
+    k = a * centroids[:, :, k_topic] + math.sqrt(1 - a * a) * torch.randn(shapes[1], generator=g)
+    return q, k, torch.randn(vshape, generator=g)
+
+
+def _lowrank(case, shapes, g, rank):
+    """q and k in one ``rank``-dimensional subspace per kv head, scaled so that the scores
+    q.k / sqrt(d) spread as much as normal inputs give (standard deviation 1)."""
+    (b, h, lq, d), (_, kvh, lk, _), vshape = shapes
+    r = min(int(rank), d)
+    basis = torch.linalg.qr(torch.randn((b, kvh, d, r), generator=g)).Q.transpose(-1, -2)  # (B, KvH, r, d) orthonormal
+    scale = (d / r) ** 0.25
+    q = torch.randn((b, h, lq, r), generator=g) @ _per_query_head(basis, h) * scale
+    k = torch.randn((b, kvh, lk, r), generator=g) @ basis * scale
+    return q, k, torch.randn(vshape, generator=g)
+
+
+def _outliers(case, shapes, g, scale):
+    """Standard normal, with one channel in 16 of q and k scaled by ``scale``."""
+    q, k, v = (torch.randn(shape, generator=g) for shape in shapes)
+    loud = torch.arange(q.shape[-1]) % 16 == 0
+    return q * torch.where(loud, float(scale), 1.0), k * torch.where(loud, float(scale), 1.0), v
+
+
+STRUCTURED = {"clustered": _clustered, "lowrank": _lowrank, "outliers": _outliers}
 
 
 def make_grad_out(case: Case, seed: int = 0) -> torch.Tensor:
     """The upstream gradient dO (B, H, Lq, D) used for backward passes."""
     g = torch.Generator().manual_seed(case_seed(case, seed) ^ 0x5EED)
-    t = torch.randn((case.batch, case.heads, case.q_len, case.head_dim), generator=g)
+    b, lq, _ = tensor_shape(case)
+    t = torch.randn((b, case.heads, lq, case.head_dim), generator=g)
     return t.to(device=case.device, dtype=case.torch_dtype)
 
 
@@ -52,6 +108,9 @@ def probe_case(case: Case, largest: int = 64) -> Case:
         else:
             q += 1
     window = None if case.window is None else max(1, min(case.window, kv))
+    if case.ragged:  # two sequences of different lengths averaging q
+        short = max(1, q // 2)
+        return case.replace(batch=2, q_len=q, kv_len=q, lengths=f"{short}/{2 * q - short}")
     small = case.replace(batch=1, q_len=q, kv_len=kv, window=window)
     from bench.model import masks
 

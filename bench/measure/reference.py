@@ -102,6 +102,7 @@ def check_slice(case: Case) -> tuple[list[int], slice, slice]:
     heads.  The slice is exact: those query heads see only that key/value head.  A case whose
     K and V in float64 pass KV_BYTES_LIMIT is sliced too (decode over a long cache: few
     scores, but K and V of 8.6 GB each at b = 8, 8 KV heads, 128k, d = 128)."""
+    case = case.packed()  # a ragged batch: its packed sequence, the mask within each one
     kv_bytes = 2 * case.batch * case.kv_heads * case.kv_len * case.head_dim * 8
     if case.batch * case.heads * case.q_len * case.kv_len <= FULL_CHECK_LIMIT and kv_bytes <= KV_BYTES_LIMIT:
         return list(range(case.batch)), slice(None), slice(None)
@@ -111,6 +112,7 @@ def check_slice(case: Case) -> tuple[list[int], slice, slice]:
 
 def reference(case: Case, q, k, v, grad_out=None) -> Reference:
     """float64 CPU attention from the definition in bench.model.masks, query block by block."""
+    case = case.packed()  # a ragged batch: its packed sequence, the mask within each one
     batches, hs, kvs = check_slice(case)
     q, k, v = (t.detach()[batches] for t in (q, k, v))
     q, k, v = q[:, hs], k[:, kvs], v[:, kvs]
@@ -281,6 +283,7 @@ def check(case: Case, out, ref_out, grads=None, ref_grads=None, error_budget: fl
 def check_form(case: Case, out) -> CheckResult:
     """The output's dtype, device, layout, shape and finiteness: what can be checked without
     a reference (a cell whose reference was skipped is held to this alone)."""
+    case = case.packed()  # a ragged batch: its packed sequence, the mask within each one
     wrong = [f"{what} {got}, expected {want}" for what, got, want in (
         ("dtype", out.dtype, case.torch_dtype), ("device", out.device.type, case.device),
         ("layout", out.layout, torch.strided)) if got != want]

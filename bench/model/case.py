@@ -18,6 +18,7 @@ MASKS = ("none", "causal", "window", "padding")  # the four basic masks (a varia
 # a mask spelling: terms joined by '+', each a name with ':'-separated parameters (bench.model.masks)
 MASK_SPELLING = re.compile(r"^[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*(\+[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*)*$")
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
+RAGGED_MASKS = ("none", "causal", "window")  # the masks a ragged batch takes, within each of its sequences
 
 
 class CaseError(ValueError):
@@ -59,6 +60,8 @@ class Case:
     mask: str = "none"
     window: int | None = None
     direction: str = "fwd"
+    lengths: str = "fixed"  # the sequence lengths of the batch (bench.model.workload): fixed, or a ragged mix
+    inputs: str = "normal"  # the structure of q, k and v (bench.model.workload)
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
@@ -80,6 +83,21 @@ class Case:
             raise CaseError("window", self.window, "only the window mask takes a window size")
         if self.direction not in DIRECTIONS:
             raise CaseError("direction", self.direction, f"valid: {', '.join(DIRECTIONS)}")
+        from bench.model import workload
+
+        try:
+            object.__setattr__(self, "inputs", workload.canonical_inputs(self.inputs))
+            lengths = workload.parse_lengths(self.lengths)
+            object.__setattr__(self, "lengths", lengths.text())
+            if lengths.ragged:
+                if self.is_cross:
+                    raise workload.WorkloadError(f"--lengths {self.lengths}: a ragged batch is self-attention here "
+                                                 f"(its keys are its queries); q_len {self.q_len} != kv_len "
+                                                 f"{self.kv_len}")
+                lengths.check(self.batch, self.q_len)
+        except workload.WorkloadError as exc:
+            raise CaseError("lengths" if "lengths" in str(exc) else "inputs",
+                            self.lengths if "lengths" in str(exc) else self.inputs, str(exc)) from None
 
     # -- derived -------------------------------------------------------------
     @property
@@ -89,6 +107,39 @@ class Case:
     @property
     def is_gqa(self) -> bool:
         return self.kv_heads != self.heads
+
+    @property
+    def ragged(self) -> bool:
+        """A batch of sequences of different lengths, held packed (bench.model.workload)."""
+        return self.lengths != "fixed"
+
+    def packed(self) -> Case:
+        """A ragged batch as the one sequence its tensors hold: batch 1, every token back to back,
+        the mask applied within each sequence (a document mask of the lengths).  The reference,
+        the mask's counts and so the FLOPs are those of this case.  A fixed batch: itself."""
+        if not self.ragged:
+            return self
+        if self.unsupported_reason:
+            raise CaseError("mask", self.mask, self.unsupported_reason)
+        lens = "/".join(map(str, self.seq_lengths()))
+        mask = f"document:causal={int(self.mask == 'causal')}:window={self.window or 0}:lengths={lens}"
+        total = self.batch * self.q_len
+        return self.replace(batch=1, q_len=total, kv_len=total, mask=mask, window=None, lengths="fixed")
+
+    @property
+    def unsupported_reason(self) -> str | None:
+        """Why no variant can run this case whatever it declares (a ragged batch under a mask that
+        has no meaning within each sequence), or None."""
+        if self.ragged and self.mask not in RAGGED_MASKS:
+            return (f"a ragged batch (--lengths {self.lengths}) takes the masks {', '.join(RAGGED_MASKS)}, "
+                    f"applied within each sequence; not {self.mask}")
+        return None
+
+    def seq_lengths(self) -> list[int]:
+        """The length of each sequence of the batch (all q_len for a fixed batch)."""
+        from bench.model import workload
+
+        return workload.parse_lengths(self.lengths).draw(self.batch, self.q_len)
 
     @property
     def needs_grad(self) -> bool:
@@ -118,8 +169,12 @@ class Case:
         lens = f"n={self.q_len}" if not self.is_cross else f"q={self.q_len},kv={self.kv_len}"
         heads = f"h={self.heads}" + (f"/{self.kv_heads}" if self.is_gqa else "")
         mask = self.mask + (f"({self.window})" if self.window else "")
+        extra = "".join(f" {k}={v}" for k, v in (("lengths", self.lengths), ("inputs", self.inputs))
+                        if v != CASE_DEFAULTS[k])
         return (f"{self.device} {self.dtype} b={self.batch} {heads} {lens} d={self.head_dim} "
-                f"{mask} {self.direction}")
+                f"{mask} {self.direction}{extra}")
 
 
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))
+CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}  # a row written before a field existed
+CASE_ADDED = ("lengths", "inputs")  # fields later than the first run folders: a row without them has their default

@@ -51,7 +51,7 @@ def padding(b, h, q_idx, kv_idx, lens):
 # -- packed documents ---------------------------------------------------------------------------
 
 
-def _documents(case: Case, docs: int, causal: int, seed: int, lengths: tuple) -> dict:
+def _documents(case: Case, docs: int, causal: int, seed: int, lengths: tuple, window: int) -> dict:
     n = max(case.q_len, case.kv_len)
     if lengths:
         if any(x < 1 for x in lengths):
@@ -71,20 +71,24 @@ def _documents(case: Case, docs: int, causal: int, seed: int, lengths: tuple) ->
     return {"doc": doc, "starts": starts, "ends": ends}
 
 
-def _document_intervals(q, case, docs, causal, seed, lengths, doc, starts, ends):
+def _document_intervals(q, case, docs, causal, seed, lengths, window, doc, starts, ends):
     d = doc[q]
-    hi = torch.minimum(ends[d], q + 1) if causal else ends[d]
-    return [(starts[d], hi)]
+    hi = torch.minimum(ends[d], q + 1) if causal or window else ends[d]
+    lo = torch.maximum(starts[d], q - window + 1) if window else starts[d]
+    return [(lo, hi)]
 
 
-@mask("document", params={"docs": 4, "causal": 0, "seed": 0, "lengths": ()}, prepare=_documents,
-      ranges={"docs": ">= 1", "causal": "0..1", "seed": ">= 0", "lengths": ">= 1"},
+@mask("document", params={"docs": 4, "causal": 0, "seed": 0, "lengths": (), "window": 0}, prepare=_documents,
+      ranges={"docs": ">= 1", "causal": "0..1", "seed": ">= 0", "lengths": ">= 1", "window": ">= 0"},
       intervals=_document_intervals,
       description="packed sequences, block-diagonal: a token sees only tokens of its own document. `docs` "
                   "documents of seeded random lengths over max(q_len, kv_len) positions, or explicit "
-                  "`lengths=a/b/c` (the positions left over form one more document); causal=1 adds j <= i")
-def document(b, h, q_idx, kv_idx, docs, causal, seed, lengths, doc, starts, ends):
+                  "`lengths=a/b/c` (the positions left over form one more document); causal=1 adds j <= i; "
+                  "window=W a causal sliding window within each document, i - W < j <= i")
+def document(b, h, q_idx, kv_idx, docs, causal, seed, lengths, window, doc, starts, ends):
     same = doc[q_idx] == doc[kv_idx]
+    if window:
+        return same & (kv_idx <= q_idx) & (q_idx - kv_idx < window)
     return same & (kv_idx <= q_idx) if causal else same
 
 

@@ -322,8 +322,9 @@ def _case_mask(case: Case) -> CaseMask:
 
 def bind(case: Case) -> CaseMask:
     """The case's mask and score mods, resolved and prepared (cached per case; the direction
-    does not matter to a mask).  A mask's ``prepare`` receives this very case."""
-    return _case_mask(case.replace(direction="fwd"))
+    does not matter to a mask).  A mask's ``prepare`` receives this very case; a ragged batch's
+    is that of its packed sequence (``Case.packed``)."""
+    return _case_mask(case.packed().replace(direction="fwd"))
 
 
 # -- what variants, FLOP counts and rows ask of a case's mask ------------------------------------------------
@@ -350,10 +351,44 @@ def density(case: Case) -> float:
 
 def row_columns(case: Case) -> dict:
     """What a row records about its mask: every term's parameters (defaults included) and the
-    density, the fraction of (query, key) pairs kept."""
+    density, the fraction of (query, key) pairs kept.  A ragged batch's row also records the
+    length of each sequence and its padding waste (``padding_waste``); its density is over
+    the real pairs, those within each sequence."""
     ms, mods = parse(case.mask, case.window)
     params = {t.d.name: {k: list(v) if isinstance(v, tuple) else v for k, v in t.params} for t in ms + mods}
-    return {"mask_params": params, "density": round(bind(case).density, 6)}
+    if not case.ragged:
+        return {"mask_params": params, "density": round(bind(case).density, 6)}
+    lens = case.seq_lengths()
+    kept = bind(case).counts[0]
+    real = sum(n * n for n in lens) * case.heads
+    return {"mask_params": params, "density": round(kept / real, 6), "seq_lengths": lens,
+            "padding_waste": round(padding_waste(case), 6)}
+
+
+def per_sequence(case: Case, make: Callable) -> Callable:
+    """A ragged batch computed one sequence at a time: ``make(sub_case)`` builds a fixed-length
+    variant's call (a callable, or a ``Prepared``) for a case of one sequence of each length,
+    and the returned ``fn(q, k, v)`` runs it on each sequence's slice of the packed tensors
+    (1, H, total, D) in turn and joins the outputs.  Gradients flow through the slices."""
+    lens = case.seq_lengths()
+    calls = {}
+    for n in sorted(set(lens)):
+        out = make(case.replace(batch=1, q_len=n, kv_len=n, lengths="fixed"))
+        calls[n] = getattr(out, "fn", out)
+    starts = [sum(lens[:i]) for i in range(len(lens))]
+
+    def attention(q, k, v):
+        return torch.cat([calls[n](q[:, :, s:s + n], k[:, :, s:s + n], v[:, :, s:s + n])
+                          for s, n in zip(starts, lens)], dim=2)
+    return attention
+
+
+def padding_waste(case: Case) -> float:
+    """The FLOPs of the same batch padded to its longest sequence over its real FLOPs (>= 1):
+    what an equal-length kernel spends on padding."""
+    lens = case.seq_lengths()
+    padded = case.replace(q_len=max(lens), kv_len=max(lens), lengths="fixed")
+    return bind(padded).counts[0] / bind(case).counts[0]
 
 
 def dense_keep(case: Case, device="cpu") -> torch.Tensor | None:

@@ -56,6 +56,7 @@ class Variant:
     approximate: bool = False
     error_budget: float | None = None
     compiles: bool = False  # its setup compiles per case (seconds, not milliseconds: a sweep's plan counts it)
+    ragged: bool = False  # takes a ragged batch (--lengths), packed: q, k, v (1, H, total tokens, D)
     module: str = ""
     source: str = ""
     # the answers of ``check`` per case, kept with the variant (a probe runs library code once)
@@ -67,6 +68,8 @@ class Variant:
 
     def static_reason(self, case: Case) -> str | None:
         """Why the declared capabilities exclude ``case`` (None when they admit it)."""
+        if case.unsupported_reason:
+            return case.unsupported_reason
         if case.device not in self.devices:
             return f"device {case.device} not supported (supports {', '.join(self.devices)})"
         if case.dtype not in self.dtypes:
@@ -80,6 +83,9 @@ class Variant:
             return "GQA (kv_heads != heads) not supported"
         if case.needs_grad and not self.backward:
             return "backward not supported"
+        if case.ragged and not self.ragged:
+            return (f"ragged batches (--lengths {case.lengths}) not supported: {self.name} takes sequences of one "
+                    f"length (the variants that declare ragged=True take them packed)")
         return None
 
     @property
@@ -117,7 +123,7 @@ class Variant:
                 "cross": self.cross,
                 "gqa": self.gqa, "backward": self.backward, "requires": list(self.requires),
                 "baseline": self.baseline, "approximate": self.approximate, "error_budget": self.error_budget,
-                "compiles": self.compiles,
+                "compiles": self.compiles, "ragged": self.ragged,
                 "source": self.source}
 
 
@@ -131,7 +137,8 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, score_mods: Iterable[str] = (),
             cross: bool = True, gqa: bool = True, backward: bool = True, requires: Iterable[str] = (),
             baseline: bool = False, check: Callable[[Case], str | None] | None = None,
-            approximate: bool = False, error_budget: float | None = None, compiles: bool = False):
+            approximate: bool = False, error_budget: float | None = None, compiles: bool = False,
+            ragged: bool = False):
     """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
 
     ``approximate=True`` declares a variant that does not compute attention exactly: it is
@@ -141,6 +148,11 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
 
     ``compiles=True`` declares a setup that compiles per case (seconds of it): a sweep's cost
     model counts it when it balances shards and workers.
+
+    ``ragged=True`` declares a variant that takes a ragged batch (``--lengths``): its q, k, v
+    are packed, (1, heads, total tokens, head_dim), ``case.seq_lengths()`` gives the length of
+    each sequence, and the mask applies within each one.  It may say how it held them in
+    ``Prepared.info["layout"]`` (packed, nested or padded): the row records it.
 
     ``masks`` names the masks the variant computes (``bench.model.masks.ANY``: every registered one,
     through ``bench.model.masks``); ``score_mods`` the score mods it applies (``ANY``, or
@@ -167,7 +179,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
         entry = Variant(name=name, factory=factory, description=description, devices=tuple(devices),
                         dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods), cross=cross, gqa=gqa,
                         backward=backward, requires=tuple(requires), baseline=baseline, check=check,
-                        approximate=approximate, error_budget=error_budget, compiles=compiles,
+                        approximate=approximate, error_budget=error_budget, compiles=compiles, ragged=ragged,
                         module=factory.__module__, source=_source_of(mod, factory.__module__))
         entries = module_variants(mod, create=True)
         if any(v.name == name for v in entries):

@@ -68,7 +68,8 @@ class ReasonKind(str, enum.Enum):
 # the column groups, in the order a row's columns are written
 IDENTITY = ("variant", *CASE_FIELDS)
 OUTCOME = ("status", "reason", "reason_kind")
-WORKLOAD = ("mask_params", "density", "flops", "bytes", "approximate")
+WORKLOAD = ("mask_params", "density", "flops", "bytes", "approximate", "seq_lengths", "padding_waste",
+            "layout")  # a ragged batch: each sequence's length, padded over real FLOPs, how the variant held it
 SETTINGS = ("threads", "budget_ms", "precision", "worker")  # worker: where it ran (cpu, cpu:0-3, cuda:1)
 TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth",
           "noisy", "ci_lo_ms", "ci_hi_ms", "number", "warmup_calls", "timer", "samples_ms", "round_medians_ms",
@@ -85,7 +86,7 @@ GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_e
 COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
            *GPU_STATE)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
-           "rel_iqr", "ci_halfwidth", "timed_s", "cpu_util", "other_cpu", "density", "flops", "bytes",
+           "rel_iqr", "ci_halfwidth", "timed_s", "cpu_util", "other_cpu", "density", "flops", "bytes", "padding_waste",
            *ACCURACY, *FIGURES, "kernel_sum_ms", "graph_median_ms", "sm_clock_start_mhz", "sm_clock_end_mhz",
            "power_start_w", "power_end_w",
            "temp_start_c", "temp_end_c", "energy_j_per_call", "energy_j_per_token")

@@ -126,6 +126,19 @@ def mask_spellings(raw, name: str) -> list[str]:
     return values
 
 
+def workload_spellings(kind: str):
+    """--lengths or --inputs values, each checked and written in its one canonical form."""
+    def parse(raw, name: str) -> list[str]:
+        from bench.model import workload
+
+        canonical = workload.canonical_lengths if kind == "lengths" else workload.canonical_inputs
+        try:
+            return list(dict.fromkeys(canonical(x) for x in texts(raw, name)))
+        except workload.WorkloadError as exc:
+            raise UsageError(str(exc)) from None
+    return parse
+
+
 def check_masks(spellings) -> None:
     """Every term of every spelling names a registered mask or score mod, with valid parameters."""
     from bench.model import masks
@@ -245,6 +258,13 @@ class Spec:
     window: list[int] = setting("sliding-window sizes for a bare window mask (window:256 names its own)",
                                 ints(MAX_LEN), axis=True, case=True)
     directions: list[str] = setting("fwd, bwd, fwd+bwd", choices("direction", DIRECTIONS), axis=True, case=True)
+    lengths: list[str] = setting("sequence lengths in a batch: fixed (the default), or a ragged mix averaging n: "
+                                 "uniform:LO-HI, lognormal:SIGMA, bimodal[:SHORT/LONG:FRAC] or a list A/B/C",
+                                 workload_spellings("lengths"), default=("fixed",), axis=True, case=True,
+                                 metavar="DIST")
+    inputs: list[str] = setting("structure of q, k and v: normal (the default), clustered[:K], lowrank[:R], "
+                                "outliers[:SCALE]", workload_spellings("inputs"), default=("normal",), axis=True,
+                                case=True, metavar="KIND")
     device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
                           default="cpu", case=True)
     preset: str = setting("quick, default, full or decode (default: default); sized per device", text,
@@ -310,12 +330,14 @@ class Spec:
                         mask, window = masks.canonical(spelling, size)
                     except masks.MaskError as exc:
                         raise UsageError(f"--masks {spelling}: {exc}") from None
-                    for q_len in sorted(self.seq_lens):
+                    for lengths, inputs, q_len in itertools.product(self.lengths or ["fixed"],
+                                                                    self.inputs or ["normal"], sorted(self.seq_lens)):
                         for kv_len in self.kv_lens or [q_len]:
                             try:
                                 case = Case(self.device, dtype, batch, heads, kv_heads, q_len, kv_len,
-                                            head_dim, mask, window, direction)
-                                masks.bind(case).validate()  # parameters that do not fit, definitions that fail
+                                            head_dim, mask, window, direction, lengths, inputs)
+                                if not case.unsupported_reason:  # else every variant's row says why
+                                    masks.bind(case).validate()  # parameters that do not fit, definitions that fail
                             except (CaseError, masks.MaskError) as exc:
                                 raise UsageError(str(exc)) from None
                             if case not in seen:
@@ -333,6 +355,9 @@ def measured_part(spec: Spec) -> dict:
     """What a spec measures: every setting but those of how it runs (shards of one sweep agree on
     it), with its plugin files as digests of their contents, not their paths."""
     out = {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
+    for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"])):  # a sweep from before they existed
+        if out.get(key) in (default, None):
+            out.pop(key, None)
     out["plugins"] = sorted(_file_digest(p) for p in spec.plugins or ())
     return out
 
