@@ -7,10 +7,10 @@ import pandas as pd
 
 from bench.engine import store
 from bench.model import row
-from bench.model.case import CASE_FIELDS
+from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
-FACET_COLS = ["run", "hardware", "device", "dtype", "direction", "mask", "window", "batch", "heads", "kv_heads",
-              "head_dim", "kv"]
+FACET_COLS = ["run", "hardware", "device", "dtype", "direction", "mask", "window", "lengths", "inputs", "batch",
+              "heads", "kv_heads", "head_dim", "kv"]
 NUMERIC = [*row.NUMERIC, "compile_ms"]  # the row's numeric columns, and flex's compile time (an extra)
 FLAGS = list(row.FLAGS)
 
@@ -57,9 +57,13 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
             df[col] = pd.Series(dtype=object)
     for col in NUMERIC:
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df else np.nan
+    for col in CASE_ADDED:  # rows from before the field existed were measured with its default
+        df[col] = df[col].fillna(CASE_DEFAULTS[col])
     df["window"] = df["window"].map(lambda w: "-" if pd.isna(w) else str(int(w)))
     df["kv"] = np.where(df["kv_len"] == df["q_len"], "self", df["kv_len"].astype(str))
     df["n"] = df["q_len"].astype(int)
+    # time per real token: a ragged batch of mean length n holds batch x n tokens, as a fixed one does
+    df["us_per_token"] = df["median_ms"] * 1e3 / (df["batch"].astype(float) * df["q_len"].astype(float))
     df["status"] = df["status"].fillna("error")
     df["reason"] = df["reason"].fillna("")
     for col in FLAGS:

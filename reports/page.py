@@ -116,6 +116,33 @@ def trust_line(df, envs) -> str:
     return text + (f"; {history}" if history else f"; {loads}" if loads else "") + "."
 
 
+WORKLOAD_NOTES = {
+    "ragged": "Ragged batches (--lengths): each cell's sequences have different lengths averaging n, held as the "
+              "layout says (packed: back to back; nested: a nested jagged tensor). µs per real token is the median "
+              "over batch x n tokens; padding waste is what an equal-length kernel would compute on the same batch "
+              "padded to its longest sequence, over the real work (1 = none).",
+    "inputs": "Approximation error by input kind (--inputs): the relative Frobenius error of the output against "
+              "the float64 reference (1 = the error of answering zeros). i.i.d. normal inputs give nearly uniform "
+              "attention, where every approximation fails; clustered, low-rank and outlier inputs give the "
+              "structure each one assumes or breaks (bench/model/workload.py).",
+}
+
+
+def _workload_html(df) -> list[str]:
+    from reports.tables import error_by_inputs, ragged_table
+
+    parts = []
+    ragged = ragged_table(df)
+    if not ragged.empty:
+        parts += ["<h3>Ragged batches</h3>", f"<p class=muted>{html.escape(WORKLOAD_NOTES['ragged'])}</p>",
+                  _table_html(ragged, index=False)]
+    errors = error_by_inputs(df)
+    if not errors.empty and df["inputs"].nunique() > 1:
+        parts += ["<h3>Approximation error by input kind</h3>",
+                  f"<p class=muted>{html.escape(WORKLOAD_NOTES['inputs'])}</p>", _table_html(errors, index=False)]
+    return parts
+
+
 def _trust_html(df, envs) -> str:
     state, heading, why = trust_state(df, envs)
     return (f"<p class='trust {state}'><b>{heading}: {html.escape(why)}.</b><br>"
@@ -212,6 +239,7 @@ def write_page(r: ReportParts) -> Path:
                  "median time and of peak memory against n (2 = quadratic, 1 = linear), with R² "
                  "(n/a below 3 points) and the n range it covers.</p>")
     parts.append(_table_html(_fmt_scaling(scaling), index=False) if not scaling.empty else "<p>no ok cells</p>")
+    parts += _workload_html(df)
     parts.append("<h3>Crossovers</h3>")
     parts.append(_table_html(cross, index=False) if not cross.empty else
                  f"<p class=muted>{html.escape(crossover_note(df, cross))}</p>")
@@ -276,6 +304,14 @@ def write_markdown(r: ReportParts) -> Path:
             if png:
                 lines += [f"![{key}](charts/{png.name})", ""]
         lines += [masks["table"].to_markdown(index=False), ""]
+    from reports.tables import error_by_inputs, ragged_table
+
+    ragged, errors = ragged_table(df), error_by_inputs(df)
+    if not ragged.empty:
+        lines += ["## Ragged batches", "", WORKLOAD_NOTES["ragged"], "", ragged.to_markdown(index=False), ""]
+    if not errors.empty and df["inputs"].nunique() > 1:
+        lines += ["## Approximation error by input kind", "", WORKLOAD_NOTES["inputs"], "",
+                  errors.to_markdown(index=False), ""]
     crossings = cross.to_markdown(index=False) if not cross.empty else crossover_note(df, cross)
     lines += ["## Scaling", "", _fmt_scaling(scaling).to_markdown(index=False) if not scaling.empty else "none",
               "", "### Crossovers", "", crossings, ""]

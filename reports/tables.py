@@ -127,6 +127,31 @@ def failed_rows(df: pd.DataFrame) -> pd.DataFrame:
     return failed_cells(df)[cols].sort_values(["variant", "n", "dtype", "mask", "direction"])  # every cell its row
 
 
+def ragged_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The ragged batches' ok cells: how each variant held the batch, its time per real token,
+    and the padding waste an equal-length kernel would pay on the same batch."""
+    ok = df[(df["status"] == "ok") & (df["lengths"] != "fixed")]
+    if ok.empty:
+        return pd.DataFrame()
+    cols = {"variant": "variant", "lengths": "lengths", "mask": "mask", "direction": "direction", "batch": "batch",
+            "n": "mean n", "layout": "layout", "median_ms": "median ms", "us_per_token": "µs per real token",
+            "padding_waste": "padding waste (padded / real FLOPs)"}
+    t = ok[[c for c in cols if c in ok]].rename(columns=cols)
+    return t.sort_values(["lengths", "mask", "direction", "mean n", "variant"]).round(4)
+
+
+def error_by_inputs(df: pd.DataFrame) -> pd.DataFrame:
+    """Each approximate variant's relative output error by input kind (the median over its
+    cells at each n and mask): how the approximation fares where its assumption holds."""
+    approx = df[df["approximate"].fillna(False).astype(bool)] if "approximate" in df else df.iloc[0:0]
+    approx = approx[approx["rel_err"].notna()]
+    if approx.empty:
+        return pd.DataFrame()
+    t = approx.pivot_table(index=["variant", "mask", "n"], columns="inputs", values="rel_err", aggfunc="median")
+    t.columns.name = None
+    return t.round(3).reset_index()
+
+
 def write_csvs(df: pd.DataFrame, tables, folder) -> None:
     df.drop(columns=["samples_ms"], errors="ignore").to_csv(folder / "results.csv", index=False)
     long = []

@@ -1,0 +1,207 @@
+"""Workloads as people run them: ragged batches (--lengths) and inputs with structure (--inputs),
+checked on real data against the float64 reference and closed-form counts."""
+
+import json
+
+import pytest
+import torch
+
+from bench.case import Case
+from bench.engine import store
+from bench.measure.bound import bind_variant
+from bench.measure.flops import flops
+from bench.measure.inputs import make_inputs
+from bench.measure.reference import run_and_check
+from bench.model import workload
+from bench.model.case import CaseError
+from bench.registry import available
+from tests.conftest import read_jsonl, run_cli
+
+DISTS = ["uniform:16-200", "lognormal:0.5", "lognormal:1.5", "bimodal", "bimodal:1/3:0.5"]
+
+
+@pytest.mark.parametrize("dist", DISTS)
+@pytest.mark.parametrize("batch,n", [(1, 64), (3, 100), (8, 128), (16, 37)])
+def test_a_ragged_batch_averages_n_exactly_and_is_seeded(dist, batch, n):
+    lens = workload.parse_lengths(dist).draw(batch, n)
+    assert len(lens) == batch and sum(lens) == batch * n and min(lens) >= 1
+    assert lens == workload.parse_lengths(dist).draw(batch, n)  # the same batch every time
+    if dist.startswith("uniform"):
+        assert all(16 <= x <= 200 for x in lens)
+
+
+def test_the_mixes_are_the_shapes_they_say():
+    lens = workload.parse_lengths("bimodal:1/8:0.75").draw(64, 512)
+    short, long = min(lens), max(lens)
+    assert long / short == pytest.approx(8, rel=0.05) and sum(x < 512 for x in lens) == 48  # 75 % short
+    spread = workload.parse_lengths("lognormal:1.0").draw(64, 512)
+    assert max(spread) / min(spread) > 5 > max(workload.parse_lengths("lognormal:0.1").draw(64, 512)) / 400
+
+
+@pytest.mark.parametrize("text,why", [("uniform:200-300", "cannot average n=100"), ("50/100", "averages 75"),
+                                      ("50/100/150", "3 lengths, but the batch is 2"), ("paged:0", "not valid"),
+                                      ("lognormal:0", "not valid"), ("bimodal:8/1:0.5", "not valid")])
+def test_a_distribution_that_cannot_give_the_batch_is_refused(text, why):
+    with pytest.raises(CaseError, match=why):
+        Case(batch=2, q_len=100, kv_len=100, lengths=text)
+
+
+def test_a_ragged_batch_is_self_attention_under_masks_that_mean_something_per_sequence():
+    with pytest.raises(CaseError, match="self-attention"):
+        Case(batch=2, q_len=100, kv_len=200, lengths="lognormal:0.5")
+    case = Case(batch=2, q_len=100, kv_len=100, mask="padding", lengths="lognormal:0.5")
+    assert "takes the masks none, causal, window" in case.unsupported_reason  # a row per variant says so
+
+
+@pytest.mark.parametrize("mask,window", [("none", None), ("causal", None), ("window", 7)])
+def test_ragged_flops_are_the_closed_form_over_the_real_lengths(mask, window):
+    case = Case(batch=5, heads=3, kv_heads=3, q_len=40, kv_len=40, head_dim=16, mask=mask, window=window,
+                lengths="lognormal:0.8")
+    lens = case.seq_lengths()
+    per_seq = {"none": lambda n: n * n, "causal": lambda n: n * (n + 1) // 2,
+               "window": lambda n: sum(min(i + 1, 7) for i in range(n))}[mask]
+    assert flops(case) == 4 * 3 * 16 * sum(per_seq(n) for n in lens)
+    assert flops(case.replace(direction="bwd")) == 2.5 * flops(case)
+
+
+def _per_sequence_reference(case, q, k, v):
+    """Attention of each sequence on its own in float64, written out here (not the harness's)."""
+    out, s = [], 0
+    for n in case.seq_lengths():
+        qs, ks, vs = (t[:, :, s:s + n].double() for t in (q, k, v))
+        scores = qs @ ks.transpose(-1, -2) * case.scale
+        i, j = torch.arange(n).view(-1, 1), torch.arange(n).view(1, -1)
+        keep = {"none": torch.ones(n, n, dtype=torch.bool), "causal": j <= i,
+                "window": (j <= i) & (i - j < (case.window or 1))}[case.mask]
+        out.append(scores.masked_fill(~keep, float("-inf")).softmax(-1) @ vs)
+        s += n
+    return torch.cat(out, dim=2)
+
+
+@pytest.mark.parametrize("dist", ["lognormal:0.5", "bimodal"])
+@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+@pytest.mark.parametrize("name", ["naive", "chunked.online", "sdpa", "sdpa.math"])
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_ragged_variants_against_the_float64_reference(registry, dist, mask, name, direction):
+    case = Case(batch=4, heads=2, kv_heads=2, q_len=48, kv_len=48, head_dim=16, mask=mask,
+                window=9 if mask == "window" else None, lengths=dist, direction=direction)
+    q, k, v = make_inputs(case, requires_grad=False)
+    assert q.shape == (1, 2, 4 * 48, 16)  # packed: the sequences back to back
+    expected = _per_sequence_reference(case, q, k, v)
+    ok, why = available(registry[name], case)
+    if not ok:
+        assert name.startswith("sdpa") and mask != "none", why  # nested tensors: no attn_mask, no CPU causal
+        pytest.skip(why)
+    bound = bind_variant(registry[name], case)
+    with bound.scope():
+        out = bound.fn(*bound.inputs)
+        result = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out)
+    assert result.ok, result.reason
+    torch.testing.assert_close(out.detach().double(), expected, atol=1e-4, rtol=1e-4)
+    assert bound.prepared.info["layout"] == ("nested" if name.startswith("sdpa") else "packed")
+
+
+def test_a_wrong_ragged_kernel_cannot_pass(registry):
+    """The check is over the sequences: attention across them (the padded-batch mistake) fails."""
+    case = Case(batch=3, heads=2, kv_heads=2, q_len=32, kv_len=32, head_dim=16, mask="none", lengths="bimodal")
+    q, k, v = make_inputs(case)
+
+    def across(q, k, v):  # one sequence of all the tokens: every token sees the other sequences too
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    result = run_and_check(case, across, q, k, v)
+    assert not result.ok and result.kind == "mismatch-values"
+
+
+@pytest.mark.parametrize("kind", ["clustered", "lowrank:4", "outliers:30"])
+def test_structured_inputs_are_seeded_and_shaped_as_said(kind):
+    case = Case(batch=2, heads=4, kv_heads=2, q_len=256, kv_len=256, head_dim=32, inputs=kind)
+    q, k, v = make_inputs(case)
+    again = make_inputs(case)
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v), again))
+    assert q.shape == (2, 4, 256, 32) and k.shape == (2, 2, 256, 32)
+    if kind.startswith("lowrank"):  # q and k in one 4-dimensional subspace per kv head
+        both = torch.cat([q[0, 0], k[0, 0]])
+        assert torch.linalg.matrix_rank(both.double(), rtol=1e-4) == 4  # up to float32 rounding
+    if kind.startswith("outliers"):
+        loud = q[..., ::16].std() / q[..., 1::16].std()
+        assert 20 < loud < 40
+    if kind == "clustered":  # a query's attention is peaked on its own topic's keys (1 in 8 of them)
+        topic = torch.arange(256) * 8 // 256
+        same = topic.view(-1, 1) == topic.view(1, -1)
+
+        def own_share(q, k):
+            return float(((q[0, 0] @ k[0, 0].T * case.scale).softmax(-1) * same).sum(-1).mean())
+
+        plain = make_inputs(case.replace(inputs="normal"))
+        assert own_share(q, k) > 0.8 > 0.2 > own_share(plain[0], plain[1])
+
+
+def test_on_clustered_inputs_nystrom_is_well_below_the_zeros_line(registry):
+    errors = {}
+    for kind in ("normal", "clustered"):
+        case = Case(batch=1, heads=4, kv_heads=4, q_len=1024, kv_len=1024, head_dim=64, inputs=kind)
+        bound = bind_variant(registry["nystrom"], case)
+        result = run_and_check(case, bound.fn, *bound.inputs, None, None, registry["nystrom"].error_budget, True)
+        errors[kind] = result.rel_err
+    assert errors["clustered"] < 0.4 < errors["normal"], errors  # 1.0: the error of answering zeros
+
+
+def test_rows_of_an_older_folder_keep_their_cells(tmp_path):
+    """Rows written before --lengths and --inputs existed count as fixed, normal: a resume does
+    not measure them again."""
+    case = Case(batch=1, heads=2, kv_heads=2, q_len=16, kv_len=16, head_dim=8)
+    old = {k: v for k, v in case.to_dict().items() if k not in ("lengths", "inputs")}
+    (tmp_path / store.RESULTS).write_text(json.dumps({"variant": "naive", "status": "ok", **old}) + "\n")
+    assert store.cell_key("naive", case) in store.done_keys(store.read_rows(tmp_path))
+
+
+@pytest.mark.parametrize("args,why", [(["--lengths", "uniform:200-300"], "cannot average n=64"),
+                                      (["--inputs", "weird"], "unknown --inputs 'weird'; valid: normal"),
+                                      (["--lengths", "paged:0"], "--lengths 'paged:0' is not valid; valid: fixed")])
+def test_bad_workloads_exit_2_and_write_nothing(tmp_path, capsys, args, why):
+    from bench.cli import main
+
+    out = tmp_path / "run"
+    assert main(["sweep", "--variants", "naive", "--seq-lens", "64", "--device", "cpu", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert why in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_ragged_sweep_records_its_lengths_layout_and_waste(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("sweep", "--variants", "naive,chunked.online,sdpa,linear.elu", "--lengths", "bimodal",
+                   "--batch", "4", "--seq-lens", "32,64", "--heads", "2", "--head-dims", "8", "--masks", "causal",
+                   "--budget-ms", "5", "--out", out, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    rows = read_jsonl(out / "results.jsonl")
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {r["variant"] for r in ok} == {"naive", "chunked.online"}
+    for r in ok:
+        lens = r["seq_lengths"]
+        assert len(lens) == 4 and sum(lens) == 4 * r["q_len"] and r["layout"] == "packed"
+        assert r["flops"] == 4 * 2 * 8 * sum(n * (n + 1) // 2 for n in lens)
+        longest = max(lens)
+        assert r["padding_waste"] == pytest.approx(4 * longest * (longest + 1) / sum(n * (n + 1) for n in lens),
+                                                   rel=1e-5)
+        assert r["max_abs_err"] is not None  # reference-checked
+    refused = {r["variant"]: r["reason"] for r in rows if r["status"] == "unsupported"}
+    assert "ragged batches" in refused["linear.elu"] and "sdpa" in refused  # CPU nested tensors: no causal
+    page = (out / "report" / "index.html").read_text()
+    assert "Ragged batches" in page and "µs per real token" in page
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dist,mask", [("lognormal:0.5", "causal"), ("bimodal", "window")])
+def test_flex_takes_a_ragged_batch_as_a_document_block_mask(registry, dist, mask):
+    case = Case(batch=4, heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=16, mask=mask,
+                window=16 if mask == "window" else None, lengths=dist)
+    bound = bind_variant(registry["flex"], case)
+    with bound.scope():
+        out = bound.fn(*bound.inputs)
+        result = run_and_check(case, bound.fn, *bound.inputs)
+    assert result.ok, result.reason
+    torch.testing.assert_close(out.double(), _per_sequence_reference(case, *bound.inputs), atol=1e-4, rtol=1e-4)
+    assert bound.prepared.info["layout"] == "packed" and bound.prepared.info["block_sparsity"] > 0
