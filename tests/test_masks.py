@@ -231,3 +231,92 @@ def test_flex_reads_every_mask_and_score_mod_as_defined(spelling):
                                  enable_gqa=case.is_gqa)
         result = check(case, out, reference(case, q, k, v).out)
         assert result.ok, (spelling, q_len, kv_len, result.reason)
+
+
+ALGEBRA = ["document:4&causal", "causal&window:8+sink:2", "document:lengths=20/28&window:5",
+           "dilated:2:8&document:3", "document:lengths=20/28(prefix_lm:8)", "document:3(chunked_causal:4)+sink:1",
+           "document:5(sink:2&window:6)"]
+
+
+def _loop_keep(spelling: str, n: int) -> torch.Tensor:
+    """The algebra written out as loops over (i, j) from the built-ins' own definitions."""
+    def doc_of(lengths):
+        return [d for d, size in enumerate(lengths) for _ in range(size)]
+
+    def seeded_docs(docs):
+        sizes = masks.bind(Case(batch=1, heads=1, kv_heads=1, q_len=n, kv_len=n, mask=f"document:{docs}"))
+        kw = sizes.masks[0][1]
+        return [int(x) for x in kw["doc"]]
+
+    def base(term, i, j):
+        name, *args = term.split(":")
+        if name == "causal":
+            return j <= i
+        if name == "window":
+            return j <= i and i - j < int(args[0])
+        if name == "sink":
+            return j <= i and j < int(args[0])  # causal sinks
+        if name == "prefix_lm":
+            return j < int(args[0]) or j <= i
+        if name == "chunked_causal":
+            return j <= i and i // int(args[0]) == j // int(args[0])
+        if name == "dilated":
+            return j <= i and (i - j) % int(args[0]) == 0 and (i - j) // int(args[0]) < int(args[1])
+        raise AssertionError(term)
+
+    def docs_of(term):
+        args = term.split(":", 1)[1]
+        return doc_of([int(x) for x in args.split("=")[1].split("/")]) if "lengths" in args else seeded_docs(args)
+
+    def keeps(group, i, j):
+        ok = True
+        for term in group.split("&") if "(" not in group else [group]:
+            if "(" in term:
+                doc_term, inner = term[:-1].split("(")
+                d = docs_of(doc_term)
+                start = {x: d.index(x) for x in set(d)}
+                ok &= d[i] == d[j] and all(base(t, i - start[d[i]], j - start[d[j]]) for t in inner.split("&"))
+            elif term.startswith("document"):
+                d = docs_of(term)
+                ok &= d[i] == d[j]
+            else:
+                ok &= base(term, i, j)
+        return ok
+
+    return torch.tensor([[any(keeps(g, i, j) for g in spelling.split("+")) for j in range(n)] for i in range(n)])
+
+
+@pytest.mark.parametrize("spelling", ALGEBRA)
+def test_intersections_and_per_document_masks_keep_what_their_loops_keep(spelling):
+    n = 48
+    case = Case(batch=1, heads=1, kv_heads=1, q_len=n, kv_len=n, mask=masks.canonical(spelling)[0])
+    keep = masks.bind(case).keep()[0, 0]
+    assert torch.equal(keep, _loop_keep(spelling, n))
+    assert masks.bind(case).counts[0] == int(keep.sum())  # counted by the ranges where each part has one
+
+
+def test_gym_window_is_attention_gym_s_convention():
+    """attention-gym keeps q - kv <= w; attnbench's window keeps q - kv < w: gym_window:W = window:W+1."""
+    a = Case(batch=1, heads=1, kv_heads=1, q_len=100, kv_len=100, mask="gym_window:7")
+    b = Case(batch=1, heads=1, kv_heads=1, q_len=100, kv_len=100, mask="window", window=8)
+    assert torch.equal(masks.bind(a).keep(), masks.bind(b).keep())
+
+
+@pytest.mark.parametrize("bad,why", [("window:4(causal)", "only document wraps a mask"),
+                                     ("document:4(causal", "unbalanced parentheses"),
+                                     ("causal&softcap:5", "'&' joins masks"), ("causal&", "empty term beside '&'")])
+def test_bad_algebra_says_what_is_valid(bad, why):
+    with pytest.raises(masks.MaskError, match=why):
+        masks.parse(bad, window=1)
+
+
+@pytest.mark.parametrize("spelling", ["document:4&causal", "document:lengths=20/44(prefix_lm:8)"])
+def test_the_algebra_runs_in_naive_and_chunked_online_against_the_reference(registry, spelling):
+    from bench.measure.bound import bind_variant
+    from bench.measure.reference import run_and_check
+
+    case = Case(batch=2, heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=16, mask=spelling, direction="fwd+bwd")
+    for name in ("naive", "chunked.online"):
+        bound = bind_variant(registry[name], case)
+        result = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out)
+        assert result.ok, (name, result.reason)

@@ -15,8 +15,10 @@ DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "fp16": "float16", "half": "float16",
                  "f16": "float16", "bf16": "bfloat16"}
 MASKS = ("none", "causal", "window", "padding")  # the four basic masks (a variant's default masks=)
-# a mask spelling: terms joined by '+', each a name with ':'-separated parameters (bench.model.masks)
-MASK_SPELLING = re.compile(r"^[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*(\+[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*)*$")
+# a mask spelling: terms joined by '+' (union) or '&' (intersection), each a name with ':'-separated
+# parameters (bench.model.mask_spelling)
+_TERM = r"[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*"
+MASK_SPELLING = re.compile(rf"^[(]*{_TERM}[)]*([+&(][(]*{_TERM}[)]*)*$")  # the parser checks the rest
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 RAGGED_MASKS = ("none", "causal", "window")  # the masks a ragged batch takes, within each of its sequences
 

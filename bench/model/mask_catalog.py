@@ -131,6 +131,14 @@ def sink(b, h, q_idx, kv_idx, sinks, window):
     return (kv_idx <= q_idx) & ((kv_idx < sinks) | (q_idx - kv_idx < window))
 
 
+@mask("gym_window", params={"window": 256}, ranges={"window": ">= 0"},
+      description="attention-gym's sliding window: causal and q - kv <= window, so window + 1 keys including the "
+                  "query's own (gym_window:W is window:W+1)",
+      intervals=lambda q, case, window: [(q - window, q + 1)])
+def gym_window(b, h, q_idx, kv_idx, window):
+    return (kv_idx <= q_idx) & (q_idx - kv_idx <= window)
+
+
 # -- block sparse ----------------------------------------------------------------------------------
 
 

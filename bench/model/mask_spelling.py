@@ -1,8 +1,11 @@
 """How masks are spelled: ``--masks`` and TOML text to terms, and terms back to one canonical text.
 
 A term is a registered mask or score mod with its parameters after colons, positional in
-declaration order or ``key=value`` (``window:256``, ``sink:4:window=512``); terms are joined
-by ``+``.  What a term means (its predicate, its counts) is ``bench.model.masks``.
+declaration order or ``key=value`` (``window:256``, ``sink:4:window=512``).  Masks joined by
+``&`` keep a pair when all of them keep it (their intersection, attention-gym's
+``and_masks``), and ``&`` binds tighter than ``+``, the union (``or_masks``), which also
+joins the score mods: ``document:4&causal+sink:4`` is (document and causal) or sink.  What a
+term means (its predicate, its counts) is ``bench.model.masks``.
 """
 
 from __future__ import annotations
@@ -83,13 +86,176 @@ def parse_term(text: str, window: int | None = None) -> Term:
     return Term(d, tuple((k, given.get(k, v)) for k, v in d.params.items()))
 
 
+class Intersection:
+    """Masks joined by ``&``: a pair is kept when every part keeps it.  It stands where a Term
+    does: ``d`` is a MaskDef made from the parts (its predicate the AND of theirs, each with its
+    own parameters, prefixed ``<i>.`` in ``kw``; its key ranges the overlap of theirs when each
+    part keeps one range per query row), so the mask's meaning needs no case of its own."""
+
+    def __init__(self, parts: list[Term]):
+        self.parts = parts
+        self.params = tuple((f"{i}.{k}", v) for i, t in enumerate(parts) for k, v in t.params)
+        names_ = [t.d.name for t in parts]
+        self.d = MaskDef(name="intersection", kind="mask", fn=self._fn, description=" and ".join(
+            f"({t.d.description})" for t in parts), params=dict(self.params), prepare=self._prepare,
+            intervals=self._intervals if all(t.d.intervals for t in parts) else None,
+            module=parts[0].d.module)
+        self.names = names_
+
+    @property
+    def kw(self) -> dict:
+        return dict(self.params)
+
+    def text(self) -> str:
+        return "&".join(t.text() for t in self.parts)
+
+    def _split(self, kw: dict) -> list[dict]:
+        out = [{} for _ in self.parts]
+        for key, value in kw.items():
+            i, _, name = key.partition(".")
+            out[int(i)][name] = value
+        return out
+
+    def _fn(self, b, h, q_idx, kv_idx, **kw):
+        out = None
+        for t, own in zip(self.parts, self._split(kw)):
+            keep = t.d.fn(b, h, q_idx, kv_idx, **own)
+            out = keep if out is None else out & keep
+        return out
+
+    def _prepare(self, case, **kw) -> dict:
+        extra = {}
+        for i, (t, own) in enumerate(zip(self.parts, self._split(kw))):
+            if t.d.prepare is not None:
+                extra |= {f"{i}.{k}": v for k, v in t.d.prepare(case, **own).items()}
+        return extra
+
+    def _intervals(self, q, case, **kw):
+        spans = [t.d.intervals(q, case, **own) for t, own in zip(self.parts, self._split(kw))]
+        if any(len(s) != 1 for s in spans):
+            raise NotImplementedError  # counted by the predicate instead (CaseMask falls back)
+        import torch
+
+        lo = [torch.as_tensor(s[0][0]) for s in spans]
+        hi = [torch.as_tensor(s[0][1]) for s in spans]
+        return [(_reduce(torch.maximum, lo), _reduce(torch.minimum, hi))]
+
+
+def _reduce(op, xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = op(out, x)
+    return out
+
+
+class Within:
+    """``document:...(INNER)``: the inner mask applied within each document, its query and key
+    positions counted from the document's start (so a prefix or a sink is per document); a
+    pair across documents is never kept."""
+
+    def __init__(self, doc: Term, inner):
+        self.doc, self.inner = doc, inner
+        self.params = tuple((f"d.{k}", v) for k, v in doc.params) + tuple((f"i.{k}", v) for k, v in inner.params)
+        self.d = MaskDef(name="within", kind="mask", fn=self._fn, description=f"({inner.d.description}) within "
+                         f"each document", params=dict(self.params), prepare=self._prepare,
+                         intervals=self._intervals if inner.d.intervals else None, module=inner.d.module)
+
+    @property
+    def kw(self) -> dict:
+        return dict(self.params)
+
+    def text(self) -> str:
+        return f"{self.doc.text()}({self.inner.text()})"
+
+    @staticmethod
+    def _split(kw: dict) -> tuple[dict, dict]:
+        doc, inner = {}, {}
+        for key, value in kw.items():
+            side, _, name = key.partition(".")
+            (doc if side == "d" else inner)[name] = value
+        return doc, inner
+
+    def _fn(self, b, h, q_idx, kv_idx, **kw):
+        doc, inner = self._split(kw)
+        same = self.doc.d.fn(b, h, q_idx, kv_idx, **doc)
+        start = doc["starts"][doc["doc"]]  # the start of each position's document
+        return same & self.inner.d.fn(b, h, q_idx - start[q_idx], kv_idx - start[kv_idx], **inner)
+
+    def _prepare(self, case, **kw) -> dict:
+        doc, inner = self._split(kw)
+        extra = {f"d.{k}": v for k, v in self.doc.d.prepare(case, **doc).items()}
+        if self.inner.d.prepare is not None:
+            extra |= {f"i.{k}": v for k, v in self.inner.d.prepare(case, **inner).items()}
+        return extra
+
+    def _intervals(self, q, case, **kw):
+        doc, inner = self._split(kw)
+        (lo, hi), = self.doc.d.intervals(q, case, **doc)
+        start = doc["starts"][doc["doc"][q]]
+        spans = self.inner.d.intervals(q - start, case, **inner)
+        if len(spans) != 1:
+            raise NotImplementedError
+        import torch
+
+        ilo, ihi = (torch.as_tensor(x) for x in spans[0])
+        return [(torch.maximum(torch.as_tensor(lo), ilo + start), torch.minimum(torch.as_tensor(hi), ihi + start))]
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside parentheses."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == sep and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur]
+
+
+def _term(text: str, window: int | None):
+    """A term, or ``document:...(INNER)``: INNER within each document."""
+    if "(" not in text:
+        return parse_term(text, window)
+    head, _, rest = text.partition("(")
+    if not rest.endswith(")") or not head.strip():
+        raise MaskError(f"mask {text!r}: a wrapper is document[:params](INNER), e.g. document:4(prefix_lm:16)")
+    doc = parse_term(head, window)
+    if doc.d.name != "document":
+        raise MaskError(f"mask {text!r}: only document wraps a mask: document[:params](INNER), e.g. "
+                        f"document:4(prefix_lm:16); {doc.d.name} does not")
+    inner = _group(rest[:-1], window)
+    if inner.d.kind != "mask":
+        raise MaskError(f"mask {text!r}: the inner term of document(...) is a mask; {inner.text()} is a score mod")
+    return Within(doc, inner)
+
+
+def _group(text: str, window: int | None):
+    """One ``+`` term: a Term, or an Intersection of the masks joined by ``&``."""
+    parts = _split_top(text, "&")
+    if any(not p.strip() for p in parts):
+        raise MaskError(f"mask {text!r}: an empty term beside '&'; join masks such as document:4&causal")
+    terms = [_term(p, window) for p in parts]
+    if len(terms) == 1:
+        return terms[0]
+    mods = [t.text() for t in terms if t.d.kind != "mask"]
+    if mods:
+        raise MaskError(f"mask {text!r}: '&' joins masks; {', '.join(mods)} is a score mod (join score mods "
+                        f"with '+', as in causal+softcap:50)")
+    return Intersection(terms)
+
+
 def parse(text: str, window: int | None = None) -> tuple[list[Term], list[Term]]:
-    """(mask terms, score-mod terms) of a spelling such as ``causal+softcap:50``."""
+    """(mask terms, score-mod terms) of a spelling such as ``causal+softcap:50``; masks joined by
+    ``&`` are one Intersection in the first list."""
     if not isinstance(text, str) or not text.strip():
         raise MaskError(f"mask {text!r}: empty; valid: {', '.join(names('mask'))}")
-    if any(not t.strip() for t in text.split("+")):
+    if any(not t.strip() for t in _split_top(text, "+")):
         raise MaskError(f"mask {text!r}: an empty term between '+' signs; join names such as causal+softcap:50")
-    terms = [parse_term(t, window) for t in text.split("+")]
+    if text.count("(") != text.count(")"):
+        raise MaskError(f"mask {text!r}: unbalanced parentheses; a wrapper is document[:params](INNER)")
+    terms = [_group(t, window) for t in _split_top(text, "+")]
     ms = [t for t in terms if t.d.kind == "mask"]
     mods = [t for t in terms if t.d.kind == "score_mod"]
     if not ms:
@@ -110,4 +276,4 @@ def canonical(text: str, window: int | None = None) -> tuple[str, int | None]:
 
 def uses_window_flag(text: str) -> bool:
     """True when a spelling has a bare ``window`` term (one that takes --window)."""
-    return any(t.strip() == "window" for t in str(text).split("+"))
+    return any(t.strip() == "window" for g in str(text).split("+") for t in g.split("&"))

@@ -103,7 +103,8 @@ class Variant:
             return str(exc)
         for t in ms:
             if masks.ANY not in self.masks and t.d.name not in self.masks:
-                return f"mask {t.d.name} not supported (supports {', '.join(self.masks)})"
+                what = t.text() + " (an intersection)" if t.d.name == "intersection" else t.d.name
+                return f"mask {what} not supported (supports {', '.join(self.masks)})"
         for t in mods:
             if masks.ANY in self.score_mods or t.d.name in self.score_mods:
                 continue
