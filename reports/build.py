@@ -42,7 +42,8 @@ def build_report(run_dirs, out: Path | None = None) -> Path:
              ("pareto", pareto_chart, light, dict(out=charts_dir / "pareto", style=style)),
              ("masks", pattern_chart, pics, dict(out=charts_dir / "masks")),
              ("density", density_chart, light, dict(out=charts_dir / "density", style=style))]
-    charts = all_charts(df, charts_dir, baseline, peaks, extra)
+    bandwidth = max((e.get("peak_gbps") or 0.0 for e in envs), default=0.0) or None
+    charts = all_charts(df, charts_dir, baseline, peaks, extra, bandwidth)
     masks = {"table": mask_table(df, pics), "patterns": charts.pop("masks", []),
              "density": charts.pop("density", [])}
     masks["table"].to_csv(folder / "masks.csv", index=False)

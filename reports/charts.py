@@ -16,7 +16,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from bench.model.row import Status
-from reports.frames import constant_facets, facet_groups, ran_here
+from reports.frames import constant_facets, facet_groups, ran_here, x_label
 from reports.tables import failed_cells, with_metrics
 
 MARKERS = "osD^v<>phX*"
@@ -260,7 +260,7 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     cols = _grid_cols(len(axes))
     for i, ax in enumerate(axes):
         if i + cols >= len(axes) or not same_x:  # lowest plot of its column, or every plot of its own axis
-            ax.set_xlabel("sequence length n (tokens)", fontsize=9)
+            ax.set_xlabel(x_label(df), fontsize=9)
             ax.tick_params(labelbottom=True)
         if i % cols == 0:
             ax.set_ylabel(ylabel, fontsize=9)
@@ -282,12 +282,12 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
                                          + ", ".join(sorted(together))) if together else "") if n]
     if notes:
         fig.supxlabel("\n".join(notes), fontsize=8, color="#555555")
-    fig.legend(handles=handles + extra, loc="outside right upper", ncol=1, fontsize=8, frameon=False)
+    fig.legend(handles=handles + extra, loc="outside right center", ncol=1, fontsize=8, frameon=False)
     return save_figure(fig, out)
 
 
 def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict,
-               extra=()) -> dict[str, list[Path]]:
+               extra=(), bandwidth: float | None = None) -> dict[str, list[Path]]:
     """Every chart, drawn in parallel: the metric charts and the breakdown, then ``extra``
     jobs ``(name, function, first argument, keyword arguments)``; {name: paths} of those drawn."""
     style = variant_style(df["variant"], baseline)
@@ -304,6 +304,11 @@ def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict
                        title="Achieved TFLOP/s (exact FLOPs of the kept pairs) vs the measured peak",
                        peaks=peaks),
     }
+    if "decode" in df and df["decode"].astype(bool).any():  # decode is memory-bound: its bandwidth, drawn
+        specs["bandwidth"] = dict(metric="gbps", ylabel="achieved GB/s (minimum bytes moved)",
+                                  title="Bandwidth vs KV cache length (decode reads the whole cache per token"
+                                        + (f"; dotted: measured copy bandwidth {bandwidth:.3g} GB/s)" if bandwidth
+                                           else ")"), hline=bandwidth)
     df = df.drop(columns=["samples_ms"], errors="ignore")
     jobs = [(name, chart, df, dict(style=style, baseline=baseline, out=folder / name, **spec))
             for name, spec in specs.items()]

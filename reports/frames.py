@@ -13,6 +13,7 @@ FACET_COLS = ["run", "hardware", "device", "dtype", "direction", "mask", "window
               "heads", "kv_heads", "head_dim", "kv"]
 NUMERIC = [*row.NUMERIC, "compile_ms"]  # the row's numeric columns, and flex's compile time (an extra)
 FLAGS = list(row.FLAGS)
+DECODE_MAX_Q = 16  # a query this short against a longer cache is decode: drawn against the cache length
 
 
 def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
@@ -60,8 +61,13 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     for col in CASE_ADDED:  # rows from before the field existed were measured with its default
         df[col] = df[col].fillna(CASE_DEFAULTS[col])
     df["window"] = df["window"].map(lambda w: "-" if pd.isna(w) else str(int(w)))
-    df["kv"] = np.where(df["kv_len"] == df["q_len"], "self", df["kv_len"].astype(str))
-    df["n"] = df["q_len"].astype(int)
+    # decode (a few new tokens against a longer KV cache): the cache length is the x-axis, the
+    # query length the facet; otherwise n is the query length and a cross-attention kv_len a facet
+    decode = (df["q_len"] <= DECODE_MAX_Q) & (df["kv_len"] > df["q_len"])
+    df["decode"] = decode
+    df["kv"] = np.where(decode, "q=" + df["q_len"].astype(str),
+                        np.where(df["kv_len"] == df["q_len"], "self", df["kv_len"].astype(str)))
+    df["n"] = np.where(decode, df["kv_len"], df["q_len"]).astype(int)
     # time per real token: a ragged batch of mean length n holds batch x n tokens, as a fixed one does
     df["us_per_token"] = df["median_ms"] * 1e3 / (df["batch"].astype(float) * df["q_len"].astype(float))
     df["status"] = df["status"].fillna("error")
@@ -161,8 +167,29 @@ def varying_facets(df: pd.DataFrame) -> list[str]:
     return [c for c in FACET_COLS if c in df and df[c].astype(str).nunique() > 1]
 
 
+FACET_DEFAULTS = {"lengths": "fixed", "inputs": "normal"}  # a constant facet at its default goes unsaid
+
+
 def constant_facets(df: pd.DataFrame) -> dict:
-    return {c: df[c].iloc[0] for c in FACET_COLS if c in df and df[c].astype(str).nunique() == 1}
+    return {c: df[c].iloc[0] for c in FACET_COLS if c in df and df[c].astype(str).nunique() == 1
+            and FACET_DEFAULTS.get(c) != df[c].iloc[0]}
+
+
+def natural(value) -> tuple:
+    """A sort key that puts numbers in numeric order, also inside text: kv=4096 before kv=16384,
+    q=4 before q=16."""
+    import re
+
+    return tuple((0, float(part), "") if part.replace(".", "", 1).isdigit() else (1, 0.0, part)
+                 for part in re.split(r"(\d+(?:\.\d+)?)", str(value)) if part)
+
+
+def x_label(df: pd.DataFrame) -> str:
+    """What n is on a chart's x-axis: the sequence length, or for decode the KV cache length."""
+    decode = df["decode"].astype(bool) if "decode" in df else pd.Series(False, index=df.index)
+    if len(decode) and decode.all():
+        return "KV cache length (keys)"
+    return "sequence length n (tokens)" if not decode.any() else "n: sequence length, or the cache length (decode)"
 
 
 def facet_groups(df: pd.DataFrame):
@@ -171,9 +198,10 @@ def facet_groups(df: pd.DataFrame):
     if not cols:
         yield "all cells", df
         return
-    for key, g in df.groupby(cols, sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        yield ", ".join(f"{c}={v}" for c, v in zip(cols, key) if not (c == "window" and v == "-")), g
+    groups = [(k if isinstance(k, tuple) else (k,), g) for k, g in df.groupby(cols, sort=False, dropna=False)]
+    for key, g in sorted(groups, key=lambda kg: tuple(natural(v) for v in kg[0])):
+        yield ", ".join(str(v) if c == "kv" and str(v).startswith("q=") else f"{c}={v}"  # decode: q=1
+                        for c, v in zip(cols, key) if not (c == "window" and v == "-")), g
 
 
 def ran_here(g: pd.DataFrame) -> pd.DataFrame:

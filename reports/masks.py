@@ -104,8 +104,8 @@ def pattern_chart(pics: dict, out: Path) -> list[Path]:
         return []
     cols = min(5, len(items))
     rows = math.ceil(len(items) / cols)
-    fig, axes = new_figure(rows, cols, figsize=(2.5 * cols, 2.75 * rows + 0.6), squeeze=False,
-                             layout="constrained")
+    width = max(2.5 * cols, 6.5)  # the title fits however few masks there are
+    fig, axes = new_figure(rows, cols, figsize=(width, 2.75 * rows + 0.9), squeeze=False, layout="constrained")
     for ax in axes.flat:
         ax.set_axis_off()
     for ax, (label, pic) in zip(axes.flat, items):
@@ -115,7 +115,7 @@ def pattern_chart(pics: dict, out: Path) -> list[Path]:
         ax.set_xticks([0, pic["size"] - 1], ["0", str(pic["size"] - 1)], fontsize=7)
         ax.set_yticks([0, pic["size"] - 1], ["0", str(pic["size"] - 1)], fontsize=7)
         ax.set_title(f"{label}\ndensity {pic['density']:.2f}", fontsize=9)
-    fig.suptitle(f"Mask patterns at n = {items[0][1]['size']} (query rows down, keys across; "
+    fig.suptitle(f"Mask patterns at n = {items[0][1]['size']}\n(query rows down, keys across; "
                  "blue = kept; batch element 0)", fontsize=11)
     return save_figure(fig, out)
 

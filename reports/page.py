@@ -237,7 +237,8 @@ def write_page(r: ReportParts) -> Path:
     parts += _masks_html(masks)
     parts.append("<h2 id=scaling>Scaling</h2><p class=muted>Exponent of the log-log least-squares fit of "
                  "median time and of peak memory against n (2 = quadratic, 1 = linear), with R² "
-                 "(n/a below 3 points) and the n range it covers.</p>")
+                 "and the n range it covers; none from fewer than 3 lengths (two points always lie on a line). "
+                 "For decode, n is the KV cache length.</p>")
     parts.append(_table_html(_fmt_scaling(scaling), index=False) if not scaling.empty else "<p>no ok cells</p>")
     parts += _workload_html(df)
     parts.append("<h3>Crossovers</h3>")

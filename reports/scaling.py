@@ -9,14 +9,17 @@ import pandas as pd
 
 from reports.frames import facet_groups, paired_ratio
 
+MIN_FIT_POINTS = 3  # two points always lie on a line: an exponent from them would say nothing about its fit
+
 
 def fit_exponent(n, y) -> dict:
-    """Least-squares fit of log y = a * log n + b: the exponent a, R^2 and the n range."""
+    """Least-squares fit of log y = a * log n + b: the exponent a, R^2 and the n range; no
+    exponent from fewer than MIN_FIT_POINTS lengths."""
     n = np.asarray(n, dtype=float)
     y = np.asarray(y, dtype=float)
     ok = np.isfinite(n) & np.isfinite(y) & (n > 0) & (y > 0)
     n, y = n[ok], y[ok]
-    if len(np.unique(n)) < 2:
+    if len(np.unique(n)) < MIN_FIT_POINTS:
         return {"exponent": math.nan, "r2": math.nan, "points": int(len(n)),
                 "n_min": n.min() if len(n) else math.nan, "n_max": n.max() if len(n) else math.nan}
     x, z = np.log(n), np.log(y)

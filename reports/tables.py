@@ -14,6 +14,7 @@ METRICS = {  # name: (title, formatter)
     "speedup": ("speedup vs baseline (x)", lambda x: f"{x:.2f}"),
     "tflops": ("achieved TFLOP/s", lambda x: f"{x:.3g}"),
     "pct_peak": ("% of measured matmul peak", lambda x: f"{x:.1f}"),
+    "gbps": ("achieved GB/s (minimum bytes moved: inputs read once, outputs written once)", lambda x: f"{x:.3g}"),
     "pct_bw": ("% of measured copy bandwidth (minimum bytes moved)", lambda x: f"{x:.1f}"),
     "pct_roof": ("% of the roofline: of whichever ceiling binds at the cell's intensity (mem: bandwidth, "
                  "comp: matmul peak)", lambda x: f"{x:.1f}"),

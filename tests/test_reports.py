@@ -430,3 +430,37 @@ def test_the_browser_probe_sees_a_broken_page(tmp_path):
                     "<script>console.error('boom')</script></body></html>")
     seen = open_in_browser(page)
     assert seen["broken"] == ["gone"] and "boom" in seen["errors"] and seen["scroll_width"] > 1400
+
+
+def test_a_decode_report_draws_against_the_cache_in_numeric_order(tmp_path):
+    rows = []
+    for q in (1, 4):
+        for kv in (1024, 4096, 16384, 32768):
+            for variant, scale in (("naive", 2.0), ("sdpa", 1.0)):
+                med = scale * 1e-4 * kv
+                rows.append(dict(variant=variant, device="cpu", dtype="float32", batch=1, heads=8, kv_heads=8,
+                                 head_dim=64, mask="none", window=None, direction="fwd", q_len=q, kv_len=kv,
+                                 status="ok", reason="", median_ms=med, q1_ms=med, q3_ms=med, iqr_ms=0.0,
+                                 peak_mem_bytes=100.0 * kv, gbps=kv / med / 1e3, bytes=4 * kv))
+    run = _run_folder(tmp_path / "decode", rows, env={"peak_gbps": 20.0})
+    df = tidy(pd.DataFrame(rows))
+    from reports.frames import facet_groups
+
+    assert [label for label, _ in facet_groups(df)] == ["q=1", "q=4"]  # numeric, as the facets of kv would be too
+    assert sorted(df["n"].unique()) == [1024, 4096, 16384, 32768]  # n is the cache length
+    table = scaling_table(df)
+    assert table["time_exp"].round(3).eq(1.0).all()  # time grows as the cache: fitted over 4 lengths
+    two = scaling_table(df[df["n"] <= 4096])
+    assert two["time_exp"].isna().all()  # two points always lie on a line: no exponent from them
+    html = build_report([run]).read_text()
+    assert (run / "report" / "charts" / "bandwidth.png").exists() and "achieved GB/s" in html
+    from reports.frames import x_label
+
+    assert x_label(df) == "KV cache length (keys)"
+
+
+def test_facets_sort_numbers_as_numbers():
+    from reports.frames import natural
+
+    assert sorted(["kv=32768", "kv=1024", "kv=4096", "kv=16384"], key=natural) == [
+        "kv=1024", "kv=4096", "kv=16384", "kv=32768"]
