@@ -158,7 +158,8 @@ def test_rows_of_an_older_folder_keep_their_cells(tmp_path):
 
 @pytest.mark.parametrize("args,why", [(["--lengths", "uniform:200-300"], "cannot average n=64"),
                                       (["--inputs", "weird"], "unknown --inputs 'weird'; valid: normal"),
-                                      (["--lengths", "paged:0"], "--lengths 'paged:0' is not valid; valid: fixed")])
+                                      (["--lengths", "paged:0"], "--lengths 'paged:0' is not valid; valid: fixed"),
+                                      (["--kv-layout", "paged:0"], "--kv-layout 'paged:0' is not valid; valid:")])
 def test_bad_workloads_exit_2_and_write_nothing(tmp_path, capsys, args, why):
     from bench.cli import main
 
@@ -205,3 +206,62 @@ def test_flex_takes_a_ragged_batch_as_a_document_block_mask(registry, dist, mask
     assert result.ok, result.reason
     torch.testing.assert_close(out.double(), _per_sequence_reference(case, *bound.inputs), atol=1e-4, rtol=1e-4)
     assert bound.prepared.info["layout"] == "packed" and bound.prepared.info["block_sparsity"] > 0
+
+
+def test_a_paged_cache_holds_the_same_numbers_behind_a_shuffled_table():
+    from bench.measure.inputs import from_pages
+
+    case = Case(batch=3, heads=4, kv_heads=2, q_len=2, kv_len=50, head_dim=8, kv_layout="paged:16")
+    table = case.page_table()
+    assert sorted(p for row in table for p in row) == list(range(12)) and table != [list(range(i * 4, i * 4 + 4))
+                                                                                  for i in range(3)]
+    q, k, v = make_inputs(case)
+    plain = make_inputs(case.replace(kv_layout="contiguous"))
+    assert k.shape == (2, 12, 16, 8)  # (kv heads, pool pages, page, head dim)
+    assert torch.equal(from_pages(case, k), plain[1]) and torch.equal(from_pages(case, v), plain[2])
+    assert torch.equal(q, plain[0])
+
+
+@pytest.mark.parametrize("page", [16, 7])
+@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+@pytest.mark.parametrize("name", ["naive", "sdpa", "chunked.online"])
+def test_paged_variants_against_the_float64_reference(registry, page, mask, name):
+    case = Case(batch=3, heads=4, kv_heads=2, q_len=4, kv_len=100, head_dim=16, mask=mask,
+                window=30 if mask == "window" else None, kv_layout=f"paged:{page}")
+    bound = bind_variant(registry[name], case)
+    with bound.scope():
+        result = run_and_check(case, bound.fn, *bound.inputs)
+    assert result.ok, result.reason
+
+
+def test_a_kernel_that_ignores_the_block_table_cannot_pass():
+    case = Case(batch=2, heads=2, kv_heads=2, q_len=4, kv_len=64, head_dim=16, kv_layout="paged:16")
+    q, k, v = make_inputs(case)
+
+    def pool_order(q, k, v):  # the pool read as if pages sat in order: the wrong keys for each sequence
+        keys, values = (t.view(2, 2, 4, 16, 16).permute(1, 0, 2, 3, 4).reshape(2, 2, 64, 16) for t in (k, v))
+        return torch.nn.functional.scaled_dot_product_attention(q, keys, values)
+
+    result = run_and_check(case, pool_order, q, k, v)
+    assert not result.ok and result.kind == "mismatch-values"
+
+
+def test_paged_bytes_are_the_pages_read_and_the_rest_is_refused():
+    from bench.measure.flops import min_bytes
+
+    case = Case(batch=2, heads=8, kv_heads=2, q_len=1, kv_len=100, head_dim=64, kv_layout="paged:16")
+    pages = 7  # ceil(100 / 16)
+    assert min_bytes(case) == 4 * (2 * 2 * 8 * 1 * 64 + 2 * 2 * 2 * pages * 16 * 64) + 8 * 2 * pages
+    assert "forward only" in case.replace(direction="bwd").unsupported_reason
+    with pytest.raises(CaseError, match="--kv-layout 'paged:0' is not valid; valid: contiguous, or paged:PAGE"):
+        Case(kv_layout="paged:0")
+
+
+@pytest.mark.slow
+def test_flex_reads_a_paged_cache_in_place(registry):
+    case = Case(batch=3, heads=4, kv_heads=2, q_len=4, kv_len=100, head_dim=16, mask="causal", kv_layout="paged:16")
+    bound = bind_variant(registry["flex"], case)
+    with bound.scope():
+        result = run_and_check(case, bound.fn, *bound.inputs)
+    assert result.ok, result.reason
+    assert bound.prepared.info["kv_read"] == "pages in place"

@@ -85,8 +85,59 @@ class FlexFactory:
         return prepared
 
 
+def _paged(case, flex):
+    """A paged cache read in place: the queries of every sequence packed into one row, the
+    pool viewed as one key sequence (KvH, pages x PAGE), and a block mask that keeps a
+    (query, pool slot) pair only when the slot's page belongs to the query's sequence (through
+    the block table) and the mask keeps the logical positions; the blocks of other sequences'
+    pages are skipped, so each query reads only its own pages (attention-gym's paged attention)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    plain = case.replace(kv_layout="contiguous")
+    bound = masks.bind(plain)
+    inner, mod = bound.mask_mod(case.device), bound.score_mod(case.device)
+    page, table = case.page_size, torch.tensor(case.page_table(), device=case.device)
+    B, Lq, pages = case.batch, case.q_len, table.shape[1]
+    owner = torch.empty(B * pages, dtype=torch.long, device=case.device)
+    logical = torch.empty_like(owner)
+    owner[table.flatten()] = torch.arange(B, device=case.device).repeat_interleave(pages)
+    logical[table.flatten()] = torch.arange(pages, device=case.device).repeat(B)
+
+    def where(q_idx, kv_idx):  # (sequence, query position) and (its owner, key position)
+        slot = kv_idx // page
+        return q_idx // Lq, q_idx % Lq, owner[slot], logical[slot] * page + kv_idx % page
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        seq, qpos, own, kpos = where(q_idx, kv_idx)
+        keep = (own == seq) & (kpos < case.kv_len)
+        return keep & inner(seq, h, qpos, kpos) if inner is not None else keep
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        seq, qpos, _, kpos = where(q_idx, kv_idx)
+        return mod(score, seq, h, qpos, kpos)
+
+    block_mask = create_block_mask(mask_mod, None, None, B * Lq, B * pages * page, device=case.device)
+    gqa, scale, H, D = case.is_gqa, case.scale, case.heads, case.head_dim
+    score = score_mod if mod is not None else None
+
+    def attention(q, k, v):  # q (B, H, Lq, D); k, v page pools (KvH, B x pages, PAGE, D)
+        rows = q.transpose(0, 1).reshape(1, H, B * Lq, D)
+        keys, values = (t.view(1, t.shape[0], -1, D) for t in (k, v))  # views: the pool is not copied
+        out = flex(rows, keys, values, score_mod=score, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+        return out.view(H, B, Lq, D).transpose(0, 1)
+
+    return attention, {"kv_read": "pages in place"}
+
+
 def _prepare(case, flex):
     from torch.nn.attention.flex_attention import create_block_mask
+
+    if case.paged:
+        attention, info = _paged(case, flex)
+        t0 = time.perf_counter()
+        attention(*make_inputs(case))
+        info["compile_ms"] = (time.perf_counter() - t0) * 1e3
+        return Prepared(attention, info, scope=_dynamo_limits)
 
     bound = masks.bind(case)  # the one definition of the mask and score mods, from bench.masks
     mask_mod, score_mod = bound.mask_mod(case.device), bound.score_mod(case.device)
@@ -116,6 +167,6 @@ def _prepare(case, flex):
     return Prepared(attention, info, scope=_dynamo_limits)
 
 
-variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True, ragged=True,
+variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True, ragged=True, paged=True,
         description="FlexAttention: any mask as a block mask from its mask_mod, any score mod; torch.compile'd "
                     "once per shape")(FlexFactory())

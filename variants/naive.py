@@ -2,15 +2,18 @@
 
 from bench import masks
 from bench.measure.flops import DIRECTION_FACTOR, ELEMENT_BYTES, min_bytes
+from bench.measure.inputs import gather_pages
 from bench.registry import Prepared, variant
 
 
-@variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True,
+@variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True,
          description="textbook QK^T/sqrt(d) -> -inf mask -> softmax -> @V; materialises the scores "
-                     "(a ragged batch: one sequence at a time)")
+                     "(a ragged batch: one sequence at a time; a paged cache: gathered first)")
 def naive(case):
     if case.ragged:
         return Prepared(masks.per_sequence(case, naive), {"layout": "packed"})
+    if case.paged:
+        return gather_pages(case, naive)
     bound = masks.bind(case)
     keep = bound.keep(case.device)  # (B|1, H|1, Lq, Lk) or None
     empty = masks.has_empty_rows(case)

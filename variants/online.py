@@ -5,7 +5,9 @@ sum l of exp(score - m) and a running output, rescaled by exp(m_old - m_new) whe
 maximum grows (Milakov & Gimelshein 2018; Dao et al. 2022).  The scores of one block,
 (B, H, Lq, BLOCK), are the largest tensor: memory grows as O(n * BLOCK), not O(n^2).
 Softmax statistics are kept in float32 whatever the input dtype.  Any mask and score mod
-of bench.masks, evaluated per key block; blocks no query keeps are skipped.
+of bench.masks, evaluated per key block; blocks no query keeps are skipped.  A paged KV
+cache is read natively: the key blocks are its pages, each fetched from the pool through the
+block table (one page per sequence per step), never gathered into a contiguous copy.
 """
 
 import torch
@@ -16,7 +18,7 @@ from bench.registry import Prepared, variant
 BLOCK = 128  # keys per block
 
 
-@variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True,
+@variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True,
          description="online softmax over key blocks (FlashAttention's algorithm) in plain PyTorch; "
                      "O(n * block) memory, exact (a ragged batch: one sequence at a time)")
 def chunked_online(case):
@@ -25,9 +27,11 @@ def chunked_online(case):
     bound = masks.bind(case)
     mod = bound.score_mod(case.device)
     group, scale, dev = case.heads // case.kv_heads, case.scale, case.device
+    step = case.page_size or BLOCK  # a paged cache: one page a block
+    table = torch.tensor(case.page_table(), device=dev) if case.paged else None
     blocks = []
-    for s in range(0, case.kv_len, BLOCK):
-        e = min(case.kv_len, s + BLOCK)
+    for s in range(0, case.kv_len, step):
+        e = min(case.kv_len, s + step)
         keep = bound.keep(dev, kv=(s, e))  # (B|1, H|1, Lq, e - s) or None
         if keep is not None and not bool(keep.any()):
             continue  # no query keeps a key of this block
@@ -36,16 +40,20 @@ def chunked_online(case):
         idx = masks.indices(case, dev, kv=(s, e)) if mod is not None else None
         blocks.append((s, e, keep, idx))
 
-    def attention(q, k, v):  # q (B, H, Lq, D); k, v (B, KvH, Lk, D)
-        if group > 1:
-            k = k.repeat_interleave(group, dim=1)
-            v = v.repeat_interleave(group, dim=1)
+    def block(t, s, e):  # keys s..e of every sequence: a slice, or a page fetched from the pool
+        if table is None:
+            t = t[:, :, s:e]
+        else:
+            t = t[:, table[:, s // step], :e - s].transpose(0, 1)  # (KvH, pages, PAGE, D) -> (B, KvH, e-s, D)
+        return t.repeat_interleave(group, dim=1) if group > 1 else t
+
+    def attention(q, k, v):  # q (B, H, Lq, D); k, v (B, KvH, Lk, D), or page pools (KvH, B x pages, PAGE, D)
         B, H, Lq, D = q.shape
         m = torch.full((B, H, Lq, 1), float("-inf"), device=q.device)
         l = torch.zeros((B, H, Lq, 1), device=q.device)  # noqa: E741
         acc = torch.zeros((B, H, Lq, D), device=q.device)
         for s, e, keep, idx in blocks:
-            scores = ((q @ k[:, :, s:e].transpose(-1, -2)) * scale).float()
+            scores = ((q @ block(k, s, e).transpose(-1, -2)) * scale).float()
             if mod is not None:
                 scores = mod(scores, *idx)
             if keep is not None:
@@ -55,7 +63,7 @@ def chunked_online(case):
             p = torch.exp(scores - base)
             alpha = torch.exp(m - base)
             l = l * alpha + p.sum(-1, keepdim=True)  # noqa: E741
-            acc = acc * alpha + (p.to(v.dtype) @ v[:, :, s:e]).float()
+            acc = acc * alpha + (p.to(v.dtype) @ block(v, s, e)).float()
             m = m_new
         out = acc / torch.where(l > 0, l, 1.0)  # a row that kept no key: zeros, as SDPA
         return out.to(q.dtype)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench import masks
+from bench.measure.inputs import gather_pages
 from bench.probe import run_probe
 from bench.registry import Prepared, variant
 
@@ -78,6 +79,8 @@ def _make_factory(backend):
     def factory(case):
         if case.ragged:
             return _nested(case, backend)
+        if case.paged:  # SDPA has no paged form: the pages gathered into a contiguous cache first
+            return gather_pages(case, factory)
         kwargs = {"scale": case.scale}
         bound = masks.bind(case)
         if bound.mods:  # additive score mods: one float bias, masked pairs at -inf
@@ -120,5 +123,5 @@ def _check(factory, backend, case):
 
 for _name, (_backend, _desc) in BACKENDS.items():
     _factory = _make_factory(_backend)
-    variant(_name, description=_desc, masks=(masks.ANY,), score_mods=(masks.ADDITIVE,), ragged=True,
+    variant(_name, description=_desc, masks=(masks.ANY,), score_mods=(masks.ADDITIVE,), ragged=True, paged=True,
             check=functools.partial(_check, _factory, _backend))(_factory)

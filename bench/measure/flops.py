@@ -29,9 +29,14 @@ def flops(case: Case) -> float:
 
 
 def min_bytes(case: Case) -> int:
+    """The minimum traffic; a paged cache is read in whole pages, with its block table."""
     e = ELEMENT_BYTES[case.dtype]
     q = case.batch * case.heads * case.q_len * case.head_dim  # also o, dO, dq
     kv = case.batch * case.kv_heads * case.kv_len * case.head_dim  # each of k, v, dk, dv
+    if case.paged:
+        pages = -(-case.kv_len // case.page_size)
+        kv = case.batch * case.kv_heads * pages * case.page_size * case.head_dim
+        return e * (2 * q + 2 * kv) + 8 * case.batch * pages  # and the int64 block table
     fwd = 2 * q + 2 * kv
     bwd = 4 * q + 4 * kv
     return e * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[case.direction]

@@ -45,7 +45,47 @@ def make_inputs(case: Case, seed: int = 0, requires_grad: bool | None = None):
         raw = [torch.randn(shape, generator=g) for shape in shapes]
     else:
         raw = STRUCTURED[kind.kind](case, shapes, g, kind.param)
+    if case.paged:  # the same numbers, written into the pages of a shuffled block table
+        raw = [raw[0], to_pages(case, raw[1]), to_pages(case, raw[2])]
     return tuple(t.to(device=case.device, dtype=case.torch_dtype).requires_grad_(grad) for t in raw)
+
+
+def to_pages(case: Case, t: torch.Tensor) -> torch.Tensor:
+    """A contiguous (B, KvH, kv_len, D) cache as a page pool (KvH, B x pages, PAGE, D), heads
+    first so that the pool is one (1, KvH, pages x PAGE, D) sequence as a view: page i of
+    sequence b sits in pool page ``case.page_table()[b][i]``; the last page is zero past kv_len."""
+    page, table = case.page_size, torch.tensor(case.page_table())
+    b, kvh, n, d = t.shape
+    pages = table.shape[1]
+    padded = torch.zeros(b, kvh, pages * page, d, dtype=t.dtype, device=t.device)
+    padded[:, :, :n] = t
+    blocks = padded.view(b, kvh, pages, page, d).permute(1, 0, 2, 3, 4).reshape(kvh, b * pages, page, d)
+    pool = torch.empty_like(blocks)
+    pool[:, table.flatten().to(t.device)] = blocks
+    return pool
+
+
+def gather_pages(case: Case, make):
+    """A paged cache read the simple way: ``make`` (a factory for a contiguous cache) on the
+    pages gathered into one contiguous copy, the gather inside the timed call."""
+    from bench.model.registry import Prepared
+
+    inner = make(case.replace(kv_layout="contiguous"))
+    fn = getattr(inner, "fn", inner)
+
+    def attention(q, k, v):
+        return fn(q, from_pages(case, k), from_pages(case, v))
+    return Prepared(attention, dict(getattr(inner, "info", {})) | {"kv_read": "gathered"},
+                    scope=getattr(inner, "scope", None) or (lambda: __import__("contextlib").nullcontext()))
+
+
+def from_pages(case: Case, pool: torch.Tensor) -> torch.Tensor:
+    """The page pool read back in each sequence's order: (B, KvH, kv_len, D), a gather."""
+    table = torch.tensor(case.page_table(), device=pool.device)  # (B, pages)
+    b, pages = table.shape
+    kvh, _, page, d = pool.shape
+    blocks = pool[:, table.flatten()].view(kvh, b, pages, page, d).permute(1, 0, 2, 3, 4)
+    return blocks.reshape(b, kvh, pages * page, d)[:, :, :case.kv_len]
 
 
 def _per_query_head(t: torch.Tensor, heads: int) -> torch.Tensor:

@@ -113,6 +113,10 @@ def check_slice(case: Case) -> tuple[list[int], slice, slice]:
 def reference(case: Case, q, k, v, grad_out=None) -> Reference:
     """float64 CPU attention from the definition in bench.model.masks, query block by block."""
     case = case.packed()  # a ragged batch: its packed sequence, the mask within each one
+    if case.paged:  # the cache read back from its pages, in each sequence's order
+        from bench.measure.inputs import from_pages
+
+        k, v = from_pages(case, k.detach()), from_pages(case, v.detach())
     batches, hs, kvs = check_slice(case)
     q, k, v = (t.detach()[batches] for t in (q, k, v))
     q, k, v = q[:, hs], k[:, kvs], v[:, kvs]

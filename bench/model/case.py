@@ -64,6 +64,7 @@ class Case:
     direction: str = "fwd"
     lengths: str = "fixed"  # the sequence lengths of the batch (bench.model.workload): fixed, or a ragged mix
     inputs: str = "normal"  # the structure of q, k and v (bench.model.workload)
+    kv_layout: str = "contiguous"  # the KV cache: contiguous, or paged:PAGE with a block table (bench.model.workload)
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
@@ -89,6 +90,7 @@ class Case:
 
         try:
             object.__setattr__(self, "inputs", workload.canonical_inputs(self.inputs))
+            object.__setattr__(self, "kv_layout", workload.canonical_kv_layout(self.kv_layout))
             lengths = workload.parse_lengths(self.lengths)
             object.__setattr__(self, "lengths", lengths.text())
             if lengths.ragged:
@@ -98,8 +100,8 @@ class Case:
                                                  f"{self.kv_len}")
                 lengths.check(self.batch, self.q_len)
         except workload.WorkloadError as exc:
-            raise CaseError("lengths" if "lengths" in str(exc) else "inputs",
-                            self.lengths if "lengths" in str(exc) else self.inputs, str(exc)) from None
+            field = next(f for f in ("lengths", "inputs", "kv_layout") if f"--{f.replace('_', '-')}" in str(exc))
+            raise CaseError(field, getattr(self, field), str(exc)) from None
 
     # -- derived -------------------------------------------------------------
     @property
@@ -135,7 +137,27 @@ class Case:
         if self.ragged and self.mask not in RAGGED_MASKS:
             return (f"a ragged batch (--lengths {self.lengths}) takes the masks {', '.join(RAGGED_MASKS)}, "
                     f"applied within each sequence; not {self.mask}")
+        if self.paged and self.needs_grad:
+            return f"a paged KV cache (--kv-layout {self.kv_layout}) is read by inference: forward only"
+        if self.paged and self.ragged:
+            return "a paged KV cache and a ragged batch together are not modelled: one at a time"
         return None
+
+    @property
+    def paged(self) -> bool:
+        return self.kv_layout != "contiguous"
+
+    @property
+    def page_size(self) -> int | None:
+        from bench.model import workload
+
+        return workload.parse_kv_layout(self.kv_layout)
+
+    def page_table(self) -> list[list[int]]:
+        """The block table of a paged cache (bench.model.workload.page_table)."""
+        from bench.model import workload
+
+        return workload.page_table(self.batch, self.kv_len, self.page_size)
 
     def seq_lengths(self) -> list[int]:
         """The length of each sequence of the batch (all q_len for a fixed batch)."""
@@ -171,12 +193,12 @@ class Case:
         lens = f"n={self.q_len}" if not self.is_cross else f"q={self.q_len},kv={self.kv_len}"
         heads = f"h={self.heads}" + (f"/{self.kv_heads}" if self.is_gqa else "")
         mask = self.mask + (f"({self.window})" if self.window else "")
-        extra = "".join(f" {k}={v}" for k, v in (("lengths", self.lengths), ("inputs", self.inputs))
-                        if v != CASE_DEFAULTS[k])
+        extra = "".join(f" {k}={getattr(self, k)}" for k in CASE_ADDED if getattr(self, k) != CASE_DEFAULTS[k])
         return (f"{self.device} {self.dtype} b={self.batch} {heads} {lens} d={self.head_dim} "
                 f"{mask} {self.direction}{extra}")
 
 
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}  # a row written before a field existed
-CASE_ADDED = ("lengths", "inputs")  # fields later than the first run folders: a row without them has their default
+# fields later than the first run folders: a row without them was measured with their default
+CASE_ADDED = ("lengths", "inputs", "kv_layout")

@@ -57,6 +57,7 @@ class Variant:
     error_budget: float | None = None
     compiles: bool = False  # its setup compiles per case (seconds, not milliseconds: a sweep's plan counts it)
     ragged: bool = False  # takes a ragged batch (--lengths), packed: q, k, v (1, H, total tokens, D)
+    paged: bool = False  # reads a paged KV cache (--kv-layout paged:PAGE): k, v a page pool and a block table
     module: str = ""
     source: str = ""
     # the answers of ``check`` per case, kept with the variant (a probe runs library code once)
@@ -83,6 +84,9 @@ class Variant:
             return "GQA (kv_heads != heads) not supported"
         if case.needs_grad and not self.backward:
             return "backward not supported"
+        if case.paged and not self.paged:
+            return (f"a paged KV cache (--kv-layout {case.kv_layout}) not supported: {self.name} reads a contiguous "
+                    f"cache (the variants that declare paged=True read one)")
         if case.ragged and not self.ragged:
             return (f"ragged batches (--lengths {case.lengths}) not supported: {self.name} takes sequences of one "
                     f"length (the variants that declare ragged=True take them packed)")
@@ -124,7 +128,7 @@ class Variant:
                 "cross": self.cross,
                 "gqa": self.gqa, "backward": self.backward, "requires": list(self.requires),
                 "baseline": self.baseline, "approximate": self.approximate, "error_budget": self.error_budget,
-                "compiles": self.compiles, "ragged": self.ragged,
+                "compiles": self.compiles, "ragged": self.ragged, "paged": self.paged,
                 "source": self.source}
 
 
@@ -139,7 +143,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             cross: bool = True, gqa: bool = True, backward: bool = True, requires: Iterable[str] = (),
             baseline: bool = False, check: Callable[[Case], str | None] | None = None,
             approximate: bool = False, error_budget: float | None = None, compiles: bool = False,
-            ragged: bool = False):
+            ragged: bool = False, paged: bool = False):
     """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
 
     ``approximate=True`` declares a variant that does not compute attention exactly: it is
@@ -154,6 +158,10 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
     are packed, (1, heads, total tokens, head_dim), ``case.seq_lengths()`` gives the length of
     each sequence, and the mask applies within each one.  It may say how it held them in
     ``Prepared.info["layout"]`` (packed, nested or padded): the row records it.
+
+    ``paged=True`` declares a variant that reads a paged KV cache (``--kv-layout paged:PAGE``):
+    its k and v are a page pool (kv_heads, batch x pages, PAGE, head_dim) and
+    ``case.page_table()`` the pool page of each sequence's pages.
 
     ``masks`` names the masks the variant computes (``bench.model.masks.ANY``: every registered one,
     through ``bench.model.masks``); ``score_mods`` the score mods it applies (``ANY``, or
@@ -181,7 +189,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
                         dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods), cross=cross, gqa=gqa,
                         backward=backward, requires=tuple(requires), baseline=baseline, check=check,
                         approximate=approximate, error_budget=error_budget, compiles=compiles, ragged=ragged,
-                        module=factory.__module__, source=_source_of(mod, factory.__module__))
+                        paged=paged, module=factory.__module__, source=_source_of(mod, factory.__module__))
         entries = module_variants(mod, create=True)
         if any(v.name == name for v in entries):
             raise DuplicateVariantError(f"variant {name!r} is registered twice in {entry.source}")

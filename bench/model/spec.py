@@ -131,7 +131,8 @@ def workload_spellings(kind: str):
     def parse(raw, name: str) -> list[str]:
         from bench.model import workload
 
-        canonical = workload.canonical_lengths if kind == "lengths" else workload.canonical_inputs
+        canonical = {"lengths": workload.canonical_lengths, "inputs": workload.canonical_inputs,
+                     "kv_layout": workload.canonical_kv_layout}[kind]
         try:
             return list(dict.fromkeys(canonical(x) for x in texts(raw, name)))
         except workload.WorkloadError as exc:
@@ -265,6 +266,9 @@ class Spec:
     inputs: list[str] = setting("structure of q, k and v: normal (the default), clustered[:K], lowrank[:R], "
                                 "outliers[:SCALE]", workload_spellings("inputs"), default=("normal",), axis=True,
                                 case=True, metavar="KIND")
+    kv_layout: list[str] = setting("the KV cache: contiguous (the default), or paged:PAGE, pages of PAGE tokens in a "
+                                   "shuffled block table", workload_spellings("kv_layout"), default=("contiguous",),
+                                   axis=True, case=True, metavar="LAYOUT")
     device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
                           default="cpu", case=True)
     preset: str = setting("quick, default, full or decode (default: default); sized per device", text,
@@ -330,12 +334,13 @@ class Spec:
                         mask, window = masks.canonical(spelling, size)
                     except masks.MaskError as exc:
                         raise UsageError(f"--masks {spelling}: {exc}") from None
-                    for lengths, inputs, q_len in itertools.product(self.lengths or ["fixed"],
-                                                                    self.inputs or ["normal"], sorted(self.seq_lens)):
+                    for lengths, inputs, kv_layout, q_len in itertools.product(
+                            self.lengths or ["fixed"], self.inputs or ["normal"], self.kv_layout or ["contiguous"],
+                            sorted(self.seq_lens)):
                         for kv_len in self.kv_lens or [q_len]:
                             try:
                                 case = Case(self.device, dtype, batch, heads, kv_heads, q_len, kv_len,
-                                            head_dim, mask, window, direction, lengths, inputs)
+                                            head_dim, mask, window, direction, lengths, inputs, kv_layout)
                                 if not case.unsupported_reason:  # else every variant's row says why
                                     masks.bind(case).validate()  # parameters that do not fit, definitions that fail
                             except (CaseError, masks.MaskError) as exc:
@@ -355,7 +360,8 @@ def measured_part(spec: Spec) -> dict:
     """What a spec measures: every setting but those of how it runs (shards of one sweep agree on
     it), with its plugin files as digests of their contents, not their paths."""
     out = {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
-    for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"])):  # a sweep from before they existed
+    for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"])):
+        # a sweep from before they existed hashes as it did
         if out.get(key) in (default, None):
             out.pop(key, None)
     out["plugins"] = sorted(_file_digest(p) for p in spec.plugins or ())

@@ -24,6 +24,13 @@ models).  ``lowrank[:R]``: q and k lie in an R-dimensional subspace (default 8),
 low-rank structure linear and Nystrom attention assume.  ``outliers[:SCALE]``: normal
 values with a few channels (1 in 16) scaled by SCALE (default 20), the activation outliers
 that make bf16 and fp16 lose accuracy.  ``bench.measure.inputs`` generates them.
+
+**KV layout.** ``contiguous`` (the default): k and v are (batch, kv_heads, kv_len, head_dim).
+``paged:PAGE``: the cache is a pool of pages of PAGE tokens, (kv_heads, batch x pages, PAGE,
+head_dim), heads first so that the pool is one long sequence as a view.  A block table
+(batch, pages) names the pool page that holds each of a sequence's pages, shuffled (seeded)
+as an allocator that has run a while leaves them; the last page of a sequence is filled only
+to kv_len.  ``page_table`` gives the table.
 """
 
 from __future__ import annotations
@@ -216,3 +223,31 @@ def canonical_lengths(text: str) -> str:
 
 def canonical_inputs(text: str) -> str:
     return parse_inputs(text).text()
+
+
+KV_LAYOUTS_VALID = "contiguous, or paged:PAGE (PAGE tokens a page, a whole number >= 1)"
+
+
+def parse_kv_layout(text: str) -> int | None:
+    """The page size of a --kv-layout spelling, None for contiguous."""
+    t = str(text).strip()
+    if t == "contiguous":
+        return None
+    name, _, raw = t.partition(":")
+    if name == "paged" and raw.isdigit() and int(raw) >= 1:
+        return int(raw)
+    raise WorkloadError(f"--kv-layout {t!r} is not valid; valid: {KV_LAYOUTS_VALID}")
+
+
+def canonical_kv_layout(text: str) -> str:
+    page = parse_kv_layout(text)
+    return "contiguous" if page is None else f"paged:{page}"
+
+
+def page_table(batch: int, kv_len: int, page: int, seed: int = 0) -> list[list[int]]:
+    """The block table: for each sequence, the pool page of each of its ceil(kv_len / page)
+    pages; every pool page used once, in a seeded shuffled order."""
+    pages = -(-kv_len // page)
+    order = list(range(batch * pages))
+    random.Random(f"pages:{batch}:{kv_len}:{page}:{seed}").shuffle(order)
+    return [order[b * pages:(b + 1) * pages] for b in range(batch)]
