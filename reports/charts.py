@@ -239,7 +239,7 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
             ax.axhline(hline, color="#444444", lw=1, ls=":", zorder=1)
         if peaks:
             dtype = g["dtype"].iloc[0]
-            if dtype in peaks and g["dtype"].nunique() == 1:
+            if peaks.get(dtype) and g["dtype"].nunique() == 1:
                 ax.axhline(peaks[dtype], color="#b22222", lw=1.2, ls="-.", zorder=1)
                 peak_labels.add(f"measured {dtype} matmul peak {peaks[dtype]:.3g} TFLOP/s")
         # failed cells, and where a drawn variant stops: its unsupported cells (a length it refuses)

@@ -144,7 +144,7 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["sweep", "--variants", "naive,nope"], "unknown variant 'nope'; valid: "),
-    (["sweep", "--dtypes", "float8"], "unknown dtype 'float8'; valid: float32, float16, bfloat16"),
+    (["sweep", "--dtypes", "float9"], "unknown dtype 'float9'; valid: float32, float16, bfloat16, float8_e4m3fn"),
     (["sweep", "--masks", "diag"], "unknown mask or score mod 'diag'; masks: none, causal, window, padding, document"),
     (["sweep", "--preset", "huge"], "unknown preset 'huge'; valid: quick, default, full"),
     (["sweep", "--heads", "8", "--kv-heads", "3"], "heads 8 is not divisible by kv_heads 3"),

@@ -222,8 +222,7 @@ def test_a_paged_cache_holds_the_same_numbers_behind_a_shuffled_table():
     assert torch.equal(q, plain[0])
 
 
-@pytest.mark.parametrize("page", [16, 7])
-@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+@pytest.mark.parametrize("page,mask", [(16, "none"), (7, "causal"), (7, "window")])
 @pytest.mark.parametrize("name", ["naive", "sdpa", "chunked.online"])
 def test_paged_variants_against_the_float64_reference(registry, page, mask, name):
     case = Case(batch=3, heads=4, kv_heads=2, q_len=4, kv_len=100, head_dim=16, mask=mask,
@@ -265,3 +264,35 @@ def test_flex_reads_a_paged_cache_in_place(registry):
         result = run_and_check(case, bound.fn, *bound.inputs)
     assert result.ok, result.reason
     assert bound.prepared.info["kv_read"] == "pages in place"
+
+
+def test_fp8_is_forward_only_and_declared_by_sdpa_and_flex_alone(registry):
+    case = Case(dtype="fp8", batch=1, heads=2, kv_heads=2, q_len=32, kv_len=32, head_dim=16)
+    assert case.dtype == "float8_e4m3fn" and make_inputs(case)[0].dtype == torch.float8_e4m3fn
+    assert "forward only" in case.replace(direction="bwd").unsupported_reason
+    assert "dtype float8_e4m3fn not supported" in registry["naive"].static_reason(case)
+    ok, why = available(registry["sdpa"], case)
+    assert not ok and "Float8_e4m3fn" in why  # PyTorch's own refusal on the CPU, from its probe
+    assert not available(registry["flex"], case)[0]
+
+
+def test_the_fp8_tolerance_passes_one_rounding_and_fails_a_wrong_scale():
+    from bench.measure.reference import reference
+
+    case = Case(dtype="fp8", batch=2, heads=2, kv_heads=2, q_len=256, kv_len=256, head_dim=32, mask="causal")
+    q, k, v = make_inputs(case)
+    exact = reference(case, q, k, v).out
+
+    def rounded_once(q, k, v):  # an exact kernel whose output is rounded to fp8, as an fp8 kernel's is
+        return exact.to(torch.float8_e4m3fn)
+
+    def unscaled(q, k, v):  # the 1/sqrt(d) dropped
+        qf, kf, vf = (t.float() for t in (q, k, v))
+        keep = torch.ones(256, 256, dtype=torch.bool).tril()
+        p = (qf @ kf.transpose(-1, -2)).masked_fill(~keep, float("-inf")).softmax(-1)
+        return (p @ vf).to(torch.float8_e4m3fn)
+
+    good = run_and_check(case, rounded_once, q, k, v)
+    assert good.ok, good.reason
+    assert 0.01 < good.rel_err < 0.0625  # about u / sqrt(3): the fp8 rounding itself
+    assert not run_and_check(case, unscaled, q, k, v).ok

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench import masks
+from bench.case import DTYPES, FP8
 from bench.measure.inputs import gather_pages
 from bench.probe import run_probe
 from bench.registry import Prepared, variant
@@ -124,4 +125,5 @@ def _check(factory, backend, case):
 for _name, (_backend, _desc) in BACKENDS.items():
     _factory = _make_factory(_backend)
     variant(_name, description=_desc, masks=(masks.ANY,), score_mods=(masks.ADDITIVE,), ragged=True, paged=True,
+            dtypes=(*DTYPES, FP8),
             check=functools.partial(_check, _factory, _backend))(_factory)

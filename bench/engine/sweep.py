@@ -251,7 +251,7 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
         this.setdefault("peaks_end", {})[dtype] = end
         env["peaks_tflops"][dtype] = peak = max(start, end)
         top = best_cell.get(dtype, 0.0)
-        if top > peak:
+        if peak and top > peak:  # a dtype with no matmul here (fp8 on the CPU) has no peak: 0
             unreliable[dtype] = (f"a cell reached {100 * top / peak:.0f}% of the measured {dtype} matmul peak "
                                  f"({peak:.3g} TFLOP/s, measured at the start and again at the end): the peak "
                                  f"is too low for this machine, so % of peak is not reliable for {dtype}")

@@ -97,6 +97,8 @@ def measure_peak_tflops(device: str, dtype: str, threads: int | None = None, run
     (float16) costs about a second, not minutes."""
     import time
 
+    if dtype == "float8_e4m3fn":
+        return _fp8_peak(device, run_ms)
     saved = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -120,6 +122,30 @@ def measure_peak_tflops(device: str, dtype: str, threads: int | None = None, run
         return _best_rate(lambda: a @ b, 2 * n**3 / 1e12, device, sync, 4 if device == "cuda" else 1, run_ms)
     finally:
         torch.set_num_threads(saved)
+        _release(device)
+
+
+def _fp8_peak(device: str, run_ms: float | None) -> float:
+    """fp8 has no ``@``: its peak is torch._scaled_mm's (per-tensor scales, bf16 out) on a GPU
+    that has it; 0.0 (no peak, so no % of it) where there is no fp8 matmul, as on the CPU."""
+    if device != "cuda":
+        return 0.0
+    try:
+        n = PEAK_MATMUL_N[device]
+        a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm takes
+        one = torch.ones((), device=device)
+
+        def op():
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        for _ in range(3):
+            op()
+        torch.cuda.synchronize()
+        return _best_rate(op, 2 * n**3 / 1e12, device, torch.cuda.synchronize, 4, run_ms)
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return 0.0
+    finally:
         _release(device)
 
 

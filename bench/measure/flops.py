@@ -15,7 +15,7 @@ from bench.model import masks
 from bench.model.case import Case
 
 DIRECTION_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
-ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
 
 
 def kept_pairs(case: Case) -> int:

@@ -11,9 +11,11 @@ import re
 from dataclasses import dataclass
 
 DEVICES = ("cpu", "cuda")
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16")  # a variant's default dtypes=
+FP8 = "float8_e4m3fn"  # inference only, and only where a variant declares it (SDPA, flex)
+CASE_DTYPES = (*DTYPES, FP8)
 DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "fp16": "float16", "half": "float16",
-                 "f16": "float16", "bf16": "bfloat16"}
+                 "f16": "float16", "bf16": "bfloat16", "fp8": FP8, "e4m3": FP8, "float8": FP8}
 MASKS = ("none", "causal", "window", "padding")  # the four basic masks (a variant's default masks=)
 # a mask spelling: terms joined by '+' (union) or '&' (intersection), each a name with ':'-separated
 # parameters (bench.model.mask_spelling)
@@ -70,8 +72,8 @@ class Case:
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
         if self.device not in DEVICES:
             raise CaseError("device", self.device, f"valid: {', '.join(DEVICES)}")
-        if self.dtype not in DTYPES:
-            raise CaseError("dtype", self.dtype, f"valid: {', '.join(DTYPES)}")
+        if self.dtype not in CASE_DTYPES:
+            raise CaseError("dtype", self.dtype, f"valid: {', '.join(CASE_DTYPES)}")
         for field in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim"):
             _positive(field, getattr(self, field))
         if self.heads % self.kv_heads:
@@ -137,6 +139,8 @@ class Case:
         if self.ragged and self.mask not in RAGGED_MASKS:
             return (f"a ragged batch (--lengths {self.lengths}) takes the masks {', '.join(RAGGED_MASKS)}, "
                     f"applied within each sequence; not {self.mask}")
+        if self.dtype == FP8 and self.needs_grad:
+            return f"{FP8} is an inference dtype here: forward only"
         if self.paged and self.needs_grad:
             return f"a paged KV cache (--kv-layout {self.kv_layout}) is read by inference: forward only"
         if self.paged and self.ragged:

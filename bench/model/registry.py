@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import RegistryError
-from bench.model.case import DEVICES, DTYPES, MASKS, Case
+from bench.model.case import CASE_DTYPES, DEVICES, DTYPES, MASKS, Case
 
 ENTRY_POINT_GROUP = "attnbench.variants"
 
@@ -168,7 +168,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
     ``bench.model.masks.ADDITIVE`` for every mod that is a bias added to the scores)."""
     from bench.model import masks as mask_defs
 
-    for label, given, valid in (("devices", devices, DEVICES), ("dtypes", dtypes, DTYPES),
+    for label, given, valid in (("devices", devices, DEVICES), ("dtypes", dtypes, CASE_DTYPES),
                                 ("masks", masks, [mask_defs.ANY, *mask_defs.names("mask")]),
                                 ("score_mods", score_mods,
                                  [mask_defs.ANY, mask_defs.ADDITIVE, *mask_defs.names("score_mod")])):

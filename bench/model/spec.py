@@ -24,9 +24,9 @@ from typing import Any
 
 from bench.errors import UsageError
 from bench.model.case import (
+    CASE_DTYPES,
     DEVICES,
     DIRECTIONS,
-    DTYPES,
     MASK_SPELLING,
     MAX_DIM,
     MAX_LEN,
@@ -251,8 +251,8 @@ class Spec:
                                          ints(MAX_DIM), axis=True, case=True)
     head_dims: list[int] = setting("head dimensions", ints(MAX_DIM), axis=True, case=True)
     batch: list[int] = setting("batch sizes", ints(MAX_DIM), axis=True, case=True)
-    dtypes: list[str] = setting("float32, float16, bfloat16 (fp32, fp16, bf16 accepted)",
-                                choices("dtype", DTYPES, normalize_dtype), axis=True, case=True)
+    dtypes: list[str] = setting("float32, float16, bfloat16, float8_e4m3fn (fp32, fp16, bf16, fp8 accepted)",
+                                choices("dtype", CASE_DTYPES, normalize_dtype), axis=True, case=True)
     masks: list[str] = setting("masks with their parameters, e.g. none,causal,window:256,document:4,"
                                "causal+softcap:50 (python -m bench list --masks)", mask_spellings,
                                axis=True, case=True)
