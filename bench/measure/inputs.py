@@ -71,12 +71,11 @@ def gather_pages(case: Case, make):
     from bench.model.registry import Prepared
 
     inner = make(case.replace(kv_layout="contiguous"))
-    fn = getattr(inner, "fn", inner)
+    inner = inner if isinstance(inner, Prepared) else Prepared(inner)
 
     def attention(q, k, v):
-        return fn(q, from_pages(case, k), from_pages(case, v))
-    return Prepared(attention, dict(getattr(inner, "info", {})) | {"kv_read": "gathered"},
-                    scope=getattr(inner, "scope", None) or (lambda: __import__("contextlib").nullcontext()))
+        return inner.fn(q, from_pages(case, k), from_pages(case, v))
+    return Prepared(attention, inner.info | {"kv_read": "gathered"}, scope=inner.scope)
 
 
 def from_pages(case: Case, pool: torch.Tensor) -> torch.Tensor:
