@@ -60,6 +60,13 @@ def _fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
                              "left_out": "left out (shaky)", "first_failure": "first failure above"})
 
 
+def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
+    """The dtypes whose matmul peak a cell exceeded (frames.with_peaks marks them)."""
+    if "peak_unreliable" not in ok:
+        return []
+    return sorted(set(ok.loc[ok["peak_unreliable"].fillna(False).astype(bool), "dtype"]))
+
+
 def trust_state(df, envs) -> tuple[str, str, str]:
     """(css class, heading, main reason) of the trust box: clean, read with care, or do not use."""
     ok = df[df["status"] == "ok"]
@@ -67,10 +74,11 @@ def trust_state(df, envs) -> tuple[str, str, str]:
         return "bad", "Do not use", "no cell was measured ok"
     shaky = int(ok["shaky"].sum())
     unchecked = int(ok["reference_skipped"].notna().sum()) if "reference_skipped" in ok else 0
-    bad_peaks = sorted(set(ok.loc[ok.get("peak_unreliable", False) == True, "dtype"]))  # noqa: E712
+    bad_peaks = _unreliable_peaks(ok)
     mixed = [e["run"] for e in envs if e.get("mixed_env")]
-    if shaky > 0.5 * len(ok):
-        return "bad", "Do not use", f"{shaky} of {len(ok)} ok cells are shaky (noisy or contended)"
+    contended = int(ok["contended"].sum()) if "contended" in ok else 0
+    if contended > 0.5 * len(ok):  # timed while other processes had the cores: biased, not just wide
+        return "bad", "Do not use", f"{contended} of {len(ok)} ok cells were timed while the CPU was shared"
     if mixed:
         return "bad", "Do not use", f"{', '.join(mixed)} mixes machines (resumed on one that differs)"
     if shaky > 0.1 * len(ok):
@@ -94,7 +102,7 @@ def trust_line(df, envs) -> str:
     verdict = ("trustworthy" if shaky == 0 else "mostly trustworthy" if shaky <= 0.1 * max(1, len(ok))
                else f"read with care, {shaky} of {len(ok)} ok cells are shaky (a larger --budget-ms narrows "
                     f"noisy medians; fewer --threads or a quieter machine helps contended ones)")
-    bad_peaks = sorted(set(ok.loc[ok.get("peak_unreliable", False) == True, "dtype"]))  # noqa: E712
+    bad_peaks = _unreliable_peaks(ok)
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
                       f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
     text = (f"{verdict}: {len(ok)} ok cells, {clean} clean, {noisy} noisy, {contended} contended"

@@ -472,3 +472,16 @@ def test_facets_sort_numbers_as_numbers():
 
     assert sorted(["kv=32768", "kv=1024", "kv=4096", "kv=16384"], key=natural) == [
         "kv=1024", "kv=4096", "kv=16384", "kv=32768"]
+
+
+@pytest.mark.parametrize("noisy,contended,state", [(0, 0, "clean"), (3, 0, "care"), (8, 0, "care"), (0, 6, "bad")])
+def test_the_trust_box_says_clean_read_with_care_or_do_not_use(noisy, contended, state):
+    from reports.page import trust_state
+
+    rows = _timed_rows("naive", 1.0, 0.02, ns=tuple(range(64, 64 + 10 * 8, 8)))
+    for i, r in enumerate(rows):
+        r["noisy"], r["contended"] = i < noisy, i < contended
+    got, heading, why = trust_state(tidy(pd.DataFrame(rows)), [])
+    assert got == state, (heading, why)
+    if state != "clean":
+        assert str(max(noisy, contended)) in why  # the main reason first, with its count
