@@ -174,7 +174,7 @@ def test_bad_workloads_exit_2_and_write_nothing(tmp_path, capsys, args, why):
 def test_a_ragged_sweep_records_its_lengths_layout_and_waste(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("sweep", "--variants", "naive,chunked.online,sdpa,linear.elu", "--lengths", "bimodal",
-                   "--batch", "4", "--seq-lens", "32,64", "--heads", "2", "--head-dims", "8", "--masks", "causal",
+                   "--batch", "4", "--seq-lens", "48", "--heads", "2", "--head-dims", "8", "--masks", "causal",
                    "--budget-ms", "5", "--out", out, "--quiet")
     assert proc.returncode == 0, proc.stderr
     rows = read_jsonl(out / "results.jsonl")
@@ -195,7 +195,7 @@ def test_a_ragged_sweep_records_its_lengths_layout_and_waste(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dist,mask", [("lognormal:0.5", "causal"), ("bimodal", "window")])
+@pytest.mark.parametrize("dist,mask", [("bimodal", "window")])  # a compile a case: one case
 def test_flex_takes_a_ragged_batch_as_a_document_block_mask(registry, dist, mask):
     case = Case(batch=4, heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=16, mask=mask,
                 window=16 if mask == "window" else None, lengths=dist)
