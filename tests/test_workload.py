@@ -294,5 +294,5 @@ def test_the_fp8_tolerance_passes_one_rounding_and_fails_a_wrong_scale():
 
     good = run_and_check(case, rounded_once, q, k, v)
     assert good.ok, good.reason
-    assert 0.01 < good.rel_err < 0.0625  # about u / sqrt(3): the fp8 rounding itself
+    assert 0.01 < good.rel_err < 0.0625  # 0.025: the fp8 rounding itself, within u
     assert not run_and_check(case, unscaled, q, k, v).ok
