@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from reports.charts import minor_label, new_figure, save_figure
+from reports.charts import figure_legend, minor_label, new_figure, save_figure
 from reports.frames import facet_groups
 
 MAX_PANELS = 12
@@ -48,18 +48,17 @@ def _plain(ax, axis: str = "both") -> None:
         ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))  # 2 and 5 of a decade, no mathtext
 
 
-def log_ticks(ax, axis: str = "y") -> None:
-    """1-2-5 ticks, every one labelled, across a log axis's drawn range: a range shorter than a
-    decade (an error between 0.3 and 2, say) still reads."""
-    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+def log_ticks(ax) -> None:
+    """1-2-5 ticks, every one labelled, across a log y axis's drawn range: a range shorter than
+    a decade (an error between 0.3 and 2, say) still reads."""
+    lo, hi = ax.get_ylim()
     ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
              for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
     if len(ticks) > 12:  # many decades: the powers of ten alone
         ticks = [t for t in ticks if f"{t:g}".lstrip("0.").startswith("1")]
-    target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_locator(FixedLocator(ticks))
-    target.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}"))
-    target.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
 
 
 def _style(style: dict, name: str) -> dict:
@@ -91,7 +90,7 @@ def error_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         _plain(ax)
         lo, hi = ax.get_ylim()
         ax.set_ylim(min(lo, 0.5), max(hi, 2.0))  # the zeros line always in view
-        log_ticks(ax, "y")
+        log_ticks(ax)
         ax.set_xticks(sorted(g["n"].unique()))
         ax.set_xlabel("sequence length n (tokens)", fontsize=9)
         ax.set_ylabel("relative error ||out - ref|| / ||ref||", fontsize=9)
@@ -172,17 +171,6 @@ def _broken_error_axis(ax, errs) -> None:
     ax.text(EXACT_BREAK, 0.02, "//", transform=ax.get_xaxis_transform(), ha="center", fontsize=9, color="#555555")
     ax.text(1e-6, 0.97, "exact", transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7,
             color="#555555")
-
-
-def figure_legend(fig, axes) -> None:
-    """One legend for the figure, below the panels: no legend box covers a point."""
-    seen: dict = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(label, handle)
-    if seen:
-        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(6, len(seen)), fontsize=8,
-                   frameon=False)
 
 
 def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -> list[Path]:

@@ -158,6 +158,17 @@ def new_figure(rows: int = 1, cols: int = 1, *, figsize, layout: str = "constrai
     return fig, fig.subplots(rows, cols, **subplots)
 
 
+def figure_legend(fig, axes) -> None:
+    """One legend for the figure, below the panels: no legend box covers a point."""
+    seen: dict = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(6, len(seen)), fontsize=8,
+                   frameon=False)
+
+
 def save_figure(fig, out: Path) -> list[Path]:
     """The figure as PNG and SVG beside ``out``, laid out once."""
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]

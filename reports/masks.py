@@ -17,8 +17,7 @@ from matplotlib.ticker import FuncFormatter
 from bench.engine import maskfile, store
 from bench.model import masks
 from bench.model.case import Case
-from reports.accuracy import figure_legend
-from reports.charts import new_figure, save_figure
+from reports.charts import figure_legend, new_figure, save_figure
 from reports.frames import facet_groups
 
 DENSITY_FACETS_DROPPED = ("mask", "window", "mask_label")

@@ -72,15 +72,18 @@ def gather_pages(case: Case, make):
 
     inner = make(case.replace(kv_layout="contiguous"))
     inner = inner if isinstance(inner, Prepared) else Prepared(inner)
+    table = torch.tensor(case.page_table(), device=case.device)  # once, not in the timed call
 
     def attention(q, k, v):
-        return inner.fn(q, from_pages(case, k), from_pages(case, v))
+        return inner.fn(q, from_pages(case, k, table), from_pages(case, v, table))
     return Prepared(attention, inner.info | {"kv_read": "gathered"}, scope=inner.scope)
 
 
-def from_pages(case: Case, pool: torch.Tensor) -> torch.Tensor:
-    """The page pool read back in each sequence's order: (B, KvH, kv_len, D), a gather."""
-    table = torch.tensor(case.page_table(), device=pool.device)  # (B, pages)
+def from_pages(case: Case, pool: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
+    """The page pool read back in each sequence's order: (B, KvH, kv_len, D), a gather
+    (``table``: the block table as a tensor on the pool's device, when the caller holds one)."""
+    if table is None:
+        table = torch.tensor(case.page_table(), device=pool.device)  # (B, pages)
     b, pages = table.shape
     kvh, _, page, d = pool.shape
     blocks = pool[:, table.flatten()].view(kvh, b, pages, page, d).permute(1, 0, 2, 3, 4)

@@ -167,7 +167,7 @@ class Case:
         """The length of each sequence of the batch (all q_len for a fixed batch)."""
         from bench.model import workload
 
-        return workload.parse_lengths(self.lengths).draw(self.batch, self.q_len)
+        return list(workload.draw_lengths(self.lengths, self.batch, self.q_len))
 
     @property
     def needs_grad(self) -> bool:

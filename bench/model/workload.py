@@ -35,16 +35,16 @@ to kv_len.  ``page_table`` gives the table.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
 
-LENGTH_KINDS = ("fixed", "uniform", "lognormal", "bimodal")
 INPUT_KINDS = {"normal": None, "clustered": 8, "lowrank": 8, "outliers": 20.0}  # kind: default parameter
 
 
 class WorkloadError(ValueError):
-    """A --lengths or --inputs spelling that is not valid, with what is."""
+    """A --lengths, --inputs or --kv-layout spelling that is not valid, with what is."""
 
 
 LENGTHS_VALID = ("fixed, uniform:LO-HI, lognormal:SIGMA, bimodal:SHORT/LONG:FRAC (bimodal alone: 1/8:0.75) "
@@ -102,8 +102,6 @@ class Lengths:
                 raise WorkloadError(f"--lengths {self.text()} averages {sum(self.params) / batch:g}, not n={n}: the "
                                     f"lengths of a batch average its n (--seq-lens {sum(self.params) // batch} "
                                     f"if that is a whole number)")
-        elif self.ragged and batch * n < batch:
-            raise WorkloadError(f"--lengths {self.text()}: n={n} is too short")
 
     def text(self) -> str:
         if self.kind == "fixed":
@@ -148,6 +146,13 @@ def _whole(raw: list[float], total: int, lo: float, hi: float | None) -> list[in
         if not moved:
             raise WorkloadError(f"cannot make {len(raw)} lengths in [{lo}, {hi}] sum to {total}")
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def draw_lengths(text: str, batch: int, n: int) -> tuple[int, ...]:
+    """The lengths of a case's batch, drawn once per (spelling, batch, n): every caller (the
+    mask, the counts, the row, the variants) asks for the same batch."""
+    return tuple(parse_lengths(text).draw(batch, n))
 
 
 def parse_lengths(text: str) -> Lengths:
