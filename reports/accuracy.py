@@ -169,8 +169,6 @@ def _broken_error_axis(ax, errs) -> None:
     ax.tick_params(axis="x", labelsize=7)
     ax.axvspan(EXACT_FLOOR / 2, EXACT_BREAK, color="#f1f1f1", zorder=0)
     ax.text(EXACT_BREAK, 0.02, "//", transform=ax.get_xaxis_transform(), ha="center", fontsize=9, color="#555555")
-    ax.text(1e-6, 0.97, "exact", transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7,
-            color="#555555")
 
 
 def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -> list[Path]:
