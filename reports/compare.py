@@ -1,8 +1,9 @@
 """``python -m bench compare RUN_A RUN_B``: B/A per matching cell with a noise-aware verdict.
 
 A cell is 'within noise' when the two interquartile ranges overlap; otherwise it is
-'faster' or 'slower'; a cell noisy or contended in either run is 'shaky', counted apart and
-never a regression.  --fail-on-regression PCT flags a cell as a regression when it is
+'faster' or 'slower'; a cell noisy or contended in either run is 'shaky', and one timed with
+different timers in A and B (``timer``: CUDA events against CUDA graphs) is 'other timer':
+both are counted apart and never a regression.  --fail-on-regression PCT flags a cell as a regression when it is
 slower and its B/A ratio exceeds 1 + PCT/100 even after the spreads are allowed for,
 i.e. B's q1 / A's q3 > 1 + PCT/100.
 """
@@ -23,6 +24,8 @@ ENV_KEYS = ("device", "device_name", "torch", "xformers", "cuda", "threads")
 
 
 SHAKY = "shaky"  # the verdict of a cell noisy or contended in either run: counted apart, never better or worse
+OTHER_TIMER = "other timer"  # timed with different timers in A and B (CUDA events with a cold L2 against CUDA
+# graphs, say): the times measure different things, so the cell is counted apart and never a regression
 
 
 def verdict(a: dict, b: dict) -> str:
@@ -35,8 +38,9 @@ def verdict(a: dict, b: dict) -> str:
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     keys = list(row.IDENTITY)
-    cols = [*row.SPREAD, "status", "shaky"]
-    a, b = (x.assign(shaky=x["shaky"] if "shaky" in x else False) for x in (a, b))
+    cols = [*row.SPREAD, "status", "shaky", "timer"]
+    a, b = (x.assign(shaky=x["shaky"] if "shaky" in x else False,
+                     timer=x["timer"].fillna("") if "timer" in x else "") for x in (a, b))
     a = a[a["status"] == "ok"][keys + cols]  # load_runs keeps each cell's current row only
     b = b[b["status"] == "ok"][keys + cols]
     m = a.merge(b, on=keys, suffixes=("_a", "_b"))
@@ -44,7 +48,8 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         return m
     m["ratio"] = m["median_ms_b"] / m["median_ms_a"]
     m["shaky"] = m["shaky_a"].astype(bool) | m["shaky_b"].astype(bool)
-    m["verdict"] = [SHAKY if r.shaky else
+    m["other_timer"] = m["timer_a"].astype(str) != m["timer_b"].astype(str)
+    m["verdict"] = [OTHER_TIMER if r.other_timer else SHAKY if r.shaky else
                     verdict({"q1_ms": r.q1_ms_a, "q3_ms": r.q3_ms_a}, {"q1_ms": r.q1_ms_b, "q3_ms": r.q3_ms_b})
                     for r in m.itertuples()]
     m["slowdown_beyond_noise"] = m["q1_ms_b"] / m["q3_ms_a"] - 1.0
@@ -70,7 +75,7 @@ def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None):
     regressions = m.iloc[0:0]
     if fail_pct is not None and not m.empty:
         metric, pct = fail_pct if isinstance(fail_pct, tuple) else ("median", float(fail_pct))
-        clean = m[~m["shaky"]]
+        clean = m[~m["shaky"] & ~m["other_timer"]]
         if metric == "min":
             regressions = clean[clean["min_ms_b"] / clean["min_ms_a"] - 1.0 > pct / 100.0]
         else:
@@ -84,7 +89,8 @@ def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None):
 
 
 def _chart(m: pd.DataFrame, path: Path, name_a: str, name_b: str) -> Path:
-    colors = {"faster": "#2e8b57", "slower": "#c0392b", "within noise": "#8c8c8c", SHAKY: "#d9b44a"}
+    colors = {"faster": "#2e8b57", "slower": "#c0392b", "within noise": "#8c8c8c", SHAKY: "#d9b44a",
+              OTHER_TIMER: "#7f6fb0"}
     m = m.sort_values(["variant", "mask", "direction", "q_len"]).reset_index(drop=True)
     labels = [f"{r.variant} {r.mask} {r.direction} n={r.q_len}" for r in m.itertuples()]
     fig, ax = new_figure(figsize=(9, max(2.5, 0.24 * len(m) + 1.2)), layout="constrained")

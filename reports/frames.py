@@ -123,12 +123,21 @@ def with_peaks(df: pd.DataFrame, envs: list[dict]) -> pd.DataFrame:
     return df
 
 
+def timed_together(a, b) -> bool:
+    """True when rows ``a`` and ``b`` were timed in the same interleaved rounds (one
+    ``interleave_id``): only then does round i of one pair with round i of the other.  A cell
+    measured again alone (``--retry``, the end-of-sweep re-measurement) has an id of its own."""
+    ia, ib = a.get("interleave_id"), b.get("interleave_id")
+    return isinstance(ia, str) and ia == ib
+
+
 def paired_ratio(a, b) -> tuple[float, float, float, bool]:
     """b / a per interleaved round (a, b: rows of one case from one run): the median ratio
-    and its spread (min, max over the rounds), and whether it was paired.  Rows without
-    matching rounds fall back to the medians, with the spread from the quartiles."""
+    and its spread (min, max over the rounds), and whether it was paired.  Rows not timed
+    together, or without matching rounds, fall back to the medians, with the spread from the
+    quartiles."""
     ra, rb = a.get("round_medians_ms"), b.get("round_medians_ms")
-    if isinstance(ra, list) and isinstance(rb, list) and len(ra) == len(rb) and len(ra) > 1:
+    if timed_together(a, b) and isinstance(ra, list) and isinstance(rb, list) and len(ra) == len(rb) and len(ra) > 1:
         ratios = sorted(y / x for x, y in zip(ra, rb) if x > 0)
         if ratios:
             return float(np.median(ratios)), ratios[0], ratios[-1], True

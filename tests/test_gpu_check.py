@@ -51,7 +51,7 @@ def test_gpu_check_quick_rehearsal_on_cpu(tmp_path):
     proc = run_cli("gpu-check", "--quick", "--device", "cpu", "--out", tmp_path / "q", timeout=900)
     lines = proc.stdout.strip().splitlines()
     verdicts = {v["check"]: v for v in json.loads((tmp_path / "q" / "quick-check.json").read_text())}
-    assert [c[0] for c in verdicts] == ["1", "2", "2", "3", "3", "4", "4", "5", "6", "1"]  # Flex's compiles last
+    assert [c[0] for c in verdicts] == ["1", "2", "2", "3", "3", "4", "4", "5", "6", "7", "1"]  # Flex's compiles last
     assert list(verdicts)[-1].startswith("1 flex x mask")
     assert (lines[-1] == "PASS") == (proc.returncode == 0) and all(v["ok"] for v in verdicts.values()) == \
         (proc.returncode == 0)
@@ -124,15 +124,36 @@ def test_the_kernel_verdict_names_what_ran_and_fails_a_backend_that_ran_anothers
 def test_the_gpu_state_verdict_wants_nvml_columns_and_a_graph_time_under_0_1_ms():
     from bench.cli.gpu_check import gpu_state_verdict
 
-    row = {"variant": "sdpa", "status": "ok", "median_ms": 0.04, "graph_median_ms": 0.021, "kernel_sum_ms": 0.02,
-           "timer_mismatch": "CUDA-graph time 0.021 ms is 0.52x the event time 0.04 ms", "sm_clock_start_mhz": 1980,
-           "power_start_w": 120.0, "energy_j_per_call": 0.0004}
-    graph = {"variant": "sdpa", "status": "ok", "median_ms": 0.021, "timer": "cuda-graph"}
-    name, ok, detail = gpu_state_verdict([row], [graph], "cuda")
-    assert ok and "graph 0.021 ms" in detail and "SM 1980 MHz" in detail
-    assert not gpu_state_verdict([row | {"graph_median_ms": None}], [graph], "cuda")[1]
-    assert not gpu_state_verdict([row], [graph | {"timer": "cuda-events+l2-flush"}], "cuda")[1]
+    row = {"variant": "sdpa", "status": "ok", "direction": "fwd", "median_ms": 0.04, "graph_median_ms": 0.021,
+           "kernel_sum_ms": 0.02, "timer_mismatch": "CUDA-graph time 0.021 ms is 0.52x the event time 0.04 ms",
+           "sm_clock_start_mhz": 1980, "power_start_w": 120.0, "power_limit_w": 700.0, "energy_j_per_call": 0.0004}
+    bwd = row | {"direction": "bwd", "median_ms": 0.08, "graph_median_ms": 0.06}
+    graph = {"variant": "sdpa", "status": "ok", "direction": "fwd", "median_ms": 0.021, "timer": "cuda-graph"}
+    graphs = [graph, graph | {"direction": "bwd", "median_ms": 0.05}]
+    name, ok, detail = gpu_state_verdict([row, bwd], graphs, "cuda")
+    assert ok and "fwd: events 0.04 ms, graph 0.021 ms" in detail and "bwd: events 0.08 ms" in detail
+    assert "SM 1980 MHz" in detail and "of 700.0" in detail
+    assert not gpu_state_verdict([row | {"graph_median_ms": None}, bwd], graphs, "cuda")[1]
+    failed = gpu_state_verdict([row, bwd | {"graph_median_ms": None, "graph_error": "RuntimeError: capture"}],
+                               graphs, "cuda")
+    assert not failed[1] and "bwd: the CUDA-graph cross-check failed (RuntimeError: capture)" in failed[2]
+    assert not gpu_state_verdict([row, bwd], [graphs[0] | {"timer": "cuda-events+l2-flush"}, graphs[1]], "cuda")[1]
+    assert not gpu_state_verdict([row], graphs, "cuda")[1]  # the bwd cell did not run
     assert gpu_state_verdict([], [], "cpu")[1]
+
+
+def test_the_workload_verdict_wants_ragged_sdpa_ok_and_paged_flex_on_its_own_pages():
+    from bench.cli.gpu_check import workload_verdict
+
+    ragged = [{"variant": "sdpa", "status": "ok", "median_ms": 0.3, "layout": "nested", "extra": {"layout_ms": 0.05}}]
+    paged = [{"variant": "flex", "status": "ok", "median_ms": 0.02, "batch": 4, "extra": {"kv_blocks_visited": 0.25}}]
+    name, ok, detail = workload_verdict(ragged, paged, "cuda")
+    assert ok and "layout change 0.05 ms of it, nested" in detail and "0.25 of the pool's blocks" in detail
+    crowded = [paged[0] | {"extra": {"kv_blocks_visited": 0.9}}]
+    assert "visits 0.9 of the pool's blocks (its own pages: 1/4)" in workload_verdict(ragged, crowded, "cuda")[2]
+    failed = [{"variant": "sdpa", "status": "error", "reason": "RuntimeError: x"}]
+    assert not workload_verdict(failed, paged, "cuda")[1]
+    assert workload_verdict(ragged, [], "cpu")[1]  # paged flex is a GPU step
 
 
 def test_the_quick_check_fits_five_minutes_on_an_h200_by_its_own_projection():

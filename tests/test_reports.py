@@ -175,7 +175,7 @@ def test_fit_leaves_out_a_flagged_point_and_counts_it():
 def _paired(variant, n, rounds, **kw):
     med = sorted(rounds)[len(rounds) // 2]
     return dict(variant=variant, q_len=n, median_ms=med, q1_ms=min(rounds), q3_ms=max(rounds),
-                round_medians_ms=list(rounds), **kw)
+                round_medians_ms=list(rounds), **{"interleave_id": f"rounds-{n}", **kw})
 
 
 def test_crossover_uses_paired_rounds_and_leaves_out_a_flagged_point():
@@ -201,6 +201,20 @@ def test_paired_rounds_tell_apart_what_overlapping_quartiles_cannot():
     unpaired = paired_ratio({"median_ms": 2.0, "q1_ms": 1.0, "q3_ms": 3.0},
                             {"median_ms": 2.2, "q1_ms": 1.1, "q3_ms": 3.3})
     assert not unpaired[3] and unpaired[1] < 1 < unpaired[2]  # the quartiles overlap: no verdict
+
+
+def test_rounds_pair_only_between_rows_timed_together():
+    """After --retry (or the end-of-sweep re-measurement) one variant of a case is timed again
+    alone: its rounds and the baseline's older ones come from different sessions, and round i of
+    one says nothing about round i of the other."""
+    a = _paired("naive", 256, [1.0, 2.0, 3.0])
+    again = _paired("b", 256, [1.1, 2.2, 3.3], interleave_id="a-retry")
+    ratio, lo, hi, paired = paired_ratio(a, again)
+    assert not paired and lo < 1 < hi  # from the medians and quartiles: the spread overlaps 1
+    df = speedups(_synthetic([a, again]), "naive").set_index("variant").loc["b"]
+    assert df["speedup_lo"] < 1 < df["speedup_hi"]
+    legacy = {k: v for k, v in a.items() if k != "interleave_id"}  # rows written before the id existed
+    assert not paired_ratio(legacy, {k: v for k, v in again.items() if k != "interleave_id"})[3]
 
 
 def test_pct_peak_above_100_is_marked_and_the_trust_line_counts_shaky_cells(tmp_path):

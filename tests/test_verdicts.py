@@ -5,7 +5,6 @@ import json
 import sys
 import textwrap
 
-import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -357,69 +356,6 @@ def test_a_pinned_sdpa_variant_declares_its_backend_and_a_mismatch_is_named(regi
     assert registry["sdpa.cudnn"].prepare(case).info["backend"] == "cudnn"
     assert mismatch("flash", "math") == "declared backend flash, but its kernels are math's"
     assert mismatch("flash", "flash") == "" and mismatch(None, "math") == ""
-
-
-# -- clocks, power, energy and throttling through NVML (a fake module: no GPU needed) ---------------
-
-class FakeNvml:
-    """nvidia-ml-py's calls this harness makes, over a scripted sequence of readings."""
-    NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
-
-    def __init__(self, clocks, energy=True):
-        self.clocks, self.energy, self.t = list(clocks), energy, 0
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return f"gpu{i}"
-
-    def nvmlDeviceGetClockInfo(self, h, kind):
-        self.t += 1
-        return self.clocks[min(self.t - 1, len(self.clocks) - 1)]
-
-    def nvmlDeviceGetPowerUsage(self, h):
-        return 500_000  # mW
-
-    def nvmlDeviceGetTemperature(self, h, kind):
-        return 61
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        return 0x20 | 0x1 if self.t > 2 else 0x1  # sw thermal slowdown after the first turn (idle is no slowdown)
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, h):
-        if not self.energy:
-            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
-        return 1000.0 * self.t  # mJ: one joule between samples
-
-
-def test_gpu_state_columns_from_nvml_samples_and_a_throttled_cell_is_shaky():
-    from bench.measure import nvml
-
-    fake = FakeNvml([1980, 1980, 1700, 1650])
-    gpu = nvml.open_nvml(fake)
-    reference = nvml.sample(gpu).sm_clock_mhz  # the worker's first sample: 1980 MHz
-    cell = nvml.Cell()
-    cell.turn(nvml.sample(gpu), nvml.sample(gpu), calls=100)  # 1980 -> 1700
-    cell.turn(nvml.sample(gpu), nvml.sample(gpu), calls=100)  # 1650 -> 1650
-    cols = cell.columns(reference, tokens=8)
-    assert (cols["sm_clock_start_mhz"], cols["sm_clock_end_mhz"], cols["power_start_w"], cols["temp_end_c"]) == \
-        (1980, 1650, 500.0, 61)
-    assert cols["energy_j_per_call"] == pytest.approx(2 / 200) and cols["energy_j_per_token"] == pytest.approx(2 / 1600)
-    assert cols["throttled"] and cols["throttle_reasons"] == "sw thermal slowdown"
-    assert cols["throttled_why"].startswith("SM clock down to 1650 MHz, 0.83 of the 1980 MHz the worker started at")
-    steady = nvml.Cell()
-    quiet = nvml.open_nvml(FakeNvml([1980], energy=False))
-    steady.turn(nvml.sample(quiet), nvml.sample(quiet), calls=10)
-    cols = steady.columns(1980, tokens=1)
-    assert not cols["throttled"] and "energy_j_per_call" not in cols  # no counter: no energy, no guess
-    assert nvml.open_nvml(object()) is None  # a module without NVML: no columns at all
-
-    from reports.frames import tidy
-
-    df = tidy(pd.DataFrame([_row("ok", 1.0, throttled=True)]))
-    assert bool(df["shaky"].iloc[0])  # drawn hollow, left out of fits, re-measured by --retry shaky
-    assert not store.done_keys([_row("ok", 1.0, throttled=True)], frozenset({"shaky"}))
 
 
 def test_the_timers_are_held_against_each_other_and_a_disagreement_is_named():

@@ -4,6 +4,7 @@ happen in setup, once per shape; the compile time (info['compile_ms']) and the s
 the block mask skips (info['block_sparsity'], percent) are reported as their own figures."""
 
 import functools
+import math
 import time
 import warnings
 
@@ -41,6 +42,9 @@ def _check(case):
     still becomes the row's status and reason in the worker."""
     if case.dtype == FP8 and case.device == "cpu":
         return FP8_CPU
+    if case.paged and case.device == "cuda" and case.page_size % 16:
+        return (f"flex reads a paged cache in KV blocks that divide the page, and on a GPU its kernel's smallest "
+                f"tile is 16 keys: a page of {case.page_size} tokens cannot be tiled (use a multiple of 16)")
     if not case.needs_grad:
         return None
     # the refusal depends on the device, dtype and GQA, not on the lengths or the mask
@@ -93,48 +97,76 @@ class FlexFactory:
         return prepared
 
 
+PAGED_Q_BLOCK = 128  # the query block of the paged block mask (flex's default)
+
+
 def _paged(case, flex):
-    """A paged cache read in place: the queries of every sequence packed into one row, the
-    pool viewed as one key sequence (KvH, pages x PAGE), and a block mask that keeps a
-    (query, pool slot) pair only when the slot's page belongs to the query's sequence (through
-    the block table) and the mask keeps the logical positions; the blocks of other sequences'
-    pages are skipped, so each query reads only its own pages (attention-gym's paged attention)."""
-    from torch.nn.attention.flex_attention import create_block_mask
+    """A paged cache read in place (attention-gym's paged attention): the block mask is built
+    per sequence over its logical positions, then mapped through the block table onto the pool,
+    so that each query block visits only its own sequence's pages.  The pool is one key sequence
+    (1, KvH, pages x PAGE, D) shared by the batch, and a KV block never straddles two pages: its
+    size divides the page (the page size, or 128 when the page is a multiple of 128).  Partial
+    blocks evaluate the mask at the logical position of each pool slot."""
+    from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
     plain = case.replace(kv_layout="contiguous")
     bound = masks.bind(plain)
     inner, mod = bound.mask_mod(case.device), bound.score_mod(case.device)
-    page, table = case.page_size, torch.tensor(case.page_table(), device=case.device)
+    dev, page, kv_len = case.device, case.page_size, case.kv_len
+    table = torch.tensor(case.page_table(), device=dev)  # (B, pages): the pool page of each logical page
     B, Lq, pages = case.batch, case.q_len, table.shape[1]
-    owner = torch.empty(B * pages, dtype=torch.long, device=case.device)
+    kv_block = math.gcd(page, 128)
+    per_page = page // kv_block
+    # the pool block holding logical block j of sequence b, (B, pages x per_page)
+    pool_block = (table.repeat_interleave(per_page, dim=1) * per_page
+                  + torch.arange(per_page, device=dev).repeat(pages))
+    owner = torch.empty(B * pages, dtype=torch.long, device=dev)  # pool page -> its sequence, its logical page
     logical = torch.empty_like(owner)
-    owner[table.flatten()] = torch.arange(B, device=case.device).repeat_interleave(pages)
-    logical[table.flatten()] = torch.arange(pages, device=case.device).repeat(B)
+    owner[table.flatten()] = torch.arange(B, device=dev).repeat_interleave(pages)
+    logical[table.flatten()] = torch.arange(pages, device=dev).repeat(B)
 
-    def where(q_idx, kv_idx):  # (sequence, query position) and (its owner, key position)
+    def logical_mask(b, h, q_idx, kv_idx):
+        keep = kv_idx < kv_len  # the last page is filled only to kv_len
+        return keep & inner(b, h, q_idx, kv_idx) if inner is not None else keep
+
+    per_head = bound.depends[1]
+    heads = case.heads if per_head else None  # a mask that depends on the head gets every head
+    logical_bm = create_block_mask(logical_mask, B, heads, Lq, pages * page, device=dev,
+                                   BLOCK_SIZE=(PAGED_Q_BLOCK, kv_block))
+
+    def to_pool(idx):  # logical block indices (B, H|1, rows, cols) -> pool block indices, padded to the pool
+        out = pool_block.gather(1, idx.long().flatten(1)).view(idx.shape).to(idx.dtype)
+        pad = B * pages * per_page - out.shape[-1]
+        return torch.nn.functional.pad(out, (0, pad)) if pad > 0 else out
+
+    def mask_mod(b, h, q_idx, kv_idx):  # a pool slot's logical position, in its owner's sequence
         slot = kv_idx // page
-        return q_idx // Lq, q_idx % Lq, owner[slot], logical[slot] * page + kv_idx % page
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        seq, qpos, own, kpos = where(q_idx, kv_idx)
-        keep = (own == seq) & (kpos < case.kv_len)
-        return keep & inner(seq, h, qpos, kpos) if inner is not None else keep
+        kpos = logical[slot] * page + kv_idx % page
+        keep = (owner[slot] == b) & (kpos < kv_len)
+        return keep & inner(b, h, q_idx, kpos) if inner is not None else keep
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        seq, qpos, _, kpos = where(q_idx, kv_idx)
-        return mod(score, seq, h, qpos, kpos)
+        slot = kv_idx // page
+        return mod(score, b, h, q_idx, logical[slot] * page + kv_idx % page)
 
-    block_mask = create_block_mask(mask_mod, None, None, B * Lq, B * pages * page, device=case.device)
-    gqa, scale, H, D = case.is_gqa, case.scale, case.heads, case.head_dim
+    full = logical_bm.full_kv_num_blocks is not None
+    block_mask = BlockMask.from_kv_blocks(
+        logical_bm.kv_num_blocks, to_pool(logical_bm.kv_indices),
+        logical_bm.full_kv_num_blocks if full else None, to_pool(logical_bm.full_kv_indices) if full else None,
+        BLOCK_SIZE=(PAGED_Q_BLOCK, kv_block), mask_mod=mask_mod, seq_lengths=(Lq, B * pages * page))
+    gqa, scale, D = case.is_gqa, case.scale, case.head_dim
     score = score_mod if mod is not None else None
+    # on a GPU the kernel's own KV tile must divide the block (flex's default tile is 64 or 128)
+    options = {"BLOCK_N": kv_block} if dev == "cuda" and kv_block < 64 else None
 
     def attention(q, k, v):  # q (B, H, Lq, D); k, v page pools (KvH, B x pages, PAGE, D)
-        rows = q.transpose(0, 1).reshape(1, H, B * Lq, D)
         keys, values = (t.view(1, t.shape[0], -1, D) for t in (k, v))  # views: the pool is not copied
-        out = flex(rows, keys, values, score_mod=score, block_mask=block_mask, scale=scale, enable_gqa=gqa)
-        return out.view(H, B, Lq, D).transpose(0, 1)
+        return flex(q, keys, values, score_mod=score, block_mask=block_mask, scale=scale, enable_gqa=gqa,
+                    kernel_options=options)
 
-    return attention, {"kv_read": "pages in place"}
+    visited = (block_mask.kv_num_blocks + (block_mask.full_kv_num_blocks if full else 0)).float().mean()
+    return attention, {"kv_read": "pages in place", "kv_block": kv_block,
+                       "kv_blocks_visited": round(float(visited) / (B * pages * per_page), 4)}
 
 
 def _prepare(case, flex):
@@ -144,6 +176,8 @@ def _prepare(case, flex):
         attention, info = _paged(case, flex)
         t0 = time.perf_counter()
         attention(*make_inputs(case))
+        if case.device == "cuda":
+            torch.cuda.synchronize()
         info["compile_ms"] = (time.perf_counter() - t0) * 1e3
         return Prepared(attention, info, scope=_dynamo_limits)
 

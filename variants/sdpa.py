@@ -8,6 +8,9 @@ Entering sdpa_kernel costs about 18 us, as much as a small GPU kernel, so the ha
 holds it open around the timed calls (Prepared.scope) instead of entering it per call."""
 
 import functools
+import itertools
+import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench import masks
 from bench.case import DTYPES, FP8
-from bench.measure.inputs import gather_pages
+from bench.measure.inputs import gather_pages, make_inputs
 from bench.probe import run_probe
 from bench.registry import Prepared, variant
 
@@ -47,25 +50,43 @@ def _pinned(backend) -> bool:
     return all(query() == (b is backend) for b, query in _FLAGS.items())
 
 
+LAYOUT_CHANGE = ("in the timed call: the packed (1, heads, tokens, D) q, k and v made contiguous (tokens, heads, D) "
+                 "for nested tensors{gqa}; its own cost is layout_ms")
+
+
 def _nested(case, backend):
     """A ragged batch as a nested jagged tensor (torch.nested, layout=torch.jagged): each
-    sequence its own length, no padding; causal as is_causal, within each sequence."""
+    sequence its own length, no padding; causal as is_causal, within each sequence.
+
+    The extreme lengths are passed in (``min_seqlen``/``max_seqlen``), so no call asks the
+    device for them (an ``.item()`` host sync, and illegal in a CUDA-graph capture).  The
+    layout change from the harness's packed tensors (three contiguous copies, and the key and
+    value heads repeated for GQA: nested SDPA takes no enable_gqa) stays inside the call, as
+    the gradients must flow through it; its cost is timed on its own here, as ``layout_ms``,
+    and the row says so (``layout_change``)."""
     lens = case.seq_lengths()
-    offsets = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device=case.device)
+    offsets = torch.tensor([0, *itertools.accumulate(lens)], device=case.device)
+    extremes = {"min_seqlen": min(lens), "max_seqlen": max(lens)}
     group = case.heads // case.kv_heads
     kwargs = {"scale": case.scale, "is_causal": case.mask == "causal"}
 
     def jagged(t):  # (1, heads, total, D) -> nested (batch, heads, j, D)
-        return torch.nested.nested_tensor_from_jagged(t[0].transpose(0, 1).contiguous(), offsets).transpose(1, 2)
+        values = t[0].transpose(0, 1).contiguous()
+        return torch.nested.nested_tensor_from_jagged(values, offsets, **extremes).transpose(1, 2)
 
-    def call(q, k, v):
+    def layout(q, k, v):
         if group > 1:  # nested tensors take no enable_gqa: the key/value heads repeated
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        out = F.scaled_dot_product_attention(jagged(q), jagged(k), jagged(v), **kwargs)
+        return jagged(q), jagged(k), jagged(v)
+
+    def call(q, k, v):
+        out = F.scaled_dot_product_attention(*layout(q, k, v), **kwargs)
         return out.transpose(1, 2).values().transpose(0, 1).unsqueeze(0)  # back to (1, heads, total, D)
 
+    info = {"layout": "nested", "layout_ms": _layout_ms(case, layout),
+            "layout_change": LAYOUT_CHANGE.format(gqa=", k and v repeated per query head (GQA)" if group > 1 else "")}
     if backend is None:
-        return Prepared(call, {"layout": "nested"})
+        return Prepared(call, info)
 
     def attention(q, k, v):
         if _pinned(backend):
@@ -73,7 +94,21 @@ def _nested(case, backend):
         with sdpa_kernel([backend]):
             return call(q, k, v)
 
-    return Prepared(attention, {"backend": DECLARED[backend], "layout": "nested"}, scope=lambda: sdpa_kernel([backend]))
+    return Prepared(attention, {"backend": DECLARED[backend], **info}, scope=lambda: sdpa_kernel([backend]))
+
+
+def _layout_ms(case, layout, reps: int = 5) -> float:
+    """The median time of the layout change alone, on inputs of the case's shape."""
+    q, k, v = make_inputs(case.replace(direction="fwd"))
+    sync = torch.cuda.synchronize if case.device == "cuda" else (lambda: None)
+    times = []
+    for _ in range(reps + 1):  # the first is a warm-up
+        sync()
+        t0 = time.perf_counter()
+        layout(q, k, v)
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times[1:])
 
 
 def _make_factory(backend):

@@ -49,8 +49,14 @@ def command(args):
                    showindex=False, floatfmt=".4g"))
     counts = m["verdict"].value_counts()
     shaky = int(counts.get("shaky", 0))
+    other = int(counts.get("other timer", 0))
+    apart = f", Other timer {other}" if other else ""
     print(f"Better {counts.get('faster', 0)}, Same {counts.get('within noise', 0)}, Worse {counts.get('slower', 0)}, "
-          f"Shaky {shaky} (of {len(m)} matching cells; chart: {chart})")
+          f"Shaky {shaky}{apart} (of {len(m)} matching cells; chart: {chart})")
+    if other:
+        pairs = sorted({f"{a} in A, {b} in B" for a, b in zip(m["timer_a"], m["timer_b"]) if a != b})
+        print(f"warning: {other} matching cell(s) were timed with different timers ({'; '.join(pairs)}): their "
+              f"times measure different things and are not judged", file=sys.stderr)
     if shaky and args.strict_trust:
         print(f"strict trust: {shaky} matching cell(s) are noisy or contended in A or B; re-measure them "
               f"(sweep --resume RUN --retry shaky) before comparing", file=sys.stderr)

@@ -6,11 +6,12 @@ pass with CUDA activity), a cross-attention/GQA sweep, scaling sweeps (causal fo
 SDPA, window for the windowed variants), profiler traces, the timer self-check against
 torch.utils.benchmark and triton.testing.do_bench, and the reports.
 
-``--quick``: the device acceptance check, six verdicts in about five minutes on an H200,
+``--quick``: the device acceptance check, seven verdicts in about five minutes on an H200,
 each printed and written to quick-check.json as it is reached (README "On a GPU" lists
 them): the variant matrix (the compiled variants' part last), the best SDPA backend against
 its share of the measured matmul peak and the kernels each ran, memory exponents, timer
-agreement, a profiler trace, and NVML's fields with CUDA-graph timing on a sub-0.1 ms cell.
+agreement, a profiler trace, NVML's fields with CUDA-graph timing on a sub-0.1 ms cell forward
+and backward, and the ragged (SDPA's nested tensors) and paged (flex) workloads.
 
 Both end with one ``PASS`` or ``FAIL: ...`` line and exit non-zero on a failure.
 ``--device cpu`` runs the same steps at small sizes on the CPU: a rehearsal of the script
@@ -241,8 +242,11 @@ def quick_steps(registry, device: str) -> dict[str, Step]:
     compiled = [n for n in registry.names() if registry[n].compiles]
     matrix = dict(seq_lens=[q["n"]], heads=[8], head_dims=[64], batch=[2], window=[q["n"] // 4],
                   masks=["none", "causal", "window", "padding"], directions=["fwd", "bwd"])
-    tiny = dict(variants=["sdpa"], seq_lens=[128], heads=[8], head_dims=[64], batch=[1], masks=["none"],
-                directions=["fwd"])
+    # sub-0.1 ms cells forward and backward: NVML's columns, and the CUDA-graph cross-check of both (a
+    # backward is captured with its forward on the capturing stream); with a ragged batch beside the
+    # fixed one, through SDPA's nested tensors (no host sync in the call, so it can be captured too)
+    ragged = dict(variants=["sdpa"], heads=[8], head_dims=[64], batch=[4], masks=["none"])
+    tiny = dict(ragged, seq_lens=[128], lengths=["fixed", "lognormal:0.5"], directions=["fwd", "bwd"])
     steps = {
         "matrix": Step("matrix", dict(variants=[n for n in registry.names() if n not in compiled], **matrix)),
         "peak": Step("peak", dict(variants=[v for v in ("sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn")
@@ -256,6 +260,12 @@ def quick_steps(registry, device: str) -> dict[str, Step]:
     if device == "cuda":  # the CPU has no NVML and no CUDA graphs
         steps["tiny"] = Step("tiny", tiny)
         steps["tiny-graph"] = Step("tiny-graph", dict(tiny, timer="graph"))
+    else:  # the ragged batch alone, as the tiny sweeps hold it on a GPU
+        steps["tiny"] = Step("tiny", dict(ragged, seq_lens=[q["n"]], lengths=["lognormal:0.5"], directions=["fwd"]))
+    if device == "cuda" and "flex" in registry:  # flex reading a paged cache in place: its own pages only
+        steps["paged"] = Step("paged", dict(variants=["flex"], seq_lens=[4], kv_lens=[4 * q["n"]], heads=[8],
+                                            kv_heads=[2], head_dims=[64], batch=[4], kv_layout=["paged:16"],
+                                            masks=["causal"], directions=["fwd"]))
     if compiled:  # last, so that the verdicts above are written whatever happens here
         steps["matrix-compiled"] = Step("matrix-compiled", dict(variants=compiled, **matrix))
     return steps
@@ -322,7 +332,13 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     checks.add(f"5 profiler trace has {want} events", n_events > 0, f"{n_events} in {Path(res['trace']).name}")
 
     # 6. a sub-0.1 ms cell: NVML's clocks, power and energy, and its time again as a CUDA graph
-    checks.add(*gpu_state_verdict(rows("tiny"), rows("tiny-graph"), device))
+    tiny, tiny_graph = rows("tiny"), rows("tiny-graph")
+    fixed = [r for r in tiny + tiny_graph if r.get("lengths", "fixed") == "fixed"]
+    checks.add(*gpu_state_verdict([r for r in fixed if r in tiny], [r for r in fixed if r in tiny_graph], device))
+
+    # 7. the ragged and paged workloads: SDPA's nested tensors (timed by events and as a graph), flex
+    # over a paged pool
+    checks.add(*workload_verdict([r for r in tiny + tiny_graph if r not in fixed], rows("paged"), device))
 
     if "matrix-compiled" in steps:
         compiled = steps["matrix-compiled"].settings["variants"]
@@ -390,32 +406,73 @@ def kernel_verdict(rows: list[dict], device: str) -> tuple[str, bool, str]:
 
 
 def gpu_state_verdict(events_rows: list[dict], graph_rows: list[dict], device: str) -> tuple[str, bool, str]:
-    """Verdict 6: a sub-0.1 ms cell has NVML's clock and power (when nvidia-ml-py is there),
-    its CUDA-graph time beside its event time, and ``--timer graph`` times a cell as a graph."""
-    check = "6 NVML state, and CUDA-graph timing on a sub-0.1 ms cell"
+    """Verdict 6: a sub-0.1 ms cell, forward and backward, has NVML's clock and power (when
+    nvidia-ml-py is there), its CUDA-graph time beside its event time (a failed capture is named
+    from ``graph_error``, its timing kept), and ``--timer graph`` times each as a graph."""
+    check = "6 NVML state, and CUDA-graph timing of a fwd and a bwd cell under 0.1 ms"
     if device != "cuda":
         return check, True, "on the CPU: no NVML, no CUDA graphs"
-    row = next((r for r in events_rows if r.get("status") == "ok"), None)
-    graph = next((r for r in graph_rows if r.get("status") == "ok"), None)
-    if row is None or graph is None:
-        return check, False, "the cell did not run: " + "; ".join(
-            f"{r.get('variant')} {r.get('status')}: {r.get('reason')}" for r in events_rows + graph_rows)[:300]
-    problems = []
+    directions = sorted({r.get("direction") for r in events_rows + graph_rows})
+    pairs = {d: (next((r for r in events_rows if r.get("direction") == d and r.get("status") == "ok"), None),
+                 next((r for r in graph_rows if r.get("direction") == d and r.get("status") == "ok"), None))
+             for d in directions}
+    if not pairs or any(row is None or graph is None for row, graph in pairs.values()):
+        return check, False, "a cell did not run: " + "; ".join(
+            f"{r.get('variant')} {r.get('direction')} {r.get('status')}: {r.get('reason')}"
+            for r in events_rows + graph_rows if r.get("status") != "ok")[:300]
+    problems, details = [], []
     try:
         import pynvml  # noqa: F401
-        if row.get("sm_clock_start_mhz") is None:
-            problems.append("no SM clock from NVML")
+        nvml_here = True
     except ImportError:
-        pass  # optional: the columns are simply absent
-    if row["median_ms"] < 0.1 and row.get("graph_median_ms") is None:
-        problems.append("no CUDA-graph cross-check under 0.1 ms")
-    if graph.get("timer") != "cuda-graph":
-        problems.append(f"--timer graph timed with {graph.get('timer')}")
-    detail = (f"events {row['median_ms']:.4g} ms, graph {row.get('graph_median_ms') or float('nan'):.4g} ms, "
-              f"kernels {row.get('kernel_sum_ms') or float('nan'):.4g} ms ({row.get('timer_mismatch') or 'agree'}); "
-              f"--timer graph {graph['median_ms']:.4g} ms; SM {row.get('sm_clock_start_mhz')} MHz, "
-              f"{row.get('power_start_w')} W, {row.get('energy_j_per_call')} J/call")
-    return check, not problems, "; ".join(problems) + ("; " if problems else "") + detail
+        nvml_here = False  # optional: the columns are simply absent
+    for d, (row, graph) in pairs.items():
+        if nvml_here and row.get("sm_clock_start_mhz") is None:
+            problems.append(f"{d}: no SM clock from NVML")
+        if row.get("graph_error"):
+            problems.append(f"{d}: the CUDA-graph cross-check failed ({row['graph_error']})")
+        elif row["median_ms"] < 0.1 and row.get("graph_median_ms") is None:
+            problems.append(f"{d}: no CUDA-graph cross-check under 0.1 ms")
+        if graph.get("timer") != "cuda-graph":
+            problems.append(f"{d}: --timer graph timed with {graph.get('timer')}")
+        details.append(f"{d}: events {row['median_ms']:.4g} ms, graph {row.get('graph_median_ms') or float('nan'):.4g}"
+                       f" ms, kernels {row.get('kernel_sum_ms') or float('nan'):.4g} ms "
+                       f"({row.get('timer_mismatch') or 'agree'}); --timer graph {graph['median_ms']:.4g} ms; "
+                       f"SM {row.get('sm_clock_start_mhz')} MHz, {row.get('power_start_w')} W of "
+                       f"{row.get('power_limit_w')}, {row.get('energy_j_per_call')} J/call")
+    return check, not problems, "; ".join(problems + details)
+
+
+def workload_verdict(ragged_rows: list[dict], paged_rows: list[dict], device: str) -> tuple[str, bool, str]:
+    """Verdict 7: a ragged batch through SDPA's nested tensors is ok with its layout change timed
+    apart, and (on a GPU) flex reads a paged cache visiting no more than its own pages."""
+    check = "7 a ragged batch through sdpa, a paged cache through flex"
+    problems, details = [], []
+    ragged = [r for r in ragged_rows if r.get("status") == "ok"]
+    failed = [f"{r.get('direction')} {r.get('status')}: {r.get('reason')}" for r in ragged_rows
+              if r.get("status") != "ok"]
+    if not ragged_rows or failed:
+        problems.append("ragged sdpa: " + ("; ".join(failed) if failed else "no row"))
+    for r in ragged:
+        layout = (r.get("extra") or {}).get("layout_ms", r.get("layout_ms"))
+        layout = "?" if layout is None else f"{layout:.3g}"
+        how = " ".join(str(x) for x in (r.get("direction"), r.get("timer")) if x)
+        details.append(f"ragged sdpa{' ' + how if how else ''} {r['median_ms']:.4g} ms (layout change {layout} ms "
+                       f"of it, {r.get('layout')})")
+    if device == "cuda":
+        paged = [r for r in paged_rows if r.get("status") == "ok"]
+        if not paged:
+            problems.append("paged flex: " + "; ".join(f"{r.get('status')}: {r.get('reason')}" for r in paged_rows)
+                            if paged_rows else "paged flex: no row")
+        for r in paged:
+            extra = r.get("extra") or {}
+            share = extra.get("kv_blocks_visited", r.get("kv_blocks_visited"))
+            if share is None or share > 1.0 / r["batch"] + 1e-6:
+                problems.append(f"paged flex visits {share} of the pool's blocks (its own pages: 1/{r['batch']})")
+            details.append(f"paged flex {r['median_ms']:.4g} ms, {share} of the pool's blocks visited")
+    else:
+        details.append("paged flex: on a GPU only (the CPU suite checks its block mask)")
+    return check, not problems, "; ".join(problems + details)
 
 
 # the share of the measured matmul peak a backend must reach at the check's large size: cuDNN's
@@ -464,7 +521,7 @@ def add_parser(sub) -> None:
     gp.add_argument("--out", metavar="DIR",
                     help="a new or empty folder (default: a fresh runs/<timestamp>-gpu-check-...)")
     gp.add_argument("--quick", action="store_true",
-                    help="the device acceptance check: six verdicts in about five minutes on an H200")
+                    help="the device acceptance check: seven verdicts in about five minutes on an H200")
     gp.add_argument("--seq-len", dest="seq_len", default="2048")
     gp.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: the same steps at a small size, a dry run of the script itself")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -66,20 +67,39 @@ def fail(row: dict, exc: BaseException, during: str = "") -> dict:
     return row
 
 
-_NVML: dict = {}  # this worker's NVML handle, and the SM clock of its first sample (throttling is against it)
+_NVML: dict = {}  # this worker's NVML handle, its GPU's steady clock and power limit, and one L2 flush's energy
 
 
 def _nvml():
-    """NVML for this worker's GPU (opened once), or None without nvidia-ml-py or a driver."""
+    """NVML for this worker's GPU (opened once, by the UUID of the device PyTorch uses), or
+    None without nvidia-ml-py or a driver."""
     if "handle" not in _NVML:
-        _NVML["handle"] = nvml.open_nvml()
-        _NVML["clock"] = nvml.sample(_NVML["handle"]).sm_clock_mhz if _NVML["handle"] else None
+        handle = nvml.open_nvml(uuid=nvml.device_uuid())
+        _NVML["handle"] = handle
+        _NVML["device"] = nvml.device_info(handle) if handle else None
+        _NVML["flush_mj"] = None
+        if handle:
+            from bench.measure.timing import flush_buffer
+
+            cache = flush_buffer()
+            _NVML["flush_mj"] = nvml.flush_energy_mj(handle, cache.zero_, torch.cuda.synchronize)
     return _NVML["handle"]
 
 
 def _calls(timer) -> int:
     """Calls a timer has made so far, warm-up included (the energy of a turn is over all of them)."""
     return timer.warmup_calls + sum(len(r) for r in timer.rounds) * getattr(timer, "number", 1)
+
+
+def _flushes(timer) -> int:
+    """L2 flushes a timer has made so far (the CUDA-event timer flushes before each timed call)."""
+    return getattr(timer, "flushes", 0)
+
+
+def _gpu_sample(gpu):
+    """An NVML sample after the queued work has finished (a turn's counters hold its kernels only)."""
+    torch.cuda.synchronize()
+    return nvml.sample(gpu)
 
 
 def _free(device: str) -> None:
@@ -237,12 +257,13 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
         with item.bound.scope():
             if per_turn:
                 item.timer.call = item.bound.timed()  # the forward runs here, outside the timed turn
-            before = (nvml.sample(gpu), _calls(item.timer)) if gpu else None
+            before = (_gpu_sample(gpu), _calls(item.timer), _flushes(item.timer)) if gpu else None
             try:
                 yield
             finally:
                 if before:
-                    states[name].turn(before[0], nvml.sample(gpu), _calls(item.timer) - before[1])
+                    states[name].turn(before[0], _gpu_sample(gpu), _calls(item.timer) - before[1],
+                                      _flushes(item.timer) - before[2])
                 if per_turn:
                     item.timer.call = None  # its graph goes with it
 
@@ -250,18 +271,21 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
         by_name[name].failed = True
         emit(fail(by_name[name].row, exc, "timing"))
 
+    graph = case.device == "cuda" and settings.timer == "graph"  # captured from a call built on its own stream
     for item in list(live):
         try:
             at(item.variant.name)
-            if not per_turn:
+            if not per_turn and not graph:
                 with item.bound.scope():
                     item.call = item.bound.timed()
-            item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer)
+            item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer,
+                                    make_call=item.bound.timed)
             if per_turn:
                 item.row["bwd_forward"] = "per turn"
         except Exception as exc:
             on_error(item.variant.name, exc)
     timers = {item.variant.name: item.timer for item in live if not item.failed}
+    together = uuid.uuid4().hex[:12]  # the rows timed in these rounds: their round medians pair by index
     window = contention.LoadWindow().start()
     interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=on_error)
     other_cpu = window.stop() if case.device == "cpu" else None
@@ -274,11 +298,12 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
         try:
             at(item.variant.name)
             timing = item.timer.result()
-            row.update(timing.to_row())
+            row.update(timing.to_row(), interleave_id=together)
             if case.device == "cpu":
                 row.update(contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms))
             if gpu:
-                row.update(states[item.variant.name].columns(_NVML["clock"], case.batch * case.q_len))
+                row.update(states[item.variant.name].columns(_NVML["device"], case.batch * case.q_len,
+                                                             _NVML["flush_mj"]))
             item.call = None  # the retained graph of a bwd call goes before the memory pass
             _free(case.device)
             during = f"memory pass (after a timing of median {timing.stats.median:.4g} ms, not kept)"
@@ -297,21 +322,30 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
         emit(row)
 
 
-def _gpu_checks(item: _Live, row: dict, settings: MeasureSettings) -> None:
+def _gpu_checks(item: _Live, row: dict, settings: MeasureSettings, names_of=kernels.names_of_one_call,
+                graph_timer=GraphTimer) -> None:
     """A GPU cell's kernel names and backend (a profiled call), and, under GRAPH_CHECK_MS with
     the event timer, its time as a CUDA graph: the row keeps every figure and flags a
-    disagreement beyond AGREE between them (``timer_mismatch``)."""
+    disagreement beyond AGREE between them (``timer_mismatch``).  Each check has its own
+    ``try``: one that fails is recorded (``kernels_error``, ``graph_error``) and never takes
+    the cell's timing with it."""
+    names, kernel_ms, graph_ms = [], None, None
     with item.bound.scope():
-        call = item.bound.timed()
-        names, kernel_ms = kernels.names_of_one_call(call, "cuda")
-        graph_ms = None
+        try:
+            names, kernel_ms = names_of(item.bound.timed(), "cuda")
+        except Exception as exc:
+            row["kernels_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
         if settings.timer == "events" and row["median_ms"] < GRAPH_CHECK_MS:
-            graph = GraphTimer(call)
-            graph.run_round(min(settings.budget_ms, 50.0))
-            graph_ms = graph.result().stats.median
-    ran = kernels.backend_of(names)
-    row.update(kernels=names, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
-               kernel_mismatch=kernels.mismatch(item.bound.prepared.info.get("backend"), ran) or None,
+            try:
+                graph = graph_timer(item.bound.timed)  # a bwd call's forward runs on the capturing stream
+                graph.run_round(min(settings.budget_ms, 50.0))
+                graph_ms = graph.result().stats.median
+            except Exception as exc:
+                row["graph_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    ran = kernels.backend_of(names) if names else None
+    row.update(kernels=names or None, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
+               kernel_mismatch=(kernels.mismatch(item.bound.prepared.info.get("backend"), ran) or None) if names
+               else None,
                timer_mismatch=timer_disagreement(row["median_ms"], graph_ms, kernel_ms) or None)
 
 

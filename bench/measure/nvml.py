@@ -1,26 +1,49 @@
 """Clocks, power, temperature, throttling and energy of the GPU a cell ran on, through NVML
 (``nvidia-ml-py``, optional: without it, or without a GPU, a row has none of these columns).
 
-The worker samples its GPU at the start and end of each variant's turns (``Probe``); a cell's
-row gets its SM clock, power and temperature at its first and last sample, the throttle
-reasons seen, and, where the energy counter exists (Volta and later), joules per call and per
-token.  A cell timed with its SM clock below CLOCK_MIN of the clock the worker started at is
-``throttled``, with the reason: a shaky number, like a contended one on the CPU.
+Which GPU: NVML numbers the GPUs of the machine and ignores ``CUDA_VISIBLE_DEVICES``, so
+index 0 is not the GPU a worker on GPU 5 measures.  The handle is taken by the UUID that
+PyTorch reports for the worker's device (``device_uuid``).
 
-Everything but ``open_nvml`` and ``sample`` is plain arithmetic on samples, tested on the CPU
-with a fake NVML module.
+The worker samples its GPU at the start and end of each variant's turns, each time after a
+synchronize (so a turn's samples hold its kernels and none of the forward a ``bwd`` turn runs
+before it); a cell's row gets its SM clock, power and temperature at its first and last
+sample, the power limit, the throttle reasons seen, and, where the energy counter exists
+(Volta and later), joules per call and per token.
+
+Throttling is read from NVML's own slowdown reasons (thermal and hardware slowdown, the power
+brake), never from a clock ratio alone: a GPU held at its power cap under load runs below its
+boost clock by design, and an idle first sample would make every later clock look high.  The
+clock is compared with a steady reference, the application clock, and that ratio is said in
+the reason.  ``nvmlDeviceGetPowerUsage`` is a one-second average on Hopper: the power columns
+are context, not a per-call figure.
+
+Energy: the counter (millijoules since the driver loaded) is read around each turn.  A turn's
+timed calls each follow a 256 MiB L2-flush (``cache.zero_()``), whose energy is not the
+kernel's: it is measured once per worker in a flush-only loop of at least FLUSH_LOOP_S and
+subtracted, flush by flush.  What stays in J/call is the call and the idle gaps between calls.
+
+Everything but ``open_nvml``, ``device_uuid`` and ``sample`` is plain arithmetic on samples,
+tested on the CPU with a fake NVML module.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-CLOCK_MIN = 0.9  # of the worker's first SM clock: a turn below it was timed on a throttled GPU
+CLOCK_MIN = 0.9  # of the reference clock: below it, the reason says by how much (context for a slowdown)
 # nvmlClocksEventReasons / nvmlClocksThrottleReasons bits, as NVML names them
 THROTTLE_BITS = {0x1: "gpu idle", 0x2: "applications clocks setting", 0x4: "sw power cap", 0x8: "hw slowdown",
                  0x10: "sync boost", 0x20: "sw thermal slowdown", 0x40: "hw thermal slowdown",
                  0x80: "hw power brake slowdown", 0x100: "display clocks setting"}
+IDLE = 0x1
 HARMLESS = {"gpu idle", "applications clocks setting", "display clocks setting"}  # not a slowdown of a busy GPU
+# the reasons that make a timing shaky: the GPU slowed itself down for heat or by a hardware
+# signal.  A power cap ("sw power cap") and sync boost are how a loaded GPU normally runs.
+SLOWDOWN = {"hw slowdown", "sw thermal slowdown", "hw thermal slowdown", "hw power brake slowdown"}
+FLUSH_LOOP_S = 1.0  # the flush-only energy loop: the counter and the power reading need about a second
 
 
 def throttle_names(mask: int | None) -> list[str]:
@@ -36,6 +59,14 @@ class Sample:
     energy_mj: float | None  # total since the driver loaded, millijoules; None where the counter is missing
 
 
+@dataclass(frozen=True)
+class Device:
+    """What a worker reads once about its GPU: the steady clock its turns are held against,
+    and the power limit."""
+    app_clock_mhz: float | None
+    power_limit_w: float | None
+
+
 def _call(fn, *args):
     try:
         return fn(*args)
@@ -43,16 +74,37 @@ def _call(fn, *args):
         return None
 
 
-def open_nvml(module=None, index: int = 0):
-    """(module, handle) of the GPU this process sees as ``index``, or None without NVML."""
+def device_uuid(index: int | None = None, torch_cuda=None) -> str | None:
+    """NVML's UUID ("GPU-...") of the CUDA device this process sees as ``index`` (the current
+    one by default), from PyTorch's device properties; None where PyTorch gives none."""
+    if torch_cuda is None:
+        import torch
+
+        torch_cuda = torch.cuda
+    index = torch_cuda.current_device() if index is None else index
+    raw = str(getattr(torch_cuda.get_device_properties(index), "uuid", "") or "")
+    if not raw:
+        return None
+    return raw if raw.startswith(("GPU-", "MIG-")) else f"GPU-{raw}"
+
+
+def open_nvml(module=None, uuid: str | None = None):
+    """(module, handle) of the GPU with NVML UUID ``uuid``, or None without NVML, or without a
+    UUID (index 0 could be another GPU: no figures rather than another GPU's)."""
     if module is None:
         try:
             import pynvml as module
         except ImportError:
             return None
+    if not uuid:
+        return None
     try:
         module.nvmlInit()
-        return module, module.nvmlDeviceGetHandleByIndex(index)
+        try:
+            handle = module.nvmlDeviceGetHandleByUUID(uuid)
+        except TypeError:  # older nvidia-ml-py takes bytes
+            handle = module.nvmlDeviceGetHandleByUUID(uuid.encode())
+        return module, handle
     except Exception:
         return None
 
@@ -69,10 +121,39 @@ def sample(nvml) -> Sample:
                   _call(reasons, handle) if reasons else None, energy)
 
 
+def device_info(nvml) -> Device:
+    """The application SM clock (the steady clock a loaded GPU is set to run at) and the
+    enforced power limit."""
+    module, handle = nvml
+    app = getattr(module, "nvmlDeviceGetApplicationsClock", None)
+    limit = getattr(module, "nvmlDeviceGetEnforcedPowerLimit", None)
+    clock = _call(app, handle, module.NVML_CLOCK_SM) if app else None
+    watts = _call(limit, handle) if limit else None
+    return Device(clock or None, watts / 1e3 if watts else None)
+
+
+def flush_energy_mj(nvml, flush: Callable[[], None], sync: Callable[[], None],
+                    seconds: float = FLUSH_LOOP_S, clock: Callable[[], float] = time.perf_counter) -> float | None:
+    """The energy of one L2 flush, in millijoules: ``flush()`` back to back for at least
+    ``seconds``, the counter read after a ``sync()`` at both ends.  None without a counter."""
+    sync()
+    start = sample(nvml).energy_mj
+    if start is None:
+        return None
+    t0, n = clock(), 0
+    while clock() - t0 < seconds:
+        for _ in range(16):
+            flush()
+        n += 16
+        sync()
+    end = sample(nvml).energy_mj
+    return None if end is None or end < start else (end - start) / n
+
+
 @dataclass
 class Cell:
     """One cell's samples over its turns: the first and last, the lowest clock, the throttle
-    reasons seen, and the energy and calls inside the turns."""
+    reasons seen, and the energy, calls and L2 flushes inside the turns."""
     first: Sample | None = None
     last: Sample | None = None
     lowest_clock: float | None = None
@@ -80,12 +161,13 @@ class Cell:
     energy_mj: float = 0.0
     energy_known: bool = True
     calls: int = 0
+    flushes: int = 0
 
-    def turn(self, start: Sample, end: Sample, calls: int) -> None:
+    def turn(self, start: Sample, end: Sample, calls: int, flushes: int = 0) -> None:
         self.first = self.first or start
         self.last = end
         for s in (start, end):
-            if s.sm_clock_mhz is not None:
+            if s.sm_clock_mhz is not None and not (s.throttle or 0) & IDLE:  # an idle GPU lowers its clock
                 self.lowest_clock = s.sm_clock_mhz if self.lowest_clock is None else min(self.lowest_clock,
                                                                                           s.sm_clock_mhz)
             self.reasons |= set(throttle_names(s.throttle)) - HARMLESS
@@ -94,23 +176,29 @@ class Cell:
         else:
             self.energy_mj += end.energy_mj - start.energy_mj
         self.calls += calls
+        self.flushes += flushes
 
-    def columns(self, reference_clock: float | None, tokens: int) -> dict:
-        """The row's columns; ``reference_clock``: the SM clock the worker started at."""
+    def columns(self, device: Device | None, tokens: int, flush_mj: float | None = None) -> dict:
+        """The row's columns.  ``device``: the worker's GPU (its application clock, the
+        reference, and its power limit); ``flush_mj``: the energy of one L2 flush, taken out
+        of the turns' energy (None: not measured, and then no energy figure is given where
+        the turns flushed)."""
         if self.first is None:
             return {}
+        device = device or Device(None, None)
         out = {"sm_clock_start_mhz": self.first.sm_clock_mhz, "sm_clock_end_mhz": self.last.sm_clock_mhz,
                "power_start_w": self.first.power_w, "power_end_w": self.last.power_w,
-               "temp_start_c": self.first.temp_c, "temp_end_c": self.last.temp_c,
-               "throttle_reasons": ", ".join(sorted(self.reasons)) or None}
-        if self.energy_known and self.calls:
-            per_call = self.energy_mj / 1e3 / self.calls
+               "power_limit_w": device.power_limit_w, "temp_start_c": self.first.temp_c,
+               "temp_end_c": self.last.temp_c, "throttle_reasons": ", ".join(sorted(self.reasons)) or None}
+        if self.energy_known and self.calls and (flush_mj is not None or not self.flushes):
+            per_call = max(0.0, self.energy_mj - self.flushes * (flush_mj or 0.0)) / 1e3 / self.calls
             out |= {"energy_j_per_call": per_call, "energy_j_per_token": per_call / max(1, tokens)}
-        ratio = (self.lowest_clock / reference_clock) if self.lowest_clock and reference_clock else None
-        throttled = ratio is not None and ratio < CLOCK_MIN
-        out["throttled"] = throttled
-        if throttled:
-            out["throttled_why"] = (f"SM clock down to {self.lowest_clock:.0f} MHz, {ratio:.2f} of the "
-                                    f"{reference_clock:.0f} MHz the worker started at"
-                                    + (f" ({out['throttle_reasons']})" if out["throttle_reasons"] else ""))
+        slowdown = sorted(self.reasons & SLOWDOWN)
+        out["throttled"] = bool(slowdown)
+        if slowdown:
+            ref = device.app_clock_mhz
+            ratio = self.lowest_clock / ref if self.lowest_clock and ref else None
+            clock = (f"; SM clock down to {self.lowest_clock:.0f} MHz, {ratio:.2f} of the {ref:.0f} MHz "
+                     f"application clock" if ratio is not None and ratio < CLOCK_MIN else "")
+            out["throttled_why"] = f"NVML reports {', '.join(slowdown)}{clock}"
         return out

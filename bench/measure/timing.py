@@ -233,6 +233,7 @@ class CudaTimer:
         self.est = None
         self.warmup_calls = 0
         self.timed_s = 0.0
+        self.flushes = 0  # L2 flushes made (the energy of a turn leaves them out)
 
     def _estimate(self, cache) -> None:
         self.call()
@@ -245,6 +246,7 @@ class CudaTimer:
         end.record()
         torch.cuda.synchronize()
         self.est = max(start.elapsed_time(end) / 5, 1e-4)
+        self.flushes += 5
         n_warmup = max(1, int(self.warmup_ms / self.est))
         for _ in range(n_warmup):
             self.call()
@@ -264,6 +266,7 @@ class CudaTimer:
             self.call()
             ends[i].record()
         torch.cuda.synchronize()
+        self.flushes += n_rep
         samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
         self.timed_s += sum(samples) / 1e3
         self.rounds.append(samples)
@@ -277,12 +280,21 @@ class GraphTimer:
     """CUDA-graph timing (``--timer graph``, and the cross-check of cells under GRAPH_CHECK_MS):
     the call is captured once into a CUDA graph, and each sample is the mean of REPLAYS replays
     between two events.  No launch overhead and no L2 flush: what the kernels themselves take
-    back to back, the figure to hold a sub-0.1 ms event time against."""
+    back to back, the figure to hold a sub-0.1 ms event time against.
+
+    ``make_call()`` builds the call to capture, and it is built on the capturing stream: a
+    ``bwd`` call runs its forward there, and autograd replays each backward op on the stream
+    of its forward op, so the backward is captured on the stream that captures it (a forward
+    run on the default stream would make capture fail: PyTorch issue 15623).  The warm-up runs
+    on that same side stream, as capture requires.  ``cuda`` is ``torch.cuda`` (a stand-in in
+    the CPU tests)."""
 
     REPLAYS = 20
 
-    def __init__(self, call: Callable, min_samples: int = 10, max_samples: int = 2_000):
-        self.call, self.min_samples, self.max_samples = call, min_samples, max_samples
+    def __init__(self, make_call: Callable[[], Callable], min_samples: int = 10, max_samples: int = 2_000,
+                 cuda=None):
+        self.make_call, self.min_samples, self.max_samples = make_call, min_samples, max_samples
+        self.cuda = cuda if cuda is not None else torch.cuda
         self.rounds: list[list[float]] = []
         self.graph = None
         self.est = None
@@ -290,22 +302,24 @@ class GraphTimer:
         self.timed_s = 0.0
 
     def _capture(self) -> None:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm on a side stream, as capture requires
+        cuda = self.cuda
+        stream = cuda.Stream()
+        stream.wait_stream(cuda.current_stream())
+        with cuda.stream(stream):  # the call built and warmed on the side stream that captures it
+            call = self.make_call()
             for _ in range(3):
-                self.call()
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.call()
+                call()
+        stream.synchronize()
+        self.graph = cuda.CUDAGraph()
+        with cuda.graph(self.graph, stream=stream):
+            call()
         self.graph.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cuda.synchronize()
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
         start.record()
         self.graph.replay()
         end.record()
-        torch.cuda.synchronize()
+        cuda.synchronize()
         self.est = max(start.elapsed_time(end), 1e-4)
         self.warmup_calls = 5
 
@@ -314,13 +328,13 @@ class GraphTimer:
             self._capture()
         floor = max(self.min_samples, min_samples or 0)
         n = min(self.max_samples, max(floor, int(budget_ms / (self.est * self.REPLAYS))))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        events = [(self.cuda.Event(enable_timing=True), self.cuda.Event(enable_timing=True)) for _ in range(n)]
         for start, end in events:
             start.record()
             for _ in range(self.REPLAYS):
                 self.graph.replay()
             end.record()
-        torch.cuda.synchronize()
+        self.cuda.synchronize()
         samples = [s.elapsed_time(e) / self.REPLAYS for s, e in events]
         self.timed_s += sum(samples) * self.REPLAYS / 1e3
         self.rounds.append(samples)
@@ -365,13 +379,14 @@ def release_flush_buffer() -> None:
     _FLUSH.clear()
 
 
-def make_timer(device: str, call: Callable, budget_ms: float, precision: float = DEFAULT_PRECISION,
-               kind: str = "events"):
+def make_timer(device: str, call: Callable | None, budget_ms: float, precision: float = DEFAULT_PRECISION,
+               kind: str = "events", make_call: Callable[[], Callable] | None = None):
     """The timer of a cell: CUDA events (``kind`` "events") or a CUDA graph ("graph") on a
-    GPU, the adaptive perf_counter timer on the CPU."""
+    GPU, the adaptive perf_counter timer on the CPU.  A graph is captured from
+    ``make_call()`` (the call built on its capturing stream; see GraphTimer)."""
     if device == "cuda":
         if kind == "graph":
-            return GraphTimer(call)
+            return GraphTimer(make_call if make_call is not None else (lambda: call))
         return CudaTimer(call, warmup_ms=min(25.0, budget_ms / 4))
     return CpuTimer(call, precision=precision)
 
