@@ -8,7 +8,7 @@ from bench.case import Case, CaseError
 @pytest.mark.parametrize("field, value, words", [
     ("device", "tpu", "valid: cpu, cuda"),
     ("dtype", "int8", "valid: float32, float16, bfloat16"),
-    ("mask", "Diagonal!", "a mask name with its parameters"),
+    ("mask", "Diagonal!", "a mask is a name with ':'-separated parameters"),
     ("direction", "sideways", "valid: fwd, bwd, fwd+bwd"),
     ("q_len", 0, "positive integer"),
     ("head_dim", -4, "positive integer"),

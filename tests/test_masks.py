@@ -18,14 +18,19 @@ from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
 # every built-in mask, at parameters that make each of its parts bite at these lengths
 BUILTIN_SPELLINGS = ["none", "causal", "window:5", "padding", "document:3", "document:4:causal=1",
-                     "document:lengths=7/1/12", "prefix_lm:9", "chunked_causal:6", "dilated:3:window=4",
+                     "document:lengths=7/1/REST", "prefix_lm:9", "chunked_causal:6", "dilated:3:window=4",
                      "sink:2", "sink:3+window:5", "bigbird:4", "bigbird:3:window=0:globals=2:random=3:seed=7",
                      "causal+chunked_causal:4"]
 SHAPES = [(37, 37), (19, 44), (50, 13), (1, 9)]  # self, more keys, more queries, one query
 
 
+def fit(spelling, q_len, kv_len):
+    """Explicit document lengths sum to exactly the case's positions: REST is what is left."""
+    return spelling.replace("REST", str(max(q_len, kv_len) - 8))
+
+
 def _case(spelling, q_len, kv_len, batch=3, heads=2):
-    mask, window = masks.canonical(spelling)
+    mask, window = masks.canonical(fit(spelling, q_len, kv_len))
     return Case(batch=batch, heads=heads, kv_heads=heads, q_len=q_len, kv_len=kv_len, head_dim=8,
                 mask=mask, window=window)
 
@@ -217,7 +222,7 @@ def test_flex_reads_every_mask_and_score_mod_as_defined(spelling):
     from bench.measure.reference import check, reference
 
     for q_len, kv_len, heads, kv_heads in EAGER_SHAPES:
-        mask, window = masks.canonical(spelling, window=24)
+        mask, window = masks.canonical(fit(spelling, q_len, kv_len), window=24)
         case = Case("cpu", "float32", 2, heads, kv_heads, q_len, kv_len, 32, mask, window, "fwd")
         bound = masks.bind(case)
         q, k, v = make_inputs(case)

@@ -156,7 +156,7 @@ def test_rows_of_an_older_folder_keep_their_cells(tmp_path):
     assert store.cell_key("naive", case) in store.done_keys(store.read_rows(tmp_path))
 
 
-@pytest.mark.parametrize("args,why", [(["--lengths", "uniform:200-300"], "cannot average n=64"),
+@pytest.mark.parametrize("args,why", [(["--lengths", "uniform:200-300", "--batch", "4"], "cannot average n=64"),
                                       (["--inputs", "weird"], "unknown --inputs 'weird'; valid: normal"),
                                       (["--lengths", "paged:0"], "--lengths 'paged:0' is not valid; valid: fixed"),
                                       (["--kv-layout", "paged:0"], "--kv-layout 'paged:0' is not valid; valid:")])

@@ -19,6 +19,7 @@ import torch
 from bench.measure import contention, kernels, nvml
 from bench.measure import flops as flopcount
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
+from bench.measure.leftovers import Leftovers
 from bench.measure.memory import peak_bytes
 from bench.measure.origin import classify
 from bench.measure.reference import check_form, reference, run_and_check
@@ -176,16 +177,23 @@ def _nowhere(name: str) -> None:
 REFERENCE = "(reference)"  # what ``at`` names while the float64 reference is computed: its own step
 
 
+class WorkerTainted(Exception):
+    """A variant left threads or processes running after its turn: its row says so, and the
+    worker must not time anything else (the sweep starts a fresh one for the rest)."""
+
+
 def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
               cache: ReferenceCache | None = None, at: Callable[[str], None] = _nowhere,
-              skip_reference: str = "") -> None:
+              skip_reference: str = "", leftovers: Leftovers | None = None) -> None:
     """Measure ``variants`` on ``case``; ``emit(row)`` for each as soon as its row is final
     (failures at once, timed rows after the rounds).  ``at(name)`` is called whenever a
     variant's own code is about to run, so that a crash or a hang is put on the right one;
     the float64 reference is a step of its own before them (``at(REFERENCE)``: its own
     deadline in the sweep, and no variant's).  With ``skip_reference`` (the reason it could
     not be computed) or when it raises here, the variants are timed unchecked: their rows
-    say ``reference_skipped`` with the reason."""
+    say ``reference_skipped`` with the reason.  With ``leftovers``, a variant that leaves busy
+    threads or processes behind after its setup and check is an ``error`` with what it left, and
+    WorkerTainted is raised before any other variant runs beside it."""
     cache = cache or ReferenceCache()
     if settings.threads is None:  # the rows record the threads the cells ran with
         settings = settings.replace(threads=torch.get_num_threads())
@@ -202,6 +210,14 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
         for var in variants:
             at(var.name)
             item = _setup_and_check(var, case, settings, cache, inputs, skip_reference)
+            left = leftovers.check() if leftovers is not None else ""
+            if left:
+                item.row.update(status=Status.ERROR.value, reason_kind=ReasonKind.ERROR.value,
+                                reason=f"the variant left work running after its setup and check: {left} (raised in "
+                                       f"variant code, {var.source or var.module}); the worker was restarted and no "
+                                       f"other cell was timed beside it")
+                emit(item.row)
+                raise WorkerTainted(f"{var.name} left {left}")
             if item.row["status"]:
                 emit(item.row)
             else:

@@ -93,7 +93,7 @@ def load_history(root: Path, device: str, limit: int = 30) -> History:
                     (h.get("model_rest_s") or 0) > 0 and (h.get("measured_rest_s") or 0) > 0:
                 factors.append(h["measured_rest_s"] / h["model_rest_s"])
         mine: dict = {}
-        for r in store.read_current(folder):
+        for r in store.read_current(folder, quiet=True):  # another folder's bad lines are its own business
             if r.get("status") != "ok" or r.get("device") != device:
                 continue
             if r.get("setup_ms") is not None:

@@ -21,6 +21,13 @@ def auto_threads(spec) -> tuple[int | None, str]:
     their imports, as the contention check measures (bench.measure.contention)."""
     from bench.engine.runner import wait_prestarted
 
+    if spec.threads is not None and spec.device == "cpu":
+        cores = len(contention.usable_cpus())
+        if spec.threads * (spec.workers or 1) > cores:
+            return None, (f"warning: --threads {spec.threads}" + (f" x {spec.workers} workers" if spec.workers else "")
+                          + f" is more than the {cores} cores this process may use: the threads wait for one "
+                          f"another, and the timings measure that wait (each row's contended_why names the thread "
+                          f"count); --threads {max(1, cores // (spec.workers or 1))} or fewer")
     if spec.threads is not None or spec.device != "cpu" or (spec.workers or 1) > 1:
         return None, ""
     wait_prestarted()

@@ -96,8 +96,9 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     import functools
     import gc
 
-    from bench.engine.cell import ReferenceCache, cuda_broken, profile_group, run_group
+    from bench.engine.cell import ReferenceCache, WorkerTainted, cuda_broken, profile_group, run_group
     from bench.engine.discovery import discover
+    from bench.measure.leftovers import Leftovers
 
     if settings.measure.threads:
         torch.set_num_threads(settings.measure.threads)
@@ -106,6 +107,7 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     cache = ReferenceCache()
     gc.collect()
     gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
+    leftovers = Leftovers()  # what a variant leaves running, against the worker as it is now
     conn.send(("ready", (torch.get_num_threads(), _device_name())))
     while True:
         try:
@@ -117,9 +119,15 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
         mode, names, case_dict = msg
         skip = mode.partition(":")[2] if mode.startswith("unchecked:") else ""  # the reference could not be had
         run = profile_group if mode == "profile" else functools.partial(run_group, settings=cell_settings,
-                                                                         cache=cache, skip_reference=skip)
-        run([registry[n] for n in names], Case.from_dict(case_dict), emit=lambda row: conn.send(("row", row)),
-            at=lambda name: conn.send(("at", name)))
+                                                                         cache=cache, skip_reference=skip,
+                                                                         leftovers=leftovers)
+        try:
+            run([registry[n] for n in names], Case.from_dict(case_dict), emit=lambda row: conn.send(("row", row)),
+                at=lambda name: conn.send(("at", name)))
+        except WorkerTainted as exc:  # its row is sent; the rest of the case goes to a fresh worker
+            conn.send(("restart", str(exc)))
+            conn.close()
+            os._exit(4)
         conn.send(("done", None))
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()
@@ -272,6 +280,8 @@ class Worker:
         Returns ('done', '') or ('timeout' | 'crash' | 'oom', reason) when a variant's step
         (its check, a timing turn, its memory pass) overran ``timeout_s`` beyond the timing
         budget, or the worker died; ``last_started`` names the variant that was running.
+        ('restart', what) when a variant left work running (its row is sent): the worker is
+        stopped, and the variants without a row run on a fresh one.
         The rows already passed on stay."""
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
@@ -302,6 +312,9 @@ class Worker:
                         continue
                     if tag == "done":
                         return "done", ""
+                    if tag == "restart":  # a variant left work running: this worker times nothing more
+                        self.kill()
+                        return "restart", row
                     on_row(row)
                     deadline = time.monotonic() + timeout_s
                     continue

@@ -37,9 +37,10 @@ def current_rows(rows) -> list[dict]:
     return list(newest.values())
 
 
-def read_current(run_dir: Path) -> list[dict]:
-    """``current_rows`` of a run folder's results.jsonl."""
-    return current_rows(read_rows(run_dir))
+def read_current(run_dir: Path, quiet: bool = False) -> list[dict]:
+    """``current_rows`` of a run folder's results.jsonl (``quiet``: its bad lines unsaid, for a
+    reader that only learns from other folders, such as the planner)."""
+    return current_rows(read_rows(run_dir, quiet=quiet))
 
 
 def done_keys(rows, retry=frozenset()) -> set:
@@ -111,7 +112,7 @@ REQUIRED = {RESULTS: ("variant", "status", *_CASE_REQUIRED), PROFILE: ("variant"
 _WARNED: set = set()
 
 
-def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS) -> list[dict]:
+def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS, quiet: bool = False) -> list[dict]:
     """Every valid row.  A torn last line (a killed writer: no newline at the end) is left
     out, and with ``repair`` cut off so that appends start on a fresh line; it is the only
     line ever removed.  Any other line that is not a JSON object holding the row's columns
@@ -130,7 +131,8 @@ def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS) -> list[
             continue
         row, why = _parse(line, REQUIRED.get(name, ()))
         if row is None:
-            _warn(path, number, why)
+            if not quiet:
+                _warn(path, number, why)
         else:
             for f in CASE_ADDED:  # a row from before the field existed: the default it was measured with
                 row.setdefault(f, CASE_DEFAULTS[f])
@@ -155,8 +157,9 @@ def _parse(line: bytes, required) -> tuple[dict | None, str]:
 
 
 def _warn(path: Path, number: int, why: str) -> None:
-    if (str(path), number) not in _WARNED:
-        _WARNED.add((str(path), number))
+    key = (str(Path(path).resolve()), number)  # once per line, however the folder was named
+    if key not in _WARNED:
+        _WARNED.add(key)
         print(f"warning: {path}:{number}: skipped, {why}; the line is left in the file", file=sys.stderr)
 
 

@@ -354,6 +354,9 @@ class WorkerPool:
         missing = [n for n in names if n not in got]
         if tag == "done" or not missing:
             return
+        if tag == "restart":  # a variant left work running (its row says so): the rest on a fresh worker
+            self._run_group(worker, label, missing, case, mode=mode)
+            return
         if worker.last_started == REFERENCE:  # the reference overran its own deadline or took the worker down:
             # the variants are timed all the same, unchecked, on a fresh worker (no variant is blamed)
             self._run_group(worker, label, missing, case, mode=f"unchecked:the float64 reference {tag}: {why}"[:300])

@@ -119,13 +119,19 @@ def quantum_ms(samples_ms, quanta=QUANTA_MS) -> float | None:
 
 def verdict(cpu_util: float | None, other_cpu: float | None, threads: int,
             samples_ms=(), cpu_count: int | None = None) -> dict:
-    """The row's contention columns: cpu_util, other_cpu, quantum_ms, contended, and why."""
-    free = max(0, (cpu_count or len(usable_cpus())) - threads)
+    """The row's contention columns: cpu_util, other_cpu, quantum_ms, contended, and why.  More
+    threads than cores is named as the cause first: the threads waited for one another, and
+    what the other processes did cannot be told apart from it."""
+    cores = cpu_count or len(usable_cpus())
+    free = max(0, cores - threads)
     why = []
+    if threads > cores:
+        why.append(f"{threads} threads on {cores} cores: the threads waited for one another (--threads {cores} "
+                   f"or fewer)")
     least = CPU_UTIL_MIN_SINGLE if threads == 1 else CPU_UTIL_MIN
-    if cpu_util is not None and cpu_util < least:
+    if cpu_util is not None and cpu_util < least and threads <= cores:
         why.append(f"timed with {cpu_util:.2f} of its cores (cpu_util < {least})")
-    if other_cpu is not None and other_cpu > free + OTHER_CPU_MARGIN:
+    if other_cpu is not None and other_cpu > free + OTHER_CPU_MARGIN and threads <= cores:
         why.append(f"other processes used {other_cpu:.2f} cores (free: {free})")
     q = quantum_ms(samples_ms)
     if q is not None:

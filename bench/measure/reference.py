@@ -295,6 +295,11 @@ def check_form(case: Case, out) -> CheckResult:
     """The output's dtype, device, layout, shape and finiteness: what can be checked without
     a reference (a cell whose reference was skipped is held to this alone)."""
     case = case.packed()  # a ragged batch: its packed sequence, the mask within each one
+    if not isinstance(out, torch.Tensor):  # the variant's bug, said before anything reads the output
+        return CheckResult(False, float("inf"), float("inf"),
+                           reason=f"the variant returned {_what(out)}; it returns one tensor shaped like q, "
+                                  f"{(case.batch, case.heads, case.q_len, case.head_dim)} ({case.dtype})",
+                           kind="mismatch-shape")
     wrong = [f"{what} {got}, expected {want}" for what, got, want in (
         ("dtype", out.dtype, case.torch_dtype), ("device", out.device.type, case.device),
         ("layout", out.layout, torch.strided)) if got != want]
@@ -311,6 +316,16 @@ def check_form(case: Case, out) -> CheckResult:
     return CheckResult(True, float("nan"), float("nan"))
 
 
+def _what(value) -> str:
+    """What a variant returned, in words: ``a tuple of 2 (Tensor, NoneType)``, ``None``."""
+    if value is None:
+        return "None"
+    if isinstance(value, (tuple, list)):
+        kinds = ", ".join(type(x).__name__ for x in value[:4]) + (", ..." if len(value) > 4 else "")
+        return f"a {type(value).__name__} of {len(value)} ({kinds})"
+    return f"a {type(value).__name__}"
+
+
 def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None = None,
                   error_budget: float | None = None, approximate: bool = False) -> CheckResult:
     """Run ``fn`` once (with backward when ``grad_out`` is given) and check it.
@@ -319,6 +334,8 @@ def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None 
     ``error_budget`` are the variant's (see ``check``).
     """
     out = fn(q, k, v)
+    if not isinstance(out, torch.Tensor):
+        return check_form(case, out)
     grads = None
     if grad_out is not None:
         grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)

@@ -21,6 +21,10 @@ MASKS = ("none", "causal", "window", "padding")  # the four basic masks (a varia
 # parameters (bench.model.mask_spelling)
 _TERM = r"[a-z_][a-z0-9_.]*(:[a-z0-9_.=/-]+)*"
 MASK_SPELLING = re.compile(rf"^[(]*{_TERM}[)]*([+&(][(]*{_TERM}[)]*)*$")  # the parser checks the rest
+MASK_FORM = ("a mask is a name with ':'-separated parameters (window:256); masks joined by '+' are unioned and by "
+             "'&' intersected, score mods added with '+', and document[:params](INNER) applies a mask within each "
+             "document: e.g. causal, causal+softcap:50, document:4&causal, document:4(prefix_lm:16)")
+MAX_MASK_TEXT = 500  # characters (bench.model.mask_spelling.MAX_SPELLING says the same to the parser)
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 RAGGED_MASKS = ("none", "causal", "window")  # the masks a ragged batch takes, within each of its sequences
 
@@ -28,9 +32,9 @@ RAGGED_MASKS = ("none", "causal", "window")  # the masks a ragged batch takes, w
 class CaseError(ValueError):
     """An invalid Case field; the message names the field and what is valid."""
 
-    def __init__(self, field: str, value, valid: str):
+    def __init__(self, field: str, value, valid: str, message: str | None = None):
         self.field = field
-        super().__init__(f"invalid {field}={value!r}: {valid}")
+        super().__init__(message or f"invalid {field}={value!r}: {valid}")
 
 
 def normalize_dtype(name: str) -> str:
@@ -79,9 +83,9 @@ class Case:
         if self.heads % self.kv_heads:
             raise CaseError("kv_heads", self.kv_heads,
                             f"heads ({self.heads}) must be divisible by kv_heads")
-        if not isinstance(self.mask, str) or not MASK_SPELLING.match(self.mask):
-            raise CaseError("mask", self.mask, "a mask name with its parameters, terms joined by '+' "
-                                               "(python -m bench list --masks)")
+        if not isinstance(self.mask, str) or len(self.mask) > MAX_MASK_TEXT or not MASK_SPELLING.match(self.mask):
+            raise CaseError("mask", self.mask if len(str(self.mask)) <= 60 else f"{str(self.mask)[:60]}...",
+                            f"{MASK_FORM}; at most {MAX_MASK_TEXT} characters (python -m bench list --masks)")
         if self.mask == "window":
             _positive("window", self.window)
         elif self.window is not None:
@@ -99,11 +103,13 @@ class Case:
                 if self.is_cross:
                     raise workload.WorkloadError(f"--lengths {self.lengths}: a ragged batch is self-attention here "
                                                  f"(its keys are its queries); q_len {self.q_len} != kv_len "
-                                                 f"{self.kv_len}")
+                                                 f"{self.kv_len}", "lengths")
                 lengths.check(self.batch, self.q_len)
+            keys = self.batch * self.kv_len if lengths.ragged else self.kv_len
+            workload.check_inputs(self.inputs, self.dtype, keys, self.head_dim)
+            workload.check_kv_layout(self.kv_layout, self.kv_len)
         except workload.WorkloadError as exc:
-            field = next(f for f in ("lengths", "inputs", "kv_layout") if f"--{f.replace('_', '-')}" in str(exc))
-            raise CaseError(field, getattr(self, field), str(exc)) from None
+            raise CaseError(exc.field, getattr(self, exc.field), str(exc), message=str(exc)) from None
 
     # -- derived -------------------------------------------------------------
     @property

@@ -12,8 +12,15 @@ import math
 
 import torch
 
-from bench.model.case import Case
+from bench.model.case import MAX_LEN, Case
 from bench.model.maskdefs import mask, score_mod
+
+# every parameter has both ends: positions and sizes up to the longest sequence a case may have;
+# a count that becomes one key range or table row per unit (dilated's window, bigbird's random
+# blocks) and the relative-bias table far shorter, so that no spelling allocates without bound
+MAX_SEED = 2**31 - 1
+MAX_SPANS = 4096
+MAX_DISTANCE = 65536
 
 # -- the four original masks -----------------------------------------------------------------
 
@@ -28,7 +35,7 @@ def causal(b, h, q_idx, kv_idx):
     return kv_idx <= q_idx
 
 
-@mask("window", params={"window": 256}, ranges={"window": ">= 1"},
+@mask("window", params={"window": 256}, ranges={"window": f"1..{MAX_LEN}"},
       description="causal sliding window of `window` keys including the query's own: i - window < j <= i",
       intervals=lambda q, case, window: [(q - window + 1, q + 1)])
 def window(b, h, q_idx, kv_idx, window):
@@ -57,8 +64,9 @@ def _documents(case: Case, docs: int, causal: int, seed: int, lengths: tuple, wi
         if any(x < 1 for x in lengths):
             raise ValueError("document lengths must be positive")
         sizes = list(lengths)
-        if sum(sizes) < n:
-            sizes.append(n - sum(sizes))  # the rest of the positions form one more document
+        if sum(sizes) != n:  # as --lengths: the documents are the positions, every one, exactly
+            raise ValueError(f"document:lengths={'/'.join(map(str, lengths))} sums to {sum(sizes)}, but the case "
+                             f"has {n} positions (max of q_len and kv_len): the lengths must sum to exactly {n}")
     else:
         if not 1 <= docs <= n:
             raise ValueError(f"document:docs={docs} needs 1 <= docs <= {n} (the longer of q_len and kv_len)")
@@ -79,11 +87,12 @@ def _document_intervals(q, case, docs, causal, seed, lengths, window, doc, start
 
 
 @mask("document", params={"docs": 4, "causal": 0, "seed": 0, "lengths": (), "window": 0}, prepare=_documents,
-      ranges={"docs": ">= 1", "causal": "0..1", "seed": ">= 0", "lengths": ">= 1", "window": ">= 0"},
+      ranges={"docs": f"1..{MAX_LEN}", "causal": "0..1", "seed": f"0..{MAX_SEED}", "lengths": f"1..{MAX_LEN}",
+              "window": f"0..{MAX_LEN}"},
       intervals=_document_intervals,
       description="packed sequences, block-diagonal: a token sees only tokens of its own document. `docs` "
                   "documents of seeded random lengths over max(q_len, kv_len) positions, or explicit "
-                  "`lengths=a/b/c` (the positions left over form one more document); causal=1 adds j <= i; "
+                  "`lengths=a/b/c` summing to exactly that; causal=1 adds j <= i; "
                   "window=W a causal sliding window within each document, i - W < j <= i")
 def document(b, h, q_idx, kv_idx, docs, causal, seed, lengths, window, doc, starts, ends):
     same = doc[q_idx] == doc[kv_idx]
@@ -95,7 +104,7 @@ def document(b, h, q_idx, kv_idx, docs, causal, seed, lengths, window, doc, star
 # -- causal variations -------------------------------------------------------------------------
 
 
-@mask("prefix_lm", params={"prefix": 256}, ranges={"prefix": ">= 0"},
+@mask("prefix_lm", params={"prefix": 256}, ranges={"prefix": f"0..{MAX_LEN}"},
       description="prefix LM: the first `prefix` keys are seen by every query (bidirectional prefix), the "
                   "rest causally",
       intervals=lambda q, case, prefix: [(0, torch.clamp(q + 1, min=prefix))])
@@ -103,7 +112,7 @@ def prefix_lm(b, h, q_idx, kv_idx, prefix):
     return (kv_idx <= q_idx) | (kv_idx < prefix)
 
 
-@mask("chunked_causal", params={"chunk": 128}, ranges={"chunk": ">= 1"},
+@mask("chunked_causal", params={"chunk": 128}, ranges={"chunk": f"1..{MAX_LEN}"},
       description="causal inside fixed chunks of `chunk` tokens (Llama 4's local-attention layers)",
       intervals=lambda q, case, chunk: [(q // chunk * chunk, q + 1)])
 def chunked_causal(b, h, q_idx, kv_idx, chunk):
@@ -115,7 +124,7 @@ def _dilated_intervals(q, case, dilation, window):
 
 
 @mask("dilated", params={"dilation": 2, "window": 64}, intervals=_dilated_intervals,
-      ranges={"dilation": ">= 1", "window": ">= 1"},
+      ranges={"dilation": f"1..{MAX_LEN}", "window": f"1..{MAX_SPANS}"},
       description="dilated (strided) causal window: `window` keys spaced `dilation` apart, j = i - m * dilation "
                   "for m = 0 .. window-1 (Longformer's dilated sliding window)")
 def dilated(b, h, q_idx, kv_idx, dilation, window):
@@ -123,7 +132,7 @@ def dilated(b, h, q_idx, kv_idx, dilation, window):
     return (d >= 0) & (d % dilation == 0) & (d < window * dilation)
 
 
-@mask("sink", params={"sinks": 4, "window": 0}, ranges={"sinks": ">= 0", "window": ">= 0"},
+@mask("sink", params={"sinks": 4, "window": 0}, ranges={"sinks": f"0..{MAX_LEN}", "window": f"0..{MAX_LEN}"},
       description="attention sinks: the first `sinks` keys, causally, plus a causal window of `window` keys; "
                   "StreamingLLM is sink:4+window:256 (the same as sink:4:window=256)",
       intervals=lambda q, case, sinks, window: [(0, torch.clamp(q + 1, max=sinks)), (q - window + 1, q + 1)])
@@ -131,7 +140,7 @@ def sink(b, h, q_idx, kv_idx, sinks, window):
     return (kv_idx <= q_idx) & ((kv_idx < sinks) | (q_idx - kv_idx < window))
 
 
-@mask("gym_window", params={"window": 256}, ranges={"window": ">= 0"},
+@mask("gym_window", params={"window": 256}, ranges={"window": f"0..{MAX_LEN}"},
       description="attention-gym's sliding window: causal and q - kv <= window, so window + 1 keys including the "
                   "query's own (gym_window:W is window:W+1)",
       intervals=lambda q, case, window: [(q - window, q + 1)])
@@ -167,7 +176,8 @@ def _bigbird_intervals(q, case, block, window, globals, random, seed, table, ran
 
 @mask("bigbird", params={"block": 64, "window": 1, "globals": 1, "random": 2, "seed": 0},
       prepare=_bigbird_blocks, intervals=_bigbird_intervals,
-      ranges={"block": ">= 1", "window": ">= 0", "globals": ">= 0", "random": ">= 0", "seed": ">= 0"},
+      ranges={"block": f"1..{MAX_LEN}", "window": f"0..{MAX_LEN}", "globals": f"0..{MAX_LEN}",
+              "random": f"0..{MAX_SPANS}", "seed": f"0..{MAX_SEED}"},
       description="BigBird block sparse, bidirectional, in blocks of `block` tokens: `window` blocks either side, "
                   "`globals` global blocks (seen by all and seeing all), `random` seeded random key blocks per "
                   "query block")
@@ -195,7 +205,7 @@ def alibi(score, b, h, q_idx, kv_idx, slopes):
     return score + slopes[h] * (kv_idx - q_idx)
 
 
-@score_mod("softcap", params={"cap": 50.0}, ranges={"cap": "> 0"},
+@score_mod("softcap", params={"cap": 50.0}, ranges={"cap": "> 0..1e6"},
            description="tanh soft cap: cap * tanh(score / cap) (Gemma 2 uses 50 on attention logits)")
 def softcap(score, b, h, q_idx, kv_idx, cap):
     return cap * torch.tanh(score / cap)
@@ -209,7 +219,7 @@ def _rel_table(case: Case, max_distance: int, seed: int) -> dict:
 
 
 @score_mod("rel_bias", params={"max_distance": 128, "seed": 0}, additive=True, prepare=_rel_table,
-           ranges={"max_distance": ">= 0", "seed": ">= 0"},
+           ranges={"max_distance": f"0..{MAX_DISTANCE}", "seed": f"0..{MAX_SEED}"},
            description="relative position bias: score + table[h, clamp(j - i, -max_distance, max_distance)], a "
                        "seeded table (0.5 * N(0, 1)) per head, as a learned T5-style bias would be")
 def rel_bias(score, b, h, q_idx, kv_idx, max_distance, seed, table):

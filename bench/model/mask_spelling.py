@@ -11,6 +11,7 @@ term means (its predicate, its counts) is ``bench.model.masks``.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from bench.model.maskdefs import MaskDef, MaskError, definition, format_value, names
@@ -246,11 +247,35 @@ def _group(text: str, window: int | None):
     return Intersection(terms)
 
 
+MAX_SPELLING = 500  # characters in one mask spelling (bench.model.case.MAX_MASK_TEXT)
+MAX_NESTING = 4  # document(...) inside document(...): this deep at most
+
+
+def nesting(text: str) -> int:
+    """The deepest parenthesis level of a spelling."""
+    depth = deepest = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def check_size(text: str) -> None:
+    """MaskError for a spelling too long or nested too deep to be a mask anyone means (and that
+    would exhaust the parser's recursion)."""
+    if len(text) > MAX_SPELLING:
+        raise MaskError(f"mask {text[:40]}...: {len(text)} characters; a spelling has at most {MAX_SPELLING}")
+    if nesting(text) > MAX_NESTING:
+        raise MaskError(f"mask {text[:40]}...: nested {nesting(text)} deep; document(...) wrappers nest at most "
+                        f"{MAX_NESTING} deep")
+
+
 def parse(text: str, window: int | None = None) -> tuple[list[Term], list[Term]]:
     """(mask terms, score-mod terms) of a spelling such as ``causal+softcap:50``; masks joined by
     ``&`` are one Intersection in the first list."""
     if not isinstance(text, str) or not text.strip():
         raise MaskError(f"mask {text!r}: empty; valid: {', '.join(names('mask'))}")
+    check_size(text)
     if any(not t.strip() for t in _split_top(text, "+")):
         raise MaskError(f"mask {text!r}: an empty term between '+' signs; join names such as causal+softcap:50")
     if text.count("(") != text.count(")"):
@@ -275,5 +300,6 @@ def canonical(text: str, window: int | None = None) -> tuple[str, int | None]:
 
 
 def uses_window_flag(text: str) -> bool:
-    """True when a spelling has a bare ``window`` term (one that takes --window)."""
-    return any(t.strip() == "window" for g in str(text).split("+") for t in g.split("&"))
+    """True when a spelling has a bare ``window`` term (one that takes --window), also inside
+    ``document(...)``."""
+    return any(t.strip() == "window" for t in re.split(r"[+&()]", str(text)))

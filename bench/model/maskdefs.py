@@ -17,13 +17,14 @@ class MaskError(ValueError):
     """A mask spelling or parameter that is not valid; the message says what is."""
 
 
-_RANGE = re.compile(r"^\s*(?:(>=|>)\s*(-?[0-9.]+)|(-?[0-9.]+)\s*\.\.\s*(-?[0-9.]+))\s*$")
+_NUM = r"-?[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?"
+_RANGE = re.compile(rf"^\s*(?:(>=|>)\s*({_NUM})|(>\s*)?({_NUM})\s*\.\.\s*({_NUM}))\s*$")
 
 
 @dataclass(frozen=True)
 class Range:
-    """A parameter's valid values: ``> lo``, ``>= lo`` or ``lo..hi`` (both ends included).  A
-    tuple parameter holds every one of its numbers to it."""
+    """A parameter's valid values: ``> lo``, ``>= lo``, ``lo..hi`` (both ends included) or
+    ``> lo..hi`` (lo excluded).  A tuple parameter holds every one of its numbers to it."""
     lo: float
     hi: float | None = None
     open_lo: bool = False
@@ -32,13 +33,13 @@ class Range:
     def parse(cls, text: str) -> Range:
         m = _RANGE.match(str(text))
         if not m:
-            raise ValueError(f"range {text!r}: write '> 0', '>= 1' or '0..1'")
+            raise ValueError(f"range {text!r}: write '> 0', '>= 1', '0..1' or '> 0..100'")
         if m.group(1):
             return cls(float(m.group(2)), None, m.group(1) == ">")
-        lo, hi = float(m.group(3)), float(m.group(4))
+        lo, hi = float(m.group(4)), float(m.group(5))
         if hi < lo:
             raise ValueError(f"range {text!r}: its end is below its start")
-        return cls(lo, hi)
+        return cls(lo, hi, bool(m.group(3)))
 
     def holds(self, value) -> bool:
         values = value if isinstance(value, tuple) else (value,)
@@ -47,8 +48,13 @@ class Range:
 
     def text(self) -> str:
         if self.hi is not None:
-            return f"{format_value(self.lo)} to {format_value(self.hi)}"
-        return f"{'>' if self.open_lo else '>='} {format_value(self.lo)}"
+            return f"{'> ' if self.open_lo else ''}{_end(self.lo)} to {_end(self.hi)}"
+        return f"{'>' if self.open_lo else '>='} {_end(self.lo)}"
+
+
+def _end(x: float) -> str:
+    """A range's end as written: whole numbers in full (16777216, not 1.67772e+07)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 @dataclass(frozen=True)

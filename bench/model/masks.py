@@ -24,12 +24,14 @@ last key see every key, as PyTorch SDPA's ``is_causal`` and xformers'
 ``LowerTriangularMask``).  A query that sees no key returns zeros and passes no gradient,
 as PyTorch SDPA does.
 
-**Spelling** (``--masks`` and TOML): terms joined by ``+``; a term is a name with its
-parameters after colons, positional in declaration order or ``key=value``:
-``window:256``, ``document:4``, ``sink:4:window=512``, ``document:lengths=64/192``.  Masks
-joined by ``+`` keep a pair when any of them keeps it (their union, as attention-gym's
-``or_masks``); score mods apply in the order written.  ``causal+softcap:50`` is the causal
-mask with a tanh soft cap of 50.  A bare ``window`` takes its size from ``--window``.
+**Spelling** (``--masks`` and TOML; ``bench.model.mask_spelling``): a term is a name with its
+parameters after colons, positional in declaration order or ``key=value``: ``window:256``,
+``document:4``, ``sink:4:window=512``, ``document:lengths=64/192``.  Masks joined by ``+`` keep
+a pair when any of them keeps it (their union, as attention-gym's ``or_masks``), masks joined
+by ``&`` when all do (``and_masks``; ``&`` binds tighter), and ``document[:params](INNER)``
+applies INNER within each document; score mods join with ``+`` and apply in the order
+written.  ``causal+softcap:50`` is the causal mask with a tanh soft cap of 50.  A bare
+``window`` takes its size from ``--window``, inside a document too.
 
 The built-in catalogue lives in ``bench.model.mask_catalog``; ``python -m bench list --masks``
 prints it.
@@ -43,7 +45,14 @@ from collections.abc import Callable
 import torch
 
 from bench.model.case import Case
-from bench.model.mask_spelling import Term, canonical, parse, parse_term, uses_window_flag  # noqa: F401
+from bench.model.mask_spelling import (  # noqa: F401
+    Term,
+    canonical,
+    check_size,
+    parse,
+    parse_term,
+    uses_window_flag,
+)
 from bench.model.maskdefs import MaskDef, MaskError, catalogue, mask, names, score_mod  # noqa: F401
 
 ANY = "any"  # a variant's masks= / score_mods= value: every registered one
@@ -132,32 +141,34 @@ class CaseMask:
         return self._devices[device]
 
     # FlexAttention form ------------------------------------------------------------------
+    # FlexAttention tells a mask_mod from a score_mod by counting the positional parameters of what
+    # it is given, so both are handed over as plain functions of exactly 4 and 5 parameters, never
+    # as a partial of a definition that takes ``**kw`` (an ``&`` or a ``document(...)``)
     def mask_mod(self, device="cpu") -> Callable | None:
         """One ``mask_mod(b, h, q_idx, kv_idx)``: the union of the masks; None when all pairs are kept."""
         ms, _ = self._kw(device)
         if not ms:
             return None
-        fns = [functools.partial(t.d.fn, **kw) for t, kw in ms]
-        if len(fns) == 1:
-            return fns[0]
+        fns = [(t.d.fn, kw) for t, kw in ms]
 
-        def union(b, h, q_idx, kv_idx):
-            out = fns[0](b, h, q_idx, kv_idx)
-            for f in fns[1:]:
-                out = out | f(b, h, q_idx, kv_idx)
+        def mask_mod(b, h, q_idx, kv_idx):
+            out = None
+            for fn, kw in fns:
+                keep = fn(b, h, q_idx, kv_idx, **kw)
+                out = keep if out is None else out | keep
             return out
-        return union
+        return mask_mod
 
     def score_mod(self, device="cpu") -> Callable | None:
         """One ``score_mod(score, b, h, q_idx, kv_idx)``: the mods in order; None when there are none."""
         _, mods = self._kw(device)
         if not mods:
             return None
-        fns = [functools.partial(t.d.fn, **kw) for t, kw in mods]
+        fns = [(t.d.fn, kw) for t, kw in mods]
 
         def composed(score, b, h, q_idx, kv_idx):
-            for f in fns:
-                score = f(score, b, h, q_idx, kv_idx)
+            for fn, kw in fns:
+                score = fn(score, b, h, q_idx, kv_idx, **kw)
             return score
         return composed
 

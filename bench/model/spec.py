@@ -27,6 +27,7 @@ from bench.model.case import (
     CASE_DTYPES,
     DEVICES,
     DIRECTIONS,
+    MASK_FORM,
     MASK_SPELLING,
     MAX_DIM,
     MAX_LEN,
@@ -115,14 +116,24 @@ def choices(what: str, valid, normalize: Callable[[str], str] = str):
 def mask_spellings(raw, name: str) -> list[str]:
     """Mask spellings, checked for their form here; their names are checked by ``build_spec``,
     once the plugins (which may define masks) are loaded."""
+    from bench.model import masks
+
     values = texts(raw, name)
     for text in values:
+        try:
+            masks.check_size(text)
+        except masks.MaskError as exc:
+            raise UsageError(f"--masks: {exc}") from None
         if any(not term.strip() for term in text.split("+")):
             raise UsageError(f"--masks {text}: an empty term between '+' signs; join terms such as "
                              f"causal+softcap:50")
         if not MASK_SPELLING.match(text):
-            raise UsageError(f"--masks {text}: a mask is a name with ':'-separated parameters, terms joined by '+', "
-                             f"e.g. causal, window:256, causal+softcap:50 (python -m bench list --masks)")
+            try:  # the parser's own words where it has some (an empty term beside '&', a wrapper's form)
+                masks.parse(text, window=1)
+                specific = ""
+            except masks.MaskError as exc:
+                specific = "" if str(exc).startswith("unknown mask") else f"{exc}; "
+            raise UsageError(f"--masks {text}: {specific}{MASK_FORM} (python -m bench list --masks)")
     return values
 
 

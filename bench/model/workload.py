@@ -42,14 +42,31 @@ from dataclasses import dataclass
 
 INPUT_KINDS = {"normal": None, "clustered": 8, "lowrank": 8, "outliers": 20.0}  # kind: default parameter
 
+MAX_TOKENS = 1 << 24  # a length, a page: as bench.model.case.MAX_LEN
+MAX_SIGMA = 4.0  # lognormal: a sigma of log-length of 4 already spans e^8 ~ 3000x between typical lengths
+MAX_RATIO = 1e6  # bimodal: SHORT and LONG, relative sizes
+MAX_TOPICS = MAX_TOKENS  # clustered:K (and K <= the case's keys)
+MAX_RANK = 1 << 16  # lowrank:R (and R <= the case's head_dim), as bench.model.case.MAX_DIM
+MAX_SCALE = 1e4  # outliers:SCALE: scores reach about SCALE^2 / 4, finite and far from float32's range
+# the largest finite value of each dtype: an outlier channel's values, up to ~8 x SCALE, must fit
+DTYPE_MAX = {"float32": 3.4028e38, "bfloat16": 3.3895e38, "float16": 65504.0, "float8_e4m3fn": 448.0}
+
 
 class WorkloadError(ValueError):
-    """A --lengths, --inputs or --kv-layout spelling that is not valid, with what is."""
+    """A --lengths, --inputs or --kv-layout spelling that is not valid, with what is.  ``field``
+    names the setting (lengths, inputs or kv_layout)."""
+
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.field = field
 
 
-LENGTHS_VALID = ("fixed, uniform:LO-HI, lognormal:SIGMA, bimodal:SHORT/LONG:FRAC (bimodal alone: 1/8:0.75) "
-                 "or an explicit list A/B/C")
-INPUTS_VALID = "normal, clustered[:K], lowrank[:R], outliers[:SCALE]"
+LENGTHS_VALID = (f"fixed, uniform:LO-HI (whole numbers, 1 <= LO < HI <= {MAX_TOKENS}), lognormal:SIGMA "
+                 f"(0 < SIGMA <= {MAX_SIGMA:g}), bimodal:SHORT/LONG:FRAC (0 < SHORT < LONG <= {MAX_RATIO:g}, "
+                 f"0 < FRAC < 1; bimodal alone: 1/8:0.75) or an explicit list A/B/C (whole numbers from 1 to "
+                 f"{MAX_TOKENS})")
+INPUTS_VALID = (f"normal, clustered[:K] (1 <= K <= the keys), lowrank[:R] (1 <= R <= head_dim), outliers[:SCALE] "
+                f"(0 < SCALE <= {MAX_SCALE:g})")
 
 
 @dataclass(frozen=True)
@@ -78,9 +95,9 @@ class Lengths:
         elif self.kind == "lognormal":
             (sigma,) = self.params
             raw = [math.exp(sigma * rng.gauss(0.0, 1.0)) for _ in range(batch)]
-        else:  # bimodal
+        else:  # bimodal: at least one sequence of each kind, so that the batch is bimodal
             short, long, frac = self.params
-            n_short = min(batch, max(0, round(frac * batch)))
+            n_short = min(batch - 1, max(1, round(frac * batch)))
             raw = [float(short)] * n_short + [float(long)] * (batch - n_short)
             rng.shuffle(raw)
         if self.kind != "uniform":
@@ -89,19 +106,30 @@ class Lengths:
         return _whole(raw, batch * n, lo, hi)
 
     def check(self, batch: int, n: int) -> None:
-        """WorkloadError when this distribution cannot give ``batch`` lengths averaging ``n``."""
+        """WorkloadError when this distribution cannot give ``batch`` lengths averaging ``n``, or
+        gives a batch that is not ragged (a row labelled ragged is ragged)."""
+        if self.ragged and batch < 2:
+            raise WorkloadError(f"--lengths {self.text()}: a ragged batch needs --batch 2 or more (batch {batch} is "
+                                f"one sequence)", "lengths")
         if self.kind == "uniform":
             lo, hi = self.params
             if not lo <= n <= hi:
-                raise WorkloadError(f"--lengths uniform:{lo}-{hi} cannot average n={n}: n must lie in [{lo}, {hi}]")
+                raise WorkloadError(f"--lengths uniform:{lo}-{hi} cannot average n={n}: n must lie in [{lo}, {hi}]",
+                                    "lengths")
         elif self.kind == "list":
             if len(self.params) != batch:
                 raise WorkloadError(f"--lengths {self.text()}: {len(self.params)} lengths, but the batch is {batch}: "
-                                    f"give --batch {len(self.params)} (an explicit list is the whole batch)")
+                                    f"give --batch {len(self.params)} (an explicit list is the whole batch)", "lengths")
             if sum(self.params) != batch * n:
                 raise WorkloadError(f"--lengths {self.text()} averages {sum(self.params) / batch:g}, not n={n}: the "
                                     f"lengths of a batch average its n (--seq-lens {sum(self.params) // batch} "
-                                    f"if that is a whole number)")
+                                    f"if that is a whole number)", "lengths")
+        if self.ragged:
+            drawn = self.params if self.kind == "list" else draw_lengths(self.text(), batch, n)
+            if len(set(drawn)) == 1:
+                raise WorkloadError(f"--lengths {self.text()} at batch {batch} and n={n} draws {batch} equal lengths "
+                                    f"({drawn[0]}): that is the fixed batch, not a ragged one (--lengths fixed, or a "
+                                    f"wider spread)", "lengths")
 
     def text(self) -> str:
         if self.kind == "fixed":
@@ -144,7 +172,7 @@ def _whole(raw: list[float], total: int, lo: float, hi: float | None) -> list[in
             if not diff:
                 break
         if not moved:
-            raise WorkloadError(f"cannot make {len(raw)} lengths in [{lo}, {hi}] sum to {total}")
+            raise WorkloadError(f"cannot make {len(raw)} lengths in [{lo}, {hi}] sum to {total}", "lengths")
     return out
 
 
@@ -164,12 +192,12 @@ def parse_lengths(text: str) -> Lengths:
         if name == "uniform":
             lo, sep, hi = rest.partition("-")
             lo, hi = int(lo), int(hi)
-            if not sep or lo < 1 or hi < lo:
+            if not sep or lo < 1 or hi <= lo or hi > MAX_TOKENS:
                 raise ValueError
             return Lengths("uniform", (lo, hi))
         if name == "lognormal":
             sigma = float(rest)
-            if not (0 < sigma <= 4):
+            if not (0 < sigma <= MAX_SIGMA):
                 raise ValueError
             return Lengths("lognormal", (sigma,))
         if name == "bimodal":
@@ -178,17 +206,17 @@ def parse_lengths(text: str) -> Lengths:
             sizes, _, frac = rest.partition(":")
             short, _, long = sizes.partition("/")
             short, long, frac = float(short), float(long), float(frac or 0.75)
-            if not (0 < short <= long and 0 < frac < 1):
+            if not (0 < short < long <= MAX_RATIO and 0 < frac < 1):
                 raise ValueError
             return Lengths("bimodal", (short, long, frac))
         if "/" in t or t.isdigit():
             values = tuple(int(x) for x in t.split("/"))
-            if any(v < 1 for v in values):
+            if any(not 1 <= v <= MAX_TOKENS for v in values):
                 raise ValueError
             return Lengths("list", values)
     except ValueError:
         pass
-    raise WorkloadError(f"--lengths {t!r} is not valid; valid: {LENGTHS_VALID}")
+    raise WorkloadError(f"--lengths {t!r} is not valid; valid: {LENGTHS_VALID}", "lengths")
 
 
 @dataclass(frozen=True)
@@ -206,20 +234,38 @@ def parse_inputs(text: str) -> Inputs:
     t = str(text).strip()
     name, sep, raw = t.partition(":")
     if name not in INPUT_KINDS:
-        raise WorkloadError(f"unknown --inputs {t!r}; valid: {INPUTS_VALID}")
+        raise WorkloadError(f"unknown --inputs {t!r}; valid: {INPUTS_VALID}", "inputs")
     default = INPUT_KINDS[name]
     if not sep:
         return Inputs(name, default)
+    top = {"clustered": MAX_TOPICS, "lowrank": MAX_RANK, "outliers": MAX_SCALE}.get(name)
     try:
         if default is None:
             raise ValueError
         value = type(default)(raw)
-        if value <= 0 or (isinstance(value, float) and not math.isfinite(value)):
+        if not 0 < value <= top:  # also refuses nan
             raise ValueError
     except ValueError:
-        raise WorkloadError(f"--inputs {t!r} is not valid; valid: {INPUTS_VALID} (K and R positive whole "
-                            f"numbers, SCALE a positive number)") from None
+        raise WorkloadError(f"--inputs {t!r} is not valid; valid: {INPUTS_VALID} (K and R whole numbers)",
+                            "inputs") from None
     return Inputs(name, value)
+
+
+def check_inputs(text: str, dtype: str, keys: int, head_dim: int) -> None:
+    """WorkloadError when an input kind's parameter does not fit the case it is drawn for
+    (``keys``: the keys of the tensors, every sequence of a ragged batch).  The parameter a row
+    records is the one its inputs were drawn with: nothing is clamped."""
+    kind = parse_inputs(text)
+    if kind.kind == "clustered" and kind.param > keys:
+        raise WorkloadError(f"--inputs {text}: {kind.param} topics need at least as many keys, and the case has "
+                            f"{keys}: K <= {keys} here", "inputs")
+    if kind.kind == "lowrank" and kind.param > head_dim:
+        raise WorkloadError(f"--inputs {text}: a rank-{kind.param} subspace needs head_dim >= {kind.param}, and the "
+                            f"case has head_dim {head_dim}: R <= {head_dim} here", "inputs")
+    if kind.kind == "outliers" and 8 * kind.param > DTYPE_MAX.get(dtype, math.inf):
+        top = DTYPE_MAX[dtype] / 8
+        raise WorkloadError(f"--inputs {text}: outlier values reach about 8 x SCALE = {8 * kind.param:g}, beyond "
+                            f"{dtype}'s largest value {DTYPE_MAX[dtype]:g}: SCALE <= {top:g} for {dtype}", "inputs")
 
 
 def canonical_lengths(text: str) -> str:
@@ -230,7 +276,8 @@ def canonical_inputs(text: str) -> str:
     return parse_inputs(text).text()
 
 
-KV_LAYOUTS_VALID = "contiguous, or paged:PAGE (PAGE tokens a page, a whole number >= 1)"
+KV_LAYOUTS_VALID = ("contiguous, or paged:PAGE (PAGE tokens a page, a whole number from 1 to the cache's length, "
+                    f"at most {MAX_TOKENS})")
 
 
 def parse_kv_layout(text: str) -> int | None:
@@ -239,9 +286,18 @@ def parse_kv_layout(text: str) -> int | None:
     if t == "contiguous":
         return None
     name, _, raw = t.partition(":")
-    if name == "paged" and raw.isdigit() and int(raw) >= 1:
+    if name == "paged" and raw.isdigit() and 1 <= int(raw) <= MAX_TOKENS:
         return int(raw)
-    raise WorkloadError(f"--kv-layout {t!r} is not valid; valid: {KV_LAYOUTS_VALID}")
+    raise WorkloadError(f"--kv-layout {t!r} is not valid; valid: {KV_LAYOUTS_VALID}", "kv_layout")
+
+
+def check_kv_layout(text: str, kv_len: int) -> None:
+    """WorkloadError for a page longer than the whole cache (one page per sequence, mostly empty:
+    not a paged cache)."""
+    page = parse_kv_layout(text)
+    if page is not None and page > kv_len:
+        raise WorkloadError(f"--kv-layout {text}: a page of {page} tokens is longer than the cache ({kv_len} "
+                            f"keys): PAGE <= {kv_len} here", "kv_layout")
 
 
 def canonical_kv_layout(text: str) -> str:

@@ -1,0 +1,94 @@
+"""What a variant leaves running in the worker after its turn: threads and child processes
+that go on using the CPU.  A plugin that starts a busy thread in its factory would otherwise
+be timed beside every later cell of that worker, built-ins included, and no contention check
+sees it (the load is inside the worker's own process).
+
+``Leftovers.check()`` is cheap while nothing new exists: it counts the process's threads
+(``/proc/self/task``) and its children.  When either grew since the last quiet check, it
+watches the process's CPU time over a short window while the main thread sleeps: threads
+that are idle (a thread pool, inductor's compile workers) leave it unchanged and become the
+new baseline; busy ones are reported, by count and by CPU time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+SETTLE_S = 0.02  # OpenMP threads spin for a moment after a parallel region: let them settle first
+WINDOW_S = 0.05
+BUSY_CORES = 0.25  # CPU time over the window, in cores, beyond which what is left is busy
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+LIBRARY_CHILDREN = ("torch._inductor", "compile_worker")  # PyTorch's own compile workers: not a variant's
+
+
+def _children() -> set[int]:
+    out: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                out |= {int(x) for x in f.read().split()}
+        except (OSError, ValueError):
+            continue
+    return {pid for pid in out if not _library(pid)}
+
+
+def _library(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return any(k in cmd for k in LIBRARY_CHILDREN)
+
+
+def _cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class Leftovers:
+    def __init__(self, sleep=time.sleep, cpu=time.process_time, clock=time.monotonic):
+        self.sleep, self.cpu, self.clock = sleep, cpu, clock
+        self.threads, self.children = _threads(), _children()
+
+    def check(self) -> str:
+        """'' when nothing new runs; else what was left running, in words."""
+        threads, children = _threads(), _children()
+        if threads <= self.threads and children <= self.children:
+            return ""
+        self.sleep(SETTLE_S)
+        t0, own0 = self.clock(), self.cpu()
+        kids0 = {pid: _cpu_s(pid) for pid in children - self.children}
+        self.sleep(WINDOW_S)
+        span = max(1e-6, self.clock() - t0)
+        own = (self.cpu() - own0) / span
+        kids = sum(_cpu_s(pid) - c for pid, c in kids0.items()) / span
+        if own < BUSY_CORES and kids < BUSY_CORES:  # idle: a pool that stays, and the new normal
+            self.threads, self.children = threads, children
+            return ""
+        parts = []
+        if own >= BUSY_CORES:
+            parts.append(f"{threads - self.threads} more thread(s) in the worker using {own:.2f} cores")
+        if kids >= BUSY_CORES:
+            parts.append(f"{len(kids0)} child process(es) using {kids:.2f} cores")
+        return " and ".join(parts)
