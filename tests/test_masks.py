@@ -84,7 +84,7 @@ def test_counts_at_128k_are_exact_and_in_bounded_memory():
         n = 131072
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out = {}
-        for s in ["causal", "window:4096", "chunked_causal:8192", "document:lengths=1000/30000",
+        for s in ["causal", "window:4096", "chunked_causal:8192", "document:lengths=1000/30000/100072",
                   "prefix_lm:777", "sink:4+window:256", "dilated:2:window=64", "bigbird", "document:16:causal=1"]:
             mask, window = masks.canonical(s)
             out[s] = masks.kept_pairs(Case(batch=1, heads=1, kv_heads=1, q_len=n, kv_len=n, mask=mask, window=window))
@@ -99,7 +99,7 @@ def test_counts_at_128k_are_exact_and_in_bounded_memory():
     assert got["causal"] == tri(n)
     assert got["window:4096"] == tri(4096) + (n - 4096) * 4096
     assert got["chunked_causal:8192"] == (n // 8192) * tri(8192)
-    assert got["document:lengths=1000/30000"] == 1000 ** 2 + 30000 ** 2 + (n - 31000) ** 2
+    assert got["document:lengths=1000/30000/100072"] == 1000 ** 2 + 30000 ** 2 + (n - 31000) ** 2
     assert got["prefix_lm:777"] == 777 * 777 + (tri(n) - tri(777))
     # rows past the window see its 256 keys and the sinks left of it (1, 2, 3, then all 4)
     assert got["sink:4+window:256"] == tri(256) + (n - 256) * (256 + 4) - (3 + 2 + 1)
