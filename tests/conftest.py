@@ -2,12 +2,16 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# the machine's peaks (bench.engine.peaks) are cached for the session, in a folder of its own: the
+# first sweep measures them, the others reuse them, and no user cache is read or written
+os.environ.setdefault("ATTNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="attnbench-test-cache-"))
 
 
 CPU_BY_DEFAULT = ("sweep", "profile", "selfcheck")

@@ -398,12 +398,27 @@ def test_a_reference_that_cannot_be_computed_leaves_the_cells_timed_unchecked(mo
 
 @pytest.mark.slow
 def test_a_reference_past_its_deadline_is_skipped_and_no_variant_is_blamed(tmp_path):
-    from tests.conftest import read_jsonl, run_cli
+    from tests.conftest import read_jsonl, run_cli, write_plugin
 
-    # the dense float64 reference at n = 8192 takes seconds on the CPU; a 64-key window's own steps well under 1 s
-    proc = run_cli("sweep", "--variants", "window.chunked", "--masks", "window:64", "--seq-lens", "8192",
-                   "--heads", "4", "--head-dims", "64", "--directions", "fwd", "--budget-ms", "50", "--timeout", "1",
-                   "--out", tmp_path / "run", "--no-report", "--quiet")
+    # the reference made slow on purpose, in the worker (a plugin file is imported there): it overruns its
+    # deadline on any machine, while the variant's own steps on this tiny case take milliseconds
+    plugin = write_plugin(tmp_path, "slowref", """
+        import time
+
+        import bench.engine.cell as cell
+
+        real = cell.reference
+
+        def slow(case, *args, **kwargs):
+            if case.head_dim == 24:  # this test's case only
+                time.sleep(120)
+            return real(case, *args, **kwargs)
+
+        cell.reference = slow
+    """)
+    proc = run_cli("sweep", "--plugin", plugin, "--variants", "window.chunked", "--masks", "window:8", "--seq-lens",
+                   "64", "--heads", "2", "--head-dims", "24", "--directions", "fwd", "--budget-ms", "20", "--timeout",
+                   "3", "--out", tmp_path / "run", "--no-report", "--quiet")
     assert proc.returncode == 0, proc.stderr
     (row,) = read_jsonl(tmp_path / "run" / "results.jsonl")
     assert row["status"] == "ok" and row["median_ms"] > 0

@@ -68,7 +68,7 @@ def command(args) -> int:
 
 
 def _command(args) -> int:
-    from bench.engine import plan
+    from bench.engine import peaks, plan
     from bench.engine.discovery import discover
     from bench.engine.sweep import SweepOptions, run_sweep, worker_slots
     from bench.model import masks
@@ -105,7 +105,8 @@ def _command(args) -> int:
     retry = frozenset(_retry_statuses(args.retry, resume))
     cells = _cells_left(spec, registry, target if resumed else None, retry)
     projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)),
-                              history=plan.load_history(store.DEFAULT_ROOT, spec.device), report=not args.no_report)
+                              history=plan.load_history(store.DEFAULT_ROOT, spec.device), report=not args.no_report,
+                              peaks_cached=peaks.all_cached(spec))
     if retry and not cells:
         print(f"--retry {args.retry}: no cell of {resume} is {' or '.join(sorted(retry))} (by its newest row), and "
               f"none is missing: nothing to measure")

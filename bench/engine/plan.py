@@ -215,13 +215,15 @@ class Projection:
 
 
 def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: History | None = None,
-            report: bool = True) -> Projection:
+            report: bool = True, peaks_cached: bool = False) -> Projection:
     """The projected wall time of running ``cells`` of ``spec`` over ``shards`` shards of
-    ``workers`` workers each."""
+    ``workers`` workers each (``peaks_cached``: the machine's peaks are in the cache,
+    bench.engine.peaks, and are not measured)."""
     factor = history.wall_factor if history else 1.0  # what the model missed in earlier sweeps here
     gs = groups(cells, registry, spec.budget_ms, history, factor)
     compiles = any(registry[n].compiles for n in spec.variants)
-    fixed = (WORKER_START_S[spec.device] + 2 * PEAK_MEASURE_S * len(spec.dtypes) + (REPORT_S if report else 0.0)
+    peak_s = 0.0 if peaks_cached else 2 * PEAK_MEASURE_S * len(spec.dtypes)
+    fixed = (WORKER_START_S[spec.device] + peak_s + (REPORT_S if report else 0.0)
              + (COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0))
     shard_bins = split(groups(cells, registry, spec.budget_ms), shards) if shards > 1 else [gs]
     cost = {g.index: g.cost_s for g in gs}  # the calibrated cost of each group, in whichever split

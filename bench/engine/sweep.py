@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import maskfile, store
+from bench.engine import maskfile, peaks, store
 from bench.engine import remeasure as again
 from bench.engine.cell import REFERENCE, base_row
 from bench.engine.runner import Worker, WorkerSettings, release_prestarted
@@ -202,12 +202,26 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
         "loadavg_start": env["loadavg_start"]})
     from bench.engine.runner import wait_prestarted
 
-    wait_prestarted()  # no import running beside the peak measurement
+    cache, sources = peaks.PeakCache(spec.peak_age), env.setdefault("peaks_source", {})
+
+    def peak(kind: str, dtype: str, measure) -> float:
+        k = peaks.key(here, kind, dtype, threads, run_ms)
+        cached = cache.get(k)
+        if cached is None:
+            wait_prestarted()  # no import running beside the peak measurement
+            value = measure()
+            cache.put(k, value)
+        else:
+            value = cached[0]
+        sources[kind if kind == "gbps" else dtype] = peaks.source(cached)
+        return value
+
     for dtype in spec.dtypes:
         if dtype not in env["peaks_tflops"]:
-            env["peaks_tflops"][dtype] = measure_peak_tflops(spec.device, dtype, threads, run_ms)
+            env["peaks_tflops"][dtype] = peak("tflops", dtype, lambda: measure_peak_tflops(spec.device, dtype,
+                                                                                            threads, run_ms))
     if not env.get("peak_gbps"):
-        env["peak_gbps"] = measure_peak_gbps(spec.device, threads, run_ms)
+        env["peak_gbps"] = peak("gbps", "", lambda: measure_peak_gbps(spec.device, threads, run_ms))
     store.write_env(run_dir, env)
     _write_mask_pictures(run_dir, spec)
     return env
@@ -244,9 +258,15 @@ def _close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = Non
             best_cell[r["dtype"]] = max(best_cell.get(r["dtype"], 0.0), float(r["tflops"]))
     unreliable = env.setdefault("peak_unreliable", {})
     threads = env.get("peak_threads", spec.threads)
+    sources = env.get("peaks_source") or {}
     for dtype in spec.dtypes:
-        end, loaded = again.unloaded_peak(spec, dtype, threads)
         start = env["peaks_tflops"].get(dtype, 0.0)
+        if str(sources.get(dtype, "")).startswith("cached"):  # measured recently on this machine: not again
+            end, loaded = start, ""
+        else:
+            end, loaded = again.unloaded_peak(spec, dtype, threads)
+            peaks.PeakCache(spec.peak_age).put(peaks.key(env, "tflops", dtype, threads, env.get("peak_run_ms", 0.0)),
+                                               end)
         checks[dtype] = {"start": start, "end": end} | ({"end_under_load": loaded} if loaded else {})
         this.setdefault("peaks_end", {})[dtype] = end
         env["peaks_tflops"][dtype] = peak = max(start, end)

@@ -1,0 +1,113 @@
+"""The machine's matmul peak and copy bandwidth, measured once and kept for a while.
+
+A sweep holds every cell to the peaks of its machine.  They take about a second to measure
+(four runs of a square matmul per dtype, a copy, at the start and again at the end), which
+is most of what a one-cell sweep costs.  They depend on the machine, not on the sweep, so
+they are kept in a cache file per machine fingerprint (the CPU or GPU, the core count, the
+threads, torch, the device, the dtype and the length of each run), each with the time it was
+measured.  A sweep takes a cached value younger than ``max_age_h`` hours and then skips the
+end-of-sweep measurement too; an older one, or ``--peak-age 0``, is measured again, and
+the cache keeps the best value measured within the age.  env.json says where each came from
+(``peaks_source``).  The file is ``$ATTNBENCH_CACHE_DIR/peaks.json`` (default
+``$XDG_CACHE_HOME/attnbench`` or ``~/.cache/attnbench``); one that cannot be read or written
+is measured around, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+DEFAULT_MAX_AGE_H = 24.0
+CACHE_FILE = "peaks.json"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("ATTNBENCH_CACHE_DIR")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "attnbench"
+
+
+def key(fp: dict, kind: str, dtype: str, threads, run_ms: float) -> str:
+    """The cache key: what the figure depends on (``fp``: envinfo.fingerprint)."""
+    parts = [kind, fp.get("device"), fp.get("device_name"), fp.get("cpu_count"), threads, fp.get("torch"),
+             dtype, f"{run_ms:g}ms"]
+    if fp.get("device") == "cpu":
+        parts.append(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else fp.get("cpu_count"))
+    return "|".join(str(p) for p in parts)
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class PeakCache:
+    def __init__(self, max_age_h: float | None = DEFAULT_MAX_AGE_H, path: Path | None = None,
+                 clock=time.time):
+        self.max_age_s = (DEFAULT_MAX_AGE_H if max_age_h is None else max_age_h) * 3600.0
+        self.path = path or cache_dir() / CACHE_FILE
+        self.clock = clock
+
+    def get(self, k: str) -> tuple[float, float] | None:
+        """(value, when measured) of a fresh entry, or None."""
+        if self.max_age_s <= 0:
+            return None
+        entry = _read(self.path).get(k)
+        try:
+            value, when = float(entry["value"]), float(entry["measured"])
+        except (TypeError, KeyError, ValueError):
+            return None
+        return (value, when) if self.clock() - when <= self.max_age_s and value > 0 else None
+
+    def put(self, k: str, value: float) -> None:
+        """Keep ``value`` (measured now), or the better fresh value already kept."""
+        if not value or value <= 0:
+            return
+        data = _read(self.path)
+        old = data.get(k)
+        now = self.clock()
+        try:
+            if old and now - float(old["measured"]) <= max(self.max_age_s, DEFAULT_MAX_AGE_H * 3600.0) \
+                    and float(old["value"]) >= value:
+                return
+        except (TypeError, KeyError, ValueError):
+            pass
+        data[k] = {"value": value, "measured": now, "when": time.strftime("%Y-%m-%dT%H:%M:%S",
+                                                                           time.localtime(now))}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+
+def source(cached: tuple[float, float] | None) -> str:
+    """What env.json's ``peaks_source`` says of one figure."""
+    if cached is None:
+        return "measured"
+    return f"cached: measured {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(cached[1]))}"
+
+
+def all_cached(spec) -> bool:
+    """True when every peak a sweep of ``spec`` needs is in the cache and fresh (its projection
+    then leaves the peak measurements out); the threads are the spec's (auto: as when quiet)."""
+    import torch
+
+    from bench.measure.envinfo import cpu_name, peak_run_ms
+
+    name = torch.cuda.get_device_name() if spec.device == "cuda" and torch.cuda.is_available() else cpu_name()
+    fp = {"device": spec.device, "device_name": name, "cpu_count": os.cpu_count(), "torch": torch.__version__}
+    cache, run_ms = PeakCache(spec.peak_age), peak_run_ms(spec.device, spec.budget_ms)
+    wanted = [key(fp, "tflops", d, spec.threads, run_ms) for d in spec.dtypes] + [key(fp, "gbps", "", spec.threads,
+                                                                                      run_ms)]
+    return all(cache.get(k) is not None for k in wanted)
