@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench.engine import store
+from bench.engine import judge, store
 from bench.model import row
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
@@ -74,8 +74,9 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     df["reason"] = df["reason"].fillna("")
     for col in FLAGS:
         df[col] = df[col].map(lambda x: bool(x) if isinstance(x, (bool, np.bool_)) else False) if col in df else False
-    # shaky: an ok cell whose figure is not to be trusted as it stands (drawn hollow, starred, not fitted)
-    df["shaky"] = (df["status"] == "ok") & df[FLAGS].any(axis=1)
+    # shaky: an ok cell whose figure is not to be trusted as it stands (drawn hollow, starred, not fitted),
+    # as bench.engine.judge decides it
+    df["shaky"] = [judge.shaky(r) for r in df[["status", *FLAGS]].to_dict("records")] if len(df) else False
     if "round_medians_ms" not in df:
         df["round_medians_ms"] = None
     return df

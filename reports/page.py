@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.engine import judge
 from bench.measure.flops import __doc__ as FLOP_DOC
 from bench.model.row import Status
 from reports.scaling import crossover_note
@@ -67,54 +68,39 @@ def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
     return sorted(set(ok.loc[ok["peak_unreliable"].fillna(False).astype(bool), "dtype"]))
 
 
+def run_trust(df, envs) -> judge.Trust:
+    """The trust state of the report's rows (``bench.engine.judge.trust``: the one place it is decided)."""
+    ok = df[df["status"] == "ok"]
+    cols = [c for c in ("status", *judge.SHAKY, "reference_skipped") if c in df]
+    return judge.trust(df[cols].to_dict("records"), [e["run"] for e in envs if e.get("mixed_env")],
+                       _unreliable_peaks(ok))
+
+
 def trust_state(df, envs) -> tuple[str, str, str]:
     """(css class, heading, main reason) of the trust box: clean, read with care, or do not use."""
-    ok = df[df["status"] == "ok"]
-    if ok.empty:
-        return "bad", "Do not use", "no cell was measured ok"
-    shaky = int(ok["shaky"].sum())
-    unchecked = int(ok["reference_skipped"].notna().sum()) if "reference_skipped" in ok else 0
-    bad_peaks = _unreliable_peaks(ok)
-    mixed = [e["run"] for e in envs if e.get("mixed_env")]
-    contended = int(ok["contended"].sum()) if "contended" in ok else 0
-    if contended > 0.5 * len(ok):  # timed while other processes had the cores: biased, not just wide
-        return "bad", "Do not use", f"{contended} of {len(ok)} ok cells were timed while the CPU was shared"
-    if mixed:
-        return "bad", "Do not use", f"{', '.join(mixed)} mixes machines (resumed on one that differs)"
-    if shaky > 0.1 * len(ok):
-        return "care", "Read with care", f"{shaky} of {len(ok)} ok cells are shaky"
-    if bad_peaks or unchecked:
-        why = (f"the matmul peak is unreliable for {', '.join(bad_peaks)}" if bad_peaks else
-               f"{unchecked} ok cells were timed without their reference check")
-        return "care", "Read with care", why
-    return "clean", "Clean", ("every ok cell is clean" if not shaky else
-                              f"only {shaky} of {len(ok)} ok cells are shaky")
+    t = run_trust(df, envs)
+    return t.state, t.heading, t.reason
 
 
 def trust_line(df, envs) -> str:
     """One line: can these numbers be trusted?  Counts of ok, noisy and contended cells,
-    and whether every dtype's matmul peak held."""
+    and whether every dtype's matmul peak held; the main reason is the trust box's heading."""
+    from bench.measure.nvml import SLOWDOWN
+
+    t = run_trust(df, envs)
     ok = df[df["status"] == "ok"]
-    noisy, contended = int(ok["noisy"].sum()), int(ok["contended"].sum())
-    throttled = int(ok["throttled"].sum()) if "throttled" in ok else 0
-    shaky = int(ok["shaky"].sum())
-    clean = len(ok) - shaky
-    verdict = ("trustworthy" if shaky == 0 else "mostly trustworthy" if shaky <= 0.1 * max(1, len(ok))
-               else f"read with care, {shaky} of {len(ok)} ok cells are shaky (a larger --budget-ms narrows "
-                    f"noisy medians; fewer --threads or a quieter machine helps contended ones)")
-    bad_peaks = _unreliable_peaks(ok)
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
                       f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
-    text = (f"{verdict}: {len(ok)} ok cells, {clean} clean, {noisy} noisy, {contended} contended"
-            + (f", {throttled} throttled (GPU clock below {0.9:g} of its start)" if throttled else "")
+    text = (f"{t.verdict}: {t.ok} ok cells, {t.clean} clean, {t.noisy} noisy, {t.contended} contended"
+            + (f", {t.throttled} throttled (NVML reported {' or '.join(sorted(SLOWDOWN))})" if t.throttled else "")
             + " (shaky cells are hollow in charts, marked * in tables and left out of fits)")
     worst = worst_contended(ok)
     if worst:
         text += f"; worst: {worst}"
-    unchecked = int(ok["reference_skipped"].notna().sum()) if "reference_skipped" in ok else 0
-    if unchecked:
-        text += (f"; {unchecked} ok cells timed unchecked (their float64 reference could not be computed: "
+    if t.unchecked:
+        text += (f"; {t.unchecked} ok cells timed unchecked (their float64 reference could not be computed: "
                  f"reference_skipped says why)")
+    bad_peaks = _unreliable_peaks(ok)
     if bad_peaks:
         text += f"; the matmul peak is unreliable for {', '.join(bad_peaks)} (marked † in % of peak)"
     mixed = [f"{e['run']}: {', '.join(e['mixed_env'])}" for e in envs if e.get("mixed_env")]

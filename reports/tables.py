@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 from tabulate import tabulate
 
-from bench.model.row import FLAGS, ReasonKind, Status
+from bench.engine import judge
+from bench.model.row import FLAGS, Status
 from reports.frames import facet_groups, ran_here
 
 METRICS = {  # name: (title, formatter)
@@ -90,16 +91,12 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def failed_cells(df: pd.DataFrame) -> pd.DataFrame:
-    """Every failed cell except 'unsupported' by a declared capability (a mask, direction,
-    cross-attention or GQA the variant does not claim)."""
-    bad = df[df["status"] != Status.OK]
-    declared = bad["reason_kind"] == ReasonKind.CAPABILITY if "reason_kind" in bad else False
-    if "reason_kind" not in bad or bad["reason_kind"].isna().any():  # rows written before reason_kind
-        untyped = bad["reason_kind"].isna() if "reason_kind" in bad else True
-        declared = declared | (untyped & bad["reason"].fillna("").str.contains(
-            r"not supported \(supports|score mod \S+ not supported|backward not supported|cross-attention \(q_len|"
-            r"GQA \(kv_heads", regex=True))
-    return bad[~declared]
+    """Every cell without a measurement but those its variant declared out (a mask, direction,
+    cross-attention or GQA it does not claim): ``bench.engine.judge.not_measured``, which reads
+    the row's ``reason_kind``, never its words."""
+    cols = ["status", "reason_kind"] if "reason_kind" in df else ["status"]
+    keep = [judge.not_measured(r) for r in df[cols].to_dict("records")]
+    return df[pd.Series(keep, index=df.index, dtype=bool)] if len(df) else df
 
 
 def failures(df: pd.DataFrame) -> pd.DataFrame:

@@ -160,7 +160,7 @@ def test_a_probe_does_not_take_the_variants_own_bug_for_a_refusal(tmp_path):
     ''')
     row = _rows([reg["probed"]], SMALL)["probed"]
     assert row["status"] == "error" and "TypeError" in row["reason"] and "variant code" in row["reason"]
-    from bench.engine.sweep import failures
+    from bench.engine.judge import failures
 
     assert failures([row])  # so --strict fails the sweep
 

@@ -29,29 +29,23 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.engine import store
+from bench.engine import judge, store
 from bench.errors import UsageError
 from bench.model.case import Case
 
 SCALING = {"causal": ["naive", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "xformers"],
            "window": ["flex", "window.chunked"]}
-GPU_TIMEOUT_S = "300"  # a cold flex forward+backward compile takes 20-35 s on its own
+GPU_TIMEOUT_S = 300.0  # a cold flex forward+backward compile takes 20-35 s on its own
 
-QUICK = {  # sizes and thresholds per device
-    "cuda": dict(n=1024, big=dict(batch=4, heads=16, q_len=8192, kv_len=8192, head_dim=128), min_tflops=500.0,
+QUICK = {  # the quick check's sizes per device (its thresholds are bench.engine.judge's)
+    "cuda": dict(n=1024, big=dict(batch=4, heads=16, q_len=8192, kv_len=8192, head_dim=128),
                  scaling=[1024, 2048, 4096, 8192], scaling_heads=16, scaling_dim=128,
-                 timer=dict(batch=1, heads=16, q_len=4096, kv_len=4096, head_dim=128), timer_tol=0.03,
-                 budget="50", dtype="bfloat16"),
-    "cpu": dict(n=64, big=dict(batch=1, heads=4, q_len=512, kv_len=512, head_dim=64), min_tflops=0.0,
+                 timer=dict(batch=1, heads=16, q_len=4096, kv_len=4096, head_dim=128), budget_ms=50.0,
+                 dtype="bfloat16"),
+    "cpu": dict(n=64, big=dict(batch=1, heads=4, q_len=512, kv_len=512, head_dim=64),
                 scaling=[1024, 2048, 4096], scaling_heads=2, scaling_dim=64,
-                timer=dict(batch=1, heads=4, q_len=256, kv_len=256, head_dim=64), timer_tol=0.25,
-                budget="20", dtype="float32"),
-}
-MEMORY_EXPONENTS = {  # device: variant: (low, high)
-    "cuda": {"naive": (1.8, 2.2), "sdpa.flash": (0.85, 1.15)},
-    # on the CPU, flash's per-thread scratch buffers are a fixed cost that the output (linear
-    # in n) only outgrows at larger sizes: below 1 at these sizes, far below naive's 2
-    "cpu": {"naive": (1.8, 2.2), "sdpa.flash": (0.3, 1.15)},
+                timer=dict(batch=1, heads=4, q_len=256, kv_len=256, head_dim=64), budget_ms=20.0,
+                dtype="float32"),
 }
 
 
@@ -135,13 +129,8 @@ def _verdict(checks: list[tuple[str, bool, str]]) -> int:
 
 
 def _failed_cells(rows: list[dict]) -> list[str]:
-    """The cells that failed, less an approximate variant's accuracy verdict (its ``mismatch``
-    on these random inputs says how good the approximation is, not that the harness failed)."""
-    from bench.engine.store import current_rows
-    from bench.engine.sweep import failures
-
-    return failures([r for r in current_rows(rows) if not (r.get("approximate") and r.get("status") == "mismatch"
-                                                           and r.get("reason_kind") == "mismatch-values")])
+    """The cells that failed, less an approximate variant's accuracy verdict (bench.engine.judge)."""
+    return judge.failures(rows, allow_accuracy=True)
 
 
 def full_steps(names: list[str], seq_len: int, device: str) -> list[Step]:
@@ -174,7 +163,7 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     out, registry = _start(out, device, "gpu-check")
     names = variants or registry.names()
     common = dict(device=device, heads=[8], head_dims=[64], batch=[2], window=[max(8, seq_len // 8)],
-                  timeout=float(GPU_TIMEOUT_S), **({"budget_ms": 10.0} if device == "cpu" else {}))
+                  timeout=GPU_TIMEOUT_S, **({"budget_ms": 10.0} if device == "cpu" else {}))
     steps = full_steps(names, seq_len, device)
     ran, rows = {}, {}
     for step in steps:
@@ -232,7 +221,7 @@ def _fit(ns, ys) -> float:
 
 def quick_common(device: str) -> dict:
     q = QUICK[device]
-    return dict(device=device, timeout=float(GPU_TIMEOUT_S), budget_ms=float(q["budget"]), dtypes=[q["dtype"]])
+    return dict(device=device, timeout=GPU_TIMEOUT_S, budget_ms=q["budget_ms"], dtypes=[q["dtype"]])
 
 
 def quick_steps(registry, device: str) -> dict[str, Step]:
@@ -253,7 +242,7 @@ def quick_steps(registry, device: str) -> dict[str, Step]:
                                             if v in registry], seq_lens=[big["q_len"]], heads=[big["heads"]],
                                   head_dims=[big["head_dim"]], batch=[big["batch"]], masks=["none"],
                                   directions=["fwd"])),
-        "scaling": Step("scaling", dict(variants=[v for v in MEMORY_EXPONENTS[device] if v in registry],
+        "scaling": Step("scaling", dict(variants=[v for v in judge.MEMORY_EXPONENTS[device] if v in registry],
                                         seq_lens=q["scaling"], heads=[q["scaling_heads"]], head_dims=[q["scaling_dim"]],
                                         batch=[1], masks=["causal"], directions=["fwd"])),
     }
@@ -296,12 +285,12 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     # 2. the best SDPA backend at a large size, against the matmul peak the sweep measured
     peak_rows = rows("peak")
     peak = (store.read_env(out / "peak").get("peaks_tflops") or {}).get(q["dtype"])
-    checks.add(*sdpa_verdict(peak_rows, peak, q["min_tflops"] if device == "cpu" else None))
+    checks.add(*sdpa_verdict(peak_rows, peak, judge.MIN_TFLOPS_CPU if device == "cpu" else None))
     checks.add(*kernel_verdict(peak_rows, device))
 
     # 3. memory exponents of a causal scaling sweep
     scaling = rows("scaling")
-    for name, (lo, hi) in MEMORY_EXPONENTS[device].items():
+    for name, (lo, hi) in judge.MEMORY_EXPONENTS[device].items():
         mine = [r for r in scaling if r["variant"] == name and r["status"] == "ok" and r.get("peak_mem_bytes")]
         exp = _fit([r["q_len"] for r in mine], [r["peak_mem_bytes"] for r in mine])
         checks.add(f"3 memory exponent {name} in [{lo}, {hi}]", lo <= exp <= hi,
@@ -317,8 +306,8 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
         row = check_cell(registry[name], case, 300.0 if device == "cuda" else 60.0)
         tool = "do_bench" if "ratio_do_bench" in row else "tub"
         ratio = row[f"ratio_{tool}"]
-        checks.add(f"4 timer agreement {name} within {100 * q['timer_tol']:g}% of {tool}",
-                   abs(ratio - 1) <= q["timer_tol"],
+        tol = judge.TIMER_AGREEMENT[device]
+        checks.add(f"4 timer agreement {name} within {100 * tol:g}% of {tool}", abs(ratio - 1) <= tol,
                    f"harness {row['harness_ms']:.4g} ms, {tool} {row[f'{tool}_ms']:.4g} ms, ratio {ratio:.3f} "
                    f"(rounds {row[f'ratio_{tool}_lo']:.3f}-{row[f'ratio_{tool}_hi']:.3f})")
 
@@ -475,15 +464,9 @@ def workload_verdict(ragged_rows: list[dict], paged_rows: list[dict], device: st
     return check, not problems, "; ".join(problems + details)
 
 
-# the share of the measured matmul peak a backend must reach at the check's large size: cuDNN's
-# attention runs near the GEMM rate on Hopper; FlashAttention-2 in torch 2.11 reaches about 350 to
-# 400 TFLOP/s of the H200's ~790 (HOPPER notes), the memory-efficient kernel less
-SDPA_SHARE = {"sdpa.cudnn": 0.6, "sdpa.flash": 0.35, "sdpa": 0.35, "sdpa.efficient": 0.2}
-
-
 def sdpa_verdict(rows: list[dict], peak: float | None, absolute: float | None = None) -> tuple[str, bool, str]:
     """Verdict 2 from the peak sweep's rows: the fastest SDPA backend against its share of the
-    measured matmul peak (SDPA_SHARE), naming the backend; ``absolute`` instead, where given
+    measured matmul peak (judge.SDPA_SHARE), naming the backend; ``absolute`` instead, where given
     (the CPU rehearsal's relaxed threshold)."""
     ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("tflops")), key=lambda r: -r["tflops"])
     if not ok:
@@ -492,7 +475,7 @@ def sdpa_verdict(rows: list[dict], peak: float | None, absolute: float | None = 
     if absolute is not None:
         threshold, why = absolute, f"threshold {absolute:g}"
     elif peak:
-        share = SDPA_SHARE.get(best["variant"], 0.35)
+        share = judge.SDPA_SHARE.get(best["variant"], judge.SDPA_SHARE["sdpa"])
         threshold, why = share * peak, f"threshold {share:g} x the measured matmul peak {peak:.0f} = {share * peak:.0f}"
     else:
         return "2 best SDPA backend TFLOP/s", False, "no matmul peak was measured to hold it to"

@@ -220,7 +220,8 @@ def _workers_hint(args) -> int:
 
 
 def _finish(summary, spec, args, projected_s: float | None = None) -> int:
-    from bench.engine.sweep import contention_warning, failures
+    from bench.engine.judge import failures
+    from bench.engine.sweep import contention_warning
     from reports.tables import summary_table
 
     rows, run_dir = summary.rows, summary.run_dir
@@ -260,14 +261,12 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
 
 def shaky_count(rows) -> str:
     """How many of the ok cells (their current rows) are shaky, and what to do about them."""
-    ok = [r for r in store.current_rows(rows) if r.get("status") == "ok"]
-    noisy = sum(1 for r in ok if r.get("noisy"))
-    contended = sum(1 for r in ok if r.get("contended"))
-    throttled = sum(1 for r in ok if r.get("throttled"))
-    shaky = sum(1 for r in ok if store.wants_retry(r, {"shaky"}))
-    text = (f"shaky: {shaky} of {len(ok)} ok cells ({noisy} noisy, {contended} contended"
-            + (f", {throttled} throttled" if throttled else "") + ")")
-    return text + ("; measure them again with --resume RUN --retry shaky" if shaky else "")
+    from bench.engine import judge
+
+    t = judge.trust(store.current_rows(rows))
+    text = (f"shaky: {t.shaky} of {t.ok} ok cells ({t.noisy} noisy, {t.contended} contended"
+            + (f", {t.throttled} throttled" if t.throttled else "") + ")")
+    return text + ("; measure them again with --resume RUN --retry shaky" if t.shaky else "")
 
 
 def timed_share(timed_s: float, cells_s: float, command_s: float, report_s: float) -> str:
@@ -288,12 +287,14 @@ def _retry_statuses(raw: str | None, resume) -> set:
         return set()
     if resume is None:
         raise UsageError("--retry re-measures cells of an earlier run: give it with --resume RUN")
-    valid = [s for s in STATUSES if s not in ("ok", "unsupported")] + list(store.SHAKY_FLAGS)
+    from bench.engine.judge import RETRY_FLAGS
+
+    valid = [s for s in STATUSES if s not in ("ok", "unsupported")] + list(RETRY_FLAGS)
     wanted = [s.strip() for s in str(raw).split(",") if s.strip()]
     bad = [s for s in wanted if s not in valid]
     if bad or not wanted:
-        raise UsageError(f"--retry takes statuses from {', '.join(v for v in valid if v not in store.SHAKY_FLAGS)} "
-                         f"and the flags {', '.join(store.SHAKY_FLAGS)} (ok cells that are noisy, contended, "
+        raise UsageError(f"--retry takes statuses from {', '.join(v for v in valid if v not in RETRY_FLAGS)} "
+                         f"and the flags {', '.join(RETRY_FLAGS)} (ok cells that are noisy, contended, "
                          f"throttled, or any of them), got {raw!r}")
     return set(wanted)
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.engine import store
+from bench.engine import judge, store
 from bench.errors import UsageError
 from bench.model.spec import measured_part, spec_from_dict
-
-FINGERPRINT = ("torch", "xformers", "cuda", "python", "device", "device_name", "cpu", "cpu_count")
 
 
 def merge_runs(run_dirs, out) -> Path:
@@ -104,7 +102,10 @@ def _merged_env(dirs, envs) -> dict:
             peaks[dtype] = max(peaks.get(dtype, 0.0), value or 0.0)
     env["peaks_tflops"] = peaks
     env["peak_gbps"] = max((e.get("peak_gbps") or 0.0) for e in envs) or None
-    changed = sorted({k for e in envs[1:] for k in FINGERPRINT if e.get(k) != envs[0].get(k)})
+    changed = sorted({k for e in envs[1:] for k in judge.FINGERPRINT if e.get(k) != envs[0].get(k)})
+    if "threads" in changed and (env["spec"].get("threads") is None):  # --threads auto chose per shard, by its load:
+        changed.remove("threads")  # noted, as a resume notes it, not a machine that differs
+        env["threads_by_shard"] = [e.get("threads") for e in envs]
     if changed:  # shards that ran on different machines: the report says the run is mixed
         env["mixed_env"] = list(env.get("mixed_env") or []) + [
             f"{k}: " + " / ".join(str(e.get(k)) for e in envs) for k in changed]

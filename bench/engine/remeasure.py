@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.engine import store
+from bench.engine import judge, store
 from bench.measure import contention
 
 QUIET_WAIT_S = 10.0  # the longest a re-measurement pass waits for the load to drop
@@ -67,15 +67,14 @@ def remeasure(cells, run_dir: Path, spec, threads: int | None, measure) -> tuple
     threads = threads or spec.threads or len(contention.usable_cpus())
     for i in range(spec.remeasure or 0):
         current = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in wanted]
-        shaky = [wanted[store.cell_key(r["variant"], r)] for r in current
-                 if r.get("status") == "ok" and r.get("contended")]
+        shaky = [wanted[store.cell_key(r["variant"], r)] for r in current if judge.wants_retry(r, {"contended"})]
         if not shaky:
             break
         quiet, waited = wait_for_quiet(threads)
         timed += measure(shaky)
         keys = {store.cell_key(n, c) for n, c in shaky}
         after = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in keys]
-        clean = sum(1 for r in after if r.get("status") == "ok" and not r.get("contended"))
+        clean = sum(1 for r in after if r.get("status") == "ok" and not judge.wants_retry(r, {"contended"}))
         notes.append(f"re-measured {len(shaky)} contended cell(s) at the end of the sweep (pass {i + 1} of "
                      f"{spec.remeasure}, after {waited:.1f} s waiting for the load to drop"
                      f"{'' if quiet else ', which it did not'}): {clean} now clean, {len(after) - clean} not")

@@ -11,30 +11,14 @@ import sys
 import time
 from pathlib import Path
 
-from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS, Case
-from bench.model.row import FLAGS, Row, flatten, make_row, to_record
+from bench.engine.judge import wants_retry
+from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
+from bench.model.row import Row, cell_key, current_rows, flatten, make_row, to_record  # noqa: F401
 
 RESULTS = "results.jsonl"
 PROFILE = "profile.jsonl"  # sweep --profile: category shares per cell, from a pass after the timing
 ENV = "env.json"
 DEFAULT_ROOT = Path("runs")
-
-
-def cell_key(variant: str, case: Case | dict) -> tuple:
-    d = case.to_dict() if isinstance(case, Case) else case
-    return (variant,) + tuple(d.get(f, CASE_DEFAULTS[f]) for f in CASE_FIELDS)
-
-
-def current_rows(rows) -> list[dict]:
-    """The row that counts for each cell: its newest.  Rows are appended and never rewritten,
-    so a cell measured again (``--retry``, a resume) has several, and the last one written
-    decides its status and figures.  Every reader of rows asks this helper (the summary,
-    resume and retry, merge, compare, export, the plan's history, the report).  The cells
-    come in the order they were first measured."""
-    newest: dict = {}
-    for r in rows:
-        newest[cell_key(r.get("variant"), r)] = r
-    return list(newest.values())
 
 
 def read_current(run_dir: Path, quiet: bool = False) -> list[dict]:
@@ -45,19 +29,11 @@ def read_current(run_dir: Path, quiet: bool = False) -> list[dict]:
 
 def done_keys(rows, retry=frozenset()) -> set:
     """The cells a resume does not measure again: those whose current row's status is not in
-    ``retry`` (which may also name the flags of SHAKY_FLAGS: ok cells noisy, contended, throttled, or any)."""
+    ``retry`` (which may also name the flags of ``judge.RETRY_FLAGS``: ok cells noisy, contended,
+    throttled, or any)."""
     return {cell_key(r["variant"], r) for r in current_rows(rows) if not wants_retry(r, retry)}
 
 
-SHAKY_FLAGS = {"noisy": ("noisy",), "contended": ("contended",), "throttled": ("throttled",),
-               "shaky": FLAGS}
-
-
-def wants_retry(row: dict, retry) -> bool:
-    """True when ``row``'s status is in ``retry``, or it is ok and carries a flag named there."""
-    if row.get("status") in retry:
-        return True
-    return row.get("status") == "ok" and any(row.get(f) for name in retry for f in SHAKY_FLAGS.get(name, ()))
 
 
 def new_run_dir(device: str, root: Path = DEFAULT_ROOT, link_latest: bool = True) -> Path:

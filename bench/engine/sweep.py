@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import maskfile, peaks, store
+from bench.engine import judge, maskfile, peaks, store
 from bench.engine import remeasure as again
 from bench.engine.cell import REFERENCE, base_row
 from bench.engine.runner import Worker, WorkerSettings, release_prestarted
@@ -19,7 +19,7 @@ from bench.measure import contention
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 from bench.model.registry import available
-from bench.model.row import FAILED, STATUSES, ReasonKind
+from bench.model.row import STATUSES, ReasonKind
 from bench.model.spec import Spec, shard_pair
 
 
@@ -125,22 +125,10 @@ def worker_slots(spec: Spec) -> list:
     return placement.place(spec.device, spec.workers, gpus, cpus, spec.threads, placement.visible_ids())
 
 
-def failures(rows: list[dict]) -> list[str]:
-    """Cells that failed: an error, crash, timeout, mismatch or oom, or 'unsupported' with no
-    reason (a capability or library refusal always gives one)."""
-    out = []
-    for r in store.current_rows(rows):
-        status = r.get("status")
-        if status in FAILED or (status == "unsupported" and not (r.get("reason") or "").strip()):
-            out.append(f"{r.get('variant')} {status} at n={r.get('q_len')} {r.get('mask')} {r.get('direction')}"
-                       f" {r.get('dtype')}: {(r.get('reason') or 'no reason given')[:160]}")
-    return out
-
-
 def contention_warning(rows: list[dict], spec) -> str:
     """A warning that counts the contended cells (of the rows that count) and says what to do, or ''."""
     ok = [r for r in store.current_rows(rows) if r.get("status") == "ok"]
-    bad = [r for r in ok if r.get("contended")]
+    bad = [r for r in ok if "contended" in judge.shaky_flags(r)]
     if not bad:
         return ""
     return (f"warning: {len(bad)} of {len(ok)} ok cells were timed while the CPU was shared (contended: "
@@ -148,9 +136,6 @@ def contention_warning(rows: list[dict], spec) -> str:
             f"out of fits. For numbers you can trust, rerun on a quieter machine, or with fewer threads than "
             f"cores (--threads {max(1, len(contention.usable_cpus()) - 1)}) so that other processes have a core of "
             f"their own.")
-
-
-FINGERPRINT_KEYS = ("torch", "xformers", "cuda", "python", "device", "device_name", "cpu", "cpu_count", "threads")
 
 
 def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_env_change: bool = False,
@@ -166,8 +151,8 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     here["threads"] = spec.threads or auto or here["threads"]
     env = store.read_env(run_dir) if resumed else {}
     if env:
-        before = (env.get("history") or [{}])[-1].get("fingerprint") or {k: env.get(k) for k in FINGERPRINT_KEYS}
-        changed = [f"{k}: {before.get(k)} -> {here.get(k)}" for k in FINGERPRINT_KEYS if before.get(k) != here.get(k)]
+        before = (env.get("history") or [{}])[-1].get("fingerprint") or {k: env.get(k) for k in judge.FINGERPRINT}
+        changed = judge.fingerprint_changes(before, here)
         chosen = spec.threads is None and all(c.startswith("threads:") for c in changed)
         if changed and chosen:  # --threads auto chose another count under another load: noted, not refused
             changed = [f"{c} (--threads auto)" for c in changed]
@@ -198,7 +183,7 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     env["peak_run_ms"] = run_ms = peak_run_ms(spec.device, spec.budget_ms)
     env.setdefault("history", []).append({
         "command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in FINGERPRINT_KEYS},
+        "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in judge.FINGERPRINT},
         "loadavg_start": env["loadavg_start"]})
     from bench.engine.runner import wait_prestarted
 

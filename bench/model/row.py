@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.model.case import CASE_FIELDS
+from bench.model.case import CASE_DEFAULTS, CASE_FIELDS
 
 
 class Status(str, enum.Enum):
@@ -177,3 +177,22 @@ def flatten(record: dict) -> dict:
     for k, v in extra.items():
         out[f"extra.{k}" if k in out or k in COLUMNS else k] = v
     return out
+
+
+def cell_key(variant: str, case) -> tuple:
+    """What identifies a cell: its variant and its case (a Case, or a row's case columns; a
+    column a row lacks takes the default it was measured with)."""
+    d = case.to_dict() if hasattr(case, "to_dict") else case
+    return (variant,) + tuple(d.get(f, CASE_DEFAULTS[f]) for f in CASE_FIELDS)
+
+
+def current_rows(rows) -> list[dict]:
+    """The row that counts for each cell: its newest.  Rows are appended and never rewritten,
+    so a cell measured again (``--retry``, a resume) has several, and the last one written
+    decides its status and figures.  Every reader of rows asks this helper (the summary,
+    resume and retry, merge, compare, export, the plan's history, the report, the judging in
+    ``bench.engine.judge``).  The cells come in the order they were first measured."""
+    newest: dict = {}
+    for r in rows:
+        newest[cell_key(r.get("variant"), r)] = r
+    return list(newest.values())
