@@ -1,7 +1,6 @@
-"""The plugin API's stable import path: ``bench.case`` is ``bench.model.case``."""
+"""The plugin API's stable import path for cases (``bench.model.case`` holds them): a Case is
+one sweep point, frozen and validated; these are the names a variant file uses."""
 
-import sys
+from bench.model.case import CASE_DTYPES, DEVICES, DIRECTIONS, DTYPES, FP8, MASKS, Case, CaseError
 
-from bench.model import case as _module
-
-sys.modules[__name__] = _module
+__all__ = ["CASE_DTYPES", "DEVICES", "DIRECTIONS", "DTYPES", "FP8", "MASKS", "Case", "CaseError"]

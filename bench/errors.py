@@ -1,4 +1,4 @@
-"""User errors: reported as one line, exit code 2, no traceback."""
+"""User errors (reported as one line, exit code 2, no traceback), and how any error is said in one line."""
 
 
 class UsageError(Exception):
@@ -7,3 +7,9 @@ class UsageError(Exception):
 
 class RegistryError(Exception):
     """A problem with registering or discovering variants or masks (reported to users as exit 2)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message in one line: its first, or its type's name when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,7 +1,6 @@
-"""The plugin API's stable import path: ``bench.probe`` is ``bench.measure.probe``."""
+"""The plugin API's stable import path for probing a library (``bench.measure.probe``):
+``run_probe(factory, case)`` runs a tiny copy of the case and returns the library's refusal."""
 
-import sys
+from bench.measure.probe import run_probe
 
-from bench.measure import probe as _module
-
-sys.modules[__name__] = _module
+__all__ = ["run_probe"]

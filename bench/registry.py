@@ -1,7 +1,14 @@
-"""The plugin API's stable import path: ``bench.registry`` is ``bench.model.registry``."""
+"""The plugin API's stable import path for variants (``bench.model.registry`` holds them): the
+``variant`` decorator, what a factory returns (``Prepared``), and availability."""
 
-import sys
+from bench.model.registry import (
+    CAPABILITIES,
+    DuplicateVariantError,
+    Prepared,
+    RegistryError,
+    Variant,
+    available,
+    variant,
+)
 
-from bench.model import registry as _module
-
-sys.modules[__name__] = _module
+__all__ = ["CAPABILITIES", "DuplicateVariantError", "Prepared", "RegistryError", "Variant", "available", "variant"]

@@ -25,12 +25,12 @@ FAIL_MARK = {s.value: "UNSUPP." if s is Status.UNSUPPORTED else s.word for s in 
 
 PALETTE = (list(matplotlib.colormaps["tab10"].colors) + list(matplotlib.colormaps["Dark2"].colors)
            + list(matplotlib.colormaps["tab20b"].colors)[::2])
-# every built-in variant has its own slot of PALETTE, the same in every chart of every run
-# (the baseline is drawn in near-black); a plugin's variant takes a slot from its name's CRC-32.
-# flex.padding, flex.window and flex.causal name the per-mask flex variants of older run folders.
+# every built-in variant has its own slot of PALETTE, the same in every chart of every run (the
+# baseline is drawn in near-black), chosen so that the variants drawn together on a CPU (the exact
+# ones beside the approximations) differ in hue; a plugin's variant takes a slot from its name's CRC-32
 BUILTIN_SLOTS = {"flex": 0, "chunked.online": 1, "nystrom": 2, "sdpa.cudnn": 3, "sdpa": 4, "sdpa.efficient": 5,
-                 "sdpa.math": 6, "sdpa.flash": 7, "window.chunked": 8, "xformers": 9, "flex.causal": 10, "naive": 11,
-                 "flex.padding": 12, "flex.window": 13, "performer": 15, "linear.elu": 18}
+                 "sdpa.math": 6, "sdpa.flash": 7, "window.chunked": 8, "xformers": 9, "performer": 10, "naive": 17,
+                 "linear.elu": 24}
 PLUGIN_SLOTS = [i for i in range(len(PALETTE)) if i not in BUILTIN_SLOTS.values()]
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from bench.engine import judge, store
+from bench.measure.flops import DIRECTION_FACTOR
 from bench.model import row
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
@@ -102,7 +103,10 @@ def with_peaks(df: pd.DataFrame, envs: list[dict]) -> pd.DataFrame:
     # bandwidth share, and the share of whichever ceiling binds at that intensity
     bandwidth = {e["run"]: e.get("peak_gbps") for e in envs}
     moved = pd.to_numeric(df.get("bytes"), errors="coerce")
-    if "traffic_bytes" in df:  # a variant's own traffic model (naive: the scores it materialises)
+    if "materialised_bytes" in df:  # what a variant writes and reads beyond the minimum (naive: its scores)
+        extra = pd.to_numeric(df["materialised_bytes"], errors="coerce") * df["direction"].map(DIRECTION_FACTOR)
+        moved = moved + extra.fillna(0.0)
+    if "traffic_bytes" in df:  # rows of older folders: the whole traffic, as the variant modelled it
         moved = pd.to_numeric(df["traffic_bytes"], errors="coerce").fillna(moved)
     df["intensity"] = df["flops"] / moved
     gbps = pd.to_numeric(df["gbps"], errors="coerce") if "gbps" in df else pd.Series(np.nan, index=df.index)

@@ -101,12 +101,21 @@ def test_roofline_columns_follow_the_ceilings():
 
 
 def test_naive_declares_the_traffic_of_the_scores_it_materialises(registry):
+    from bench.measure.flops import DIRECTION_FACTOR, min_bytes
+    from reports.frames import tidy, with_peaks
+
     case = Case("cpu", "float32", 2, 4, 4, 256, 128, 32, "causal", None, "fwd")
     info = registry["naive"].prepare(case).info
     scores = 2 * 4 * 256 * 128 * 4  # bytes of one (B, H, Lq, Lk) float32 tensor
-    from bench.measure.flops import min_bytes
-
-    assert info["traffic_bytes"] == min_bytes(case) + 8 * scores  # QK^T, scale, mask, softmax, @V
+    assert info["materialised_bytes"] == 8 * scores  # QK^T, scale, mask, softmax, @V
+    rows = [case.replace(direction=d).to_dict() | {"variant": "naive", "status": "ok", "flops": 1e9, "median_ms": 1.0,
+                                                   "bytes": min_bytes(case.replace(direction=d)),
+                                                   "materialised_bytes": 8 * scores, "run": "r"}
+            for d in ("fwd", "bwd")]
+    df = with_peaks(tidy(pd.DataFrame(rows)), [{"run": "r", "peaks_tflops": {"float32": 1.0}, "peak_gbps": 20.0}])
+    for (_, r), d in zip(df.iterrows(), ("fwd", "bwd")):  # the report's traffic: the minimum and the scores
+        moved = min_bytes(case.replace(direction=d)) + 8 * scores * DIRECTION_FACTOR[d]
+        assert r["intensity"] == pytest.approx(1e9 / moved)
 
 
 @pytest.mark.slow

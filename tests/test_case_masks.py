@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from bench import masks
 from bench.case import Case, CaseError
+from bench.model import masks
 
 
 @pytest.mark.parametrize("field, value, words", [

@@ -26,3 +26,42 @@ def test_readmes_python_sweep_runs_as_written(tmp_path, monkeypatch, capsys):
     again = namespace["run_sweep"](namespace["spec"], summary.run_dir,
                                    namespace["run_sweep"].__globals__["SweepOptions"](resume=True, progress=False))
     assert again.cells == 0 and again.already == 4  # the folder had them all: nothing measured twice
+
+
+@pytest.mark.slow
+def test_the_api_and_the_command_line_resume_the_same_way(tmp_path):
+    """One path from what is asked to the spec (bench.engine.request): resuming from Python and from
+    the command line both start from the run's saved spec, take the settings given over it and add
+    the variants of a plugin named for the first time."""
+    import json
+    import shutil
+
+    from bench.api import SweepOptions, build_spec, discover, parse_values, run_sweep
+    from tests.conftest import read_jsonl, run_cli, write_plugin
+
+    plugin = write_plugin(tmp_path, "extra", """
+        import torch.nn.functional as F
+        from bench.registry import variant
+
+        @variant("extra.sdpa", description="SDPA from a plugin", masks=("none",))
+        def extra(case):
+            return F.scaled_dot_product_attention
+    """)
+    values = parse_values({"variants": ["naive"], "seq_lens": [32], "heads": [2], "head_dims": [8], "masks": ["none"],
+                           "directions": ["fwd"], "budget_ms": 5.0, "device": "cpu", "remeasure": 0})
+    run_sweep(build_spec(values, discover()), tmp_path / "cli", SweepOptions(progress=False))
+    shutil.copytree(tmp_path / "cli", tmp_path / "api")
+    proc = run_cli("sweep", "--resume", tmp_path / "cli", "--plugin", plugin, "--seq-lens", "32,48", "--no-report",
+                   "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    summary = run_sweep(None, tmp_path / "api", SweepOptions(progress=False), resume=True,
+                        given=parse_values({"plugins": [str(plugin)], "seq_lens": [32, 48]}))
+    assert summary.already == 1 and summary.cells == 3
+
+    def cells(folder):
+        return sorted((r["variant"], r["q_len"]) for r in read_jsonl(folder / "results.jsonl"))
+
+    assert cells(tmp_path / "cli") == cells(tmp_path / "api") == [("extra.sdpa", 32), ("extra.sdpa", 48),
+                                                                 ("naive", 32), ("naive", 48)]
+    specs = [json.loads((tmp_path / f / "env.json").read_text())["spec"] for f in ("cli", "api")]
+    assert specs[0] == specs[1] and specs[0]["budget_ms"] == 5.0  # the saved spec's settings, kept

@@ -1,8 +1,8 @@
 import pytest
 
-from bench import masks
 from bench.case import Case
 from bench.measure.flops import flops, kept_pairs, min_bytes
+from bench.model import masks
 
 
 def _brute_pairs(case):

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {"bench.model": 0, "bench.measure": 1, "variants": 2, "bench.engine": 3, "reports": 4, "bench.cli": 5,
           "bench.api": 5}
-PUBLIC_PATHS = {"bench.case", "bench.masks", "bench.registry", "bench.probe"}  # the plugin API's stable names
+PUBLIC_PATHS = {"bench.case", "bench.masks", "bench.registry", "bench.probe", "bench.inputs"}  # the plugin API
 
 
 def _modules() -> dict[str, Path]:
@@ -119,3 +119,22 @@ def test_the_old_discover_path_says_where_it_went():
 
     with pytest.raises(AttributeError, match="from bench.api import discover"):
         registry.discover  # noqa: B018
+
+
+def test_the_built_in_variants_import_only_what_a_plugin_may():
+    """A variant file is the example people copy: it reaches the harness through the plugin
+    facades alone, never into its internals."""
+    graph = _graph()
+    for name in (m for m in _modules() if m.startswith("variants.")):
+        inside = sorted(d for d in graph[name] if d.startswith("bench") and d not in PUBLIC_PATHS
+                        and d not in {"bench"})
+        assert not inside, (name, inside)
+
+
+def test_each_facade_says_what_it_exports():
+    import importlib
+
+    for name in PUBLIC_PATHS:
+        module = importlib.import_module(name)
+        assert module.__all__ and all(hasattr(module, n) for n in module.__all__), name
+        assert module.__name__ == name  # a module of its own, not an alias of an internal one

@@ -9,11 +9,11 @@ import textwrap
 import pytest
 import torch
 
-from bench import masks
 from bench.case import Case
 from bench.cli import main
 from bench.engine import maskfile
 from bench.measure.flops import flops
+from bench.model import masks
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
 # every built-in mask, at parameters that make each of its parts bite at these lengths

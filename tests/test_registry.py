@@ -158,3 +158,33 @@ def test_list_backward_here_agrees_with_what_a_sweep_records(tmp_path):
     assert proc.returncode == 0, proc.stderr
     status = {r["variant"]: r["status"] for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
     assert status == {"flex": "unsupported", "naive": "ok"}
+
+
+def test_a_new_capability_is_one_declaration(monkeypatch):
+    """One entry in CAPABILITIES gives the decorator its keyword, the variant its attribute, the
+    availability check its refusal and the capability table its column."""
+    import dataclasses
+
+    from bench.model import registry as reg
+    from bench.model.case import Case
+
+    extra = reg.Capability("windowed", False, lambda c: c.mask == "window",
+                           lambda v, c: f"{v.name} takes no window (declare windowed=True)", "takes the window mask")
+    monkeypatch.setattr(reg, "CAPABILITIES", (*reg.CAPABILITIES, extra))
+    made = {}
+    for declared in (False, True):
+        @reg.variant(f"probe.{declared}", description="a plain SDPA", masks=("none", "window"), windowed=declared)
+        def factory(case):
+            import torch.nn.functional as F
+
+            return F.scaled_dot_product_attention
+        made[declared] = reg.module_variants(sys.modules[__name__], create=False)[-1]
+    case = Case(q_len=16, kv_len=16, mask="window", window=4)
+    assert made[False].windowed is False and made[True].windowed is True
+    assert made[False].static_reason(case) == "probe.False takes no window (declare windowed=True)"
+    assert made[True].static_reason(case) is None
+    assert made[True].capabilities()["windowed"] is True and "windowed" not in dataclasses.asdict(made[True])
+    with pytest.raises(RegistryError, match="the capabilities it may declare: cross, gqa, backward, paged, ragged, "
+                                            "windowed"):
+        reg.variant("probe.bad", description="x", slidey=True)
+    setattr(sys.modules[__name__], reg.MODULE_ATTR, [])  # this test module's registrations go with it

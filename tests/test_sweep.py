@@ -191,9 +191,9 @@ def test_config_values_are_not_converted_silently(tmp_path, capsys, toml, words)
 
 
 def test_repeated_values_are_one_cell_and_huge_lengths_cost_nothing():
-    from bench import masks
     from bench.api import discover
     from bench.case import Case
+    from bench.model import masks
     from bench.model.spec import build_spec, parse_values
 
     given = parse_values({"variants": "naive,naive", "dtypes": "bf16,bfloat16", "seq_lens": "64,64"})

@@ -5,11 +5,11 @@ gets these tests without writing any."""
 import pytest
 import torch
 
-from bench import masks
 from bench.api import discover
 from bench.case import Case
 from bench.measure.inputs import make_grad_out, make_inputs
 from bench.measure.reference import TOLERANCES, reference, run_and_check
+from bench.model import masks
 from bench.registry import available
 
 REGISTRY = discover(entry_points=False)

@@ -224,7 +224,7 @@ def test_the_sweep_id_hashes_plugin_contents_not_their_paths(tmp_path):
 
 
 def test_a_plugin_masks_prepare_receives_the_real_case(tmp_path):
-    from bench import masks
+    from bench.model import masks
 
     (tmp_path / "seen.py").write_text(textwrap.dedent('''
         from bench.masks import mask

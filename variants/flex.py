@@ -12,7 +12,7 @@ import torch
 
 from bench import masks
 from bench.case import DTYPES, FP8
-from bench.measure.inputs import make_grad_out, make_inputs, probe_case
+from bench.inputs import make_grad_out, make_inputs, probe_case
 from bench.registry import Prepared, variant
 
 CACHE_SIZE_LIMIT = 256  # compiled shapes kept per function: a sweep compiles one per case

@@ -1,8 +1,7 @@
 """The textbook form: Q @ K^T, scale by 1/sqrt(d), score mods, mask with -inf, softmax, @ V."""
 
 from bench import masks
-from bench.measure.flops import DIRECTION_FACTOR, ELEMENT_BYTES, min_bytes
-from bench.measure.inputs import gather_pages
+from bench.inputs import gather_pages
 from bench.registry import Prepared, variant
 
 
@@ -22,14 +21,14 @@ def naive(case):
     group = case.heads // case.kv_heads
     scale = case.scale
 
-    # the scores it materialises, in bytes moved (the roofline's intensity uses them): written by
-    # QK^T, read and written by the scaling, the score mods, the mask and the softmax, read by @V
-    # (and, with GQA, the copies of k and v that repeat_interleave writes and the matmuls read)
-    e = ELEMENT_BYTES[case.dtype]
+    # the scores it materialises, in bytes moved beyond q, k, v and the output (the roofline's
+    # intensity adds them to the minimum traffic, scaled for a backward): written by QK^T, read and
+    # written by the scaling, the score mods, the mask and the softmax, read by @V (and, with GQA,
+    # the copies of k and v that repeat_interleave writes and the matmuls read)
+    e = case.torch_dtype.itemsize
     passes = 6 + 2 * (keep is not None) + 2 * (mod is not None)
     scores = case.batch * case.heads * case.q_len * case.kv_len * e
     copies = 2 * 2 * case.batch * case.heads * case.kv_len * case.head_dim * e if group > 1 else 0
-    traffic = min_bytes(case) + (passes * scores + copies) * DIRECTION_FACTOR[case.direction]
 
     def attention(q, k, v):  # q (B, H, Lq, D); k, v (B, KvH, Lk, D)
         if group > 1:
@@ -41,4 +40,4 @@ def naive(case):
         p = masks.masked_softmax(scores, keep, empty)
         return p @ v  # (B, H, Lq, D)
 
-    return Prepared(attention, {"traffic_bytes": traffic})
+    return Prepared(attention, {"materialised_bytes": passes * scores + copies})

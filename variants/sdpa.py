@@ -18,7 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench import masks
 from bench.case import DTYPES, FP8
-from bench.measure.inputs import gather_pages, make_inputs
+from bench.inputs import gather_pages, make_inputs
 from bench.probe import run_probe
 from bench.registry import Prepared, variant
 

@@ -24,7 +24,6 @@ def command(args) -> int:
     from tabulate import tabulate
 
     from bench.engine.discovery import discover
-    from bench.model.spec import availability_on_this_machine
 
     reg = discover(args.plugin)
     if args.masks:
@@ -86,3 +85,20 @@ def _device_label(device):
     from bench.model.spec import default_device
 
     return device or default_device()
+
+
+def availability_on_this_machine(v, device: str | None = None, direction: str = "fwd") -> tuple[bool, str]:
+    """Availability for a representative case of ``v`` on ``device``: the variant's own
+    first mask and dtype, ``direction``, at a modest size."""
+    from bench.model.case import Case
+    from bench.model.registry import available
+    from bench.model.spec import default_device
+
+    device = device or default_device()
+    dtype = "float32" if device == "cpu" else "bfloat16"
+    if dtype not in v.dtypes:
+        dtype = v.dtypes[0]
+    mask = v.default_mask
+    case = Case(device=device, dtype=dtype, batch=1, heads=8, kv_heads=8, q_len=256, kv_len=256,
+                head_dim=64, mask=mask, window=64 if mask == "window" else None, direction=direction)
+    return available(v, case)

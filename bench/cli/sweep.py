@@ -13,7 +13,6 @@ from bench.engine import store
 from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
 from bench.model.row import STATUSES
-from bench.model.spec import build_spec, load_config, spec_from_dict
 
 # torch and the engine are imported once the workers are started (prestart): they import
 # theirs meanwhile
@@ -69,31 +68,13 @@ def command(args) -> int:
 
 def _command(args) -> int:
     from bench.engine import peaks, plan
-    from bench.engine.discovery import discover
+    from bench.engine.request import sweep_spec
     from bench.engine.sweep import SweepOptions, run_sweep, worker_slots
     from bench.model import masks
-    from bench.model.registry import plugin_module
 
     flags = given_settings(args)
-    config = load_config(args.config) if args.config else {}
-    plugins = list(dict.fromkeys([*config.get("plugins", []), *flags.get("plugins", [])]))
-    given = config | flags | {"plugins": plugins}
     resume = Path(args.resume) if args.resume else None
-    base = None
-    if resume is not None:
-        if not resume.is_dir():
-            raise UsageError(f"--resume {args.resume}: no such run folder")
-        saved = store.read_env(resume).get("spec")
-        if saved is None:
-            raise UsageError(f"--resume {args.resume}: not a run folder (no env.json with a spec)")
-        base = spec_from_dict(saved)  # the run's own spec: a preset changed since does not change it
-        given["plugins"] = list(dict.fromkeys([*base.plugins, *plugins]))
-    registry = discover(given["plugins"])
-    if base is not None and "variants" not in given:
-        new_modules = {plugin_module(p) for p in plugins}  # a resumed run adds new plugins' variants
-        added = [v.name for v in registry if v.module in new_modules]
-        given["variants"] = list(dict.fromkeys([*base.variants, *added]))
-    spec = build_spec(given, registry, base)
+    spec, registry, given = sweep_spec(flags, resume, args.config)  # the one path bench.api takes too
     if flags.get("window") is not None and not any(masks.uses_window_flag(m) for m in spec.masks):
         print(f"warning: --window {','.join(map(str, flags['window']))} has no effect: no window mask in --masks "
               f"({','.join(spec.masks)}); add window to --masks to use it", file=sys.stderr)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bench.errors import first_line
 from bench.measure import contention, kernels, nvml
 from bench.measure import flops as flopcount
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
@@ -34,7 +35,7 @@ from bench.measure.timing import (
 )
 from bench.model import masks
 from bench.model.case import Case
-from bench.model.registry import Variant, first_line, probe_reason
+from bench.model.registry import Variant, probe_reason
 from bench.model.row import CONTENTION, GPU_STATE, KERNELS, MEASURED, TIMING, ReasonKind, Status, default_kind
 
 

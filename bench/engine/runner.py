@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -57,6 +58,55 @@ def _device_name() -> str:
     return cpu_name()
 
 
+# -- the messages between the sweep and a worker -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """sweep -> worker: measure the variants ``names`` on ``case`` (a Case as a dict); ``profile``:
+    the profiled pass instead; ``skip_reference``: why the float64 reference cannot be had (the
+    variants are then timed unchecked)."""
+    names: tuple
+    case: dict
+    profile: bool = False
+    skip_reference: str = ""
+
+
+@dataclass(frozen=True)
+class Imported:
+    """worker -> sweep: a worker started ahead has done its imports and waits for its settings."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """worker -> sweep: set up and waiting for jobs."""
+    threads: int
+    device: str
+
+
+@dataclass(frozen=True)
+class At:
+    """worker -> sweep: the variant (or the reference) whose step runs now: its deadline starts."""
+    name: str
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """worker -> sweep: one finished row."""
+    row: dict
+
+
+@dataclass(frozen=True)
+class Done:
+    """worker -> sweep: the job's every row is sent."""
+
+
+@dataclass(frozen=True)
+class Restart:
+    """worker -> sweep: a variant left work running (its row is sent); this worker takes no more."""
+    why: str
+
+
 # set in every worker before torch is imported.  TEARDOWN_CUPTI: the profiled call that names a
 # GPU cell's kernels must not leave CUPTI attached, which slows every later kernel of the worker by
 # 10-20% (PyTorch issue 144455, PR 146604); with it, Kineto tears CUPTI down when the profiler stops
@@ -80,7 +130,7 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     if settings is None:  # started ahead (prestart), beside the sweep's own start-up
         import torch._dynamo  # noqa: F401  (torch.profiler's and flex's first use import it: ~1.5 s, paid here)
 
-        conn.send(("imported", None))
+        conn.send(Imported())
         try:
             settings = conn.recv()
         except EOFError:
@@ -108,27 +158,25 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
     gc.collect()
     gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
     leftovers = Leftovers()  # what a variant leaves running, against the worker as it is now
-    conn.send(("ready", (torch.get_num_threads(), _device_name())))
+    conn.send(Ready(torch.get_num_threads(), _device_name()))
     while True:
         try:
-            msg = conn.recv()
+            job = conn.recv()
         except EOFError:  # the sweep is gone
             return
-        if msg is None:
+        if job is None:
             return
-        mode, names, case_dict = msg
-        skip = mode.partition(":")[2] if mode.startswith("unchecked:") else ""  # the reference could not be had
-        run = profile_group if mode == "profile" else functools.partial(run_group, settings=cell_settings,
-                                                                         cache=cache, skip_reference=skip,
-                                                                         leftovers=leftovers)
+        run = profile_group if job.profile else functools.partial(run_group, settings=cell_settings, cache=cache,
+                                                                   skip_reference=job.skip_reference,
+                                                                   leftovers=leftovers)
         try:
-            run([registry[n] for n in names], Case.from_dict(case_dict), emit=lambda row: conn.send(("row", row)),
-                at=lambda name: conn.send(("at", name)))
+            run([registry[n] for n in job.names], Case.from_dict(job.case), emit=lambda row: conn.send(Emitted(row)),
+                at=lambda name: conn.send(At(name)))
         except WorkerTainted as exc:  # its row is sent; the rest of the case goes to a fresh worker
-            conn.send(("restart", str(exc)))
+            conn.send(Restart(str(exc)))
             conn.close()
             os._exit(4)
-        conn.send(("done", None))
+        conn.send(Done())
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()
             os._exit(3)
@@ -181,6 +229,9 @@ def _kill_group(pid: int) -> None:
 
 
 _PRESTARTED: list = []  # [process, connection, imported] of workers spawned ahead of their settings
+# the workers of a sweep start from their own threads: one at a time reads a prestarted worker's
+# pipe and takes it (two readers of one pipe would leave one waiting for ever)
+_PRESTART_LOCK = threading.RLock()
 
 
 def prestart(n: int = 1) -> None:
@@ -200,13 +251,18 @@ def prestart(n: int = 1) -> None:
 def wait_prestarted(timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
     """Block until the prestarted workers have finished their imports (they are idle from
     then on, so a measurement taken next has the cores to itself)."""
+    with _PRESTART_LOCK:
+        _wait_prestarted(timeout_s)
+
+
+def _wait_prestarted(timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     for item in list(_PRESTARTED):
         proc, conn, imported = item
         if imported:
             continue
         try:
-            if conn.poll(max(0.0, deadline - time.monotonic())) and conn.recv()[0] == "imported":
+            if conn.poll(max(0.0, deadline - time.monotonic())) and isinstance(conn.recv(), Imported):
                 item[2] = True
                 continue
         except (EOFError, OSError):
@@ -217,16 +273,22 @@ def wait_prestarted(timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
 
 
 def _take_prestarted():
-    wait_prestarted()
-    while _PRESTARTED:
-        proc, conn, _ = _PRESTARTED.pop()
-        if proc.is_alive():
-            return proc, conn
-    return None
+    with _PRESTART_LOCK:
+        _wait_prestarted(WORKER_START_TIMEOUT_S)
+        while _PRESTARTED:
+            proc, conn, _ = _PRESTARTED.pop()
+            if proc.is_alive():
+                return proc, conn
+        return None
 
 
 def release_prestarted() -> None:
     """Stop the prestarted workers nobody took (a sweep that needed fewer)."""
+    with _PRESTART_LOCK:
+        _release_prestarted()
+
+
+def _release_prestarted() -> None:
     while _PRESTARTED:
         proc, conn, imported = _PRESTARTED.pop()
         if imported:  # idle, waiting for its settings: told to stop
@@ -267,15 +329,18 @@ class Worker:
             self.stop()
             raise RuntimeError("the worker did not start")
         try:
-            tag, info = parent.recv()
+            ready = parent.recv()
         except EOFError:
             code = self._proc.exitcode
             self.stop()
             raise RuntimeError(f"the worker failed to start: {_death(code)[1]}") from None
-        assert tag == "ready"
-        self.device_name = info[1]
+        if not isinstance(ready, Ready):
+            self.stop()
+            raise RuntimeError(f"the worker said {ready!r} where it reports ready")
+        self.device_name = ready.device
 
-    def run_group(self, names: list[str], case: Case, timeout_s: float, on_row, mode: str = "time") -> tuple[str, str]:
+    def run_group(self, names: list[str], case: Case, timeout_s: float, on_row, profile: bool = False,
+                  skip_reference: str = "") -> tuple[str, str]:
         """Run the variants ``names`` on ``case``; ``on_row(row)`` for each row as it arrives.
         Returns ('done', '') or ('timeout' | 'crash' | 'oom', reason) when a variant's step
         (its check, a timing turn, its memory pass) overran ``timeout_s`` beyond the timing
@@ -290,7 +355,7 @@ class Worker:
                 self._start()
             except RuntimeError as exc:
                 return "crash", str(exc)
-        self._conn.send((mode, list(names), case.to_dict()))
+        self._conn.send(Job(tuple(names), case.to_dict(), profile, skip_reference))
         self.last_started = None
         kills_before = oom_kills()
         # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget
@@ -305,17 +370,17 @@ class Worker:
                                    f"{self.settings.measure.budget_ms:g} ms timing budget)")
             try:
                 if self._conn.poll(min(left, 0.5)):
-                    tag, row = self._conn.recv()
-                    if tag == "at":  # the variant whose code runs now: its step has the timeout
-                        self.last_started = row
+                    msg = self._conn.recv()
+                    if isinstance(msg, At):  # the variant whose code runs now: its step has the timeout
+                        self.last_started = msg.name
                         deadline = time.monotonic() + timeout_s
                         continue
-                    if tag == "done":
+                    if isinstance(msg, Done):
                         return "done", ""
-                    if tag == "restart":  # a variant left work running: this worker times nothing more
+                    if isinstance(msg, Restart):  # a variant left work running: this worker times nothing more
                         self.kill()
-                        return "restart", row
-                    on_row(row)
+                        return "restart", msg.why
+                    on_row(msg.row)
                     deadline = time.monotonic() + timeout_s
                     continue
             except (EOFError, ConnectionResetError, OSError):

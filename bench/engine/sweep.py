@@ -352,19 +352,20 @@ class WorkerPool:
             self.timed_s += row.get("timed_s") or 0.0
             self._bar.update(1)
 
-    def _run_group(self, worker: Worker, label: str, names: list[str], case, mode: str = "time") -> None:
+    def _run_group(self, worker: Worker, label: str, names: list[str], case, skip_reference: str = "") -> None:
         got = []
         tag, why = worker.run_group(names, case, self.spec.timeout,
-                                    lambda row: (got.append(row["variant"]), self._record(row, label)), mode=mode)
+                                    lambda row: (got.append(row["variant"]), self._record(row, label)),
+                                    skip_reference=skip_reference)
         missing = [n for n in names if n not in got]
         if tag == "done" or not missing:
             return
         if tag == "restart":  # a variant left work running (its row says so): the rest on a fresh worker
-            self._run_group(worker, label, missing, case, mode=mode)
+            self._run_group(worker, label, missing, case, skip_reference)
             return
         if worker.last_started == REFERENCE:  # the reference overran its own deadline or took the worker down:
             # the variants are timed all the same, unchecked, on a fresh worker (no variant is blamed)
-            self._run_group(worker, label, missing, case, mode=f"unchecked:the float64 reference {tag}: {why}"[:300])
+            self._run_group(worker, label, missing, case, f"the float64 reference {tag}: {why}"[:300])
             return
         culprit = worker.last_started if worker.last_started in missing else None
         if culprit is None and len(missing) == 1:
@@ -411,7 +412,7 @@ def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, progres
     try:
         for case, names in measured.items():
             bar.set_postfix_str(f"profiling {case.label()}", refresh=False)
-            tag, why = worker.run_group(names, case, timeout, writer.write, mode="profile")
+            tag, why = worker.run_group(names, case, timeout, writer.write, profile=True)
             if tag != "done":
                 print(f"warning: the profiled pass of {case.label()} ended early: {why}", file=sys.stderr)
             bar.update(1)

@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 import torch
 
+from bench.errors import first_line
 from bench.model.case import Case
 from bench.model.mask_spelling import (  # noqa: F401
     Term,
@@ -88,7 +89,7 @@ class CaseMask:
                     from None
             except Exception as exc:
                 raise MaskError(f"{t.d.kind.replace('_', ' ')} {t.text()!r} ({t.d.file}): its prepare raised "
-                                f"{type(exc).__name__}: {_first_line(exc)}") from None
+                                f"{type(exc).__name__}: {first_line(exc)}") from None
             if not isinstance(extra, dict):
                 raise MaskError(f"{t.d.kind.replace('_', ' ')} {t.text()!r} ({t.d.file}): its prepare returned "
                                 f"{type(extra).__name__}; it returns a dict of keyword arguments for the predicate")
@@ -261,11 +262,6 @@ class CaseMask:
         return self.counts[0] / (c.batch * c.heads * c.q_len * c.kv_len)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _evaluate(t: Term, call):
     """``call()``, a mask's or score mod's definition evaluated; what goes wrong as a MaskError
     that names it, its file and the error."""
@@ -274,12 +270,12 @@ def _evaluate(t: Term, call):
         return call()
     except RuntimeError as exc:
         if "Boolean value of Tensor" in str(exc):
-            raise MaskError(f"{what}: it uses Python if/and/or/not on tensors ({_first_line(exc)}); it is "
+            raise MaskError(f"{what}: it uses Python if/and/or/not on tensors ({first_line(exc)}); it is "
                             f"evaluated on whole index tensors: combine conditions with &, |, ~ and "
                             f"torch.where") from None
-        raise MaskError(f"{what}: it raised RuntimeError: {_first_line(exc)}") from None
+        raise MaskError(f"{what}: it raised RuntimeError: {first_line(exc)}") from None
     except Exception as exc:
-        raise MaskError(f"{what}: it raised {type(exc).__name__}: {_first_line(exc)}") from None
+        raise MaskError(f"{what}: it raised {type(exc).__name__}: {first_line(exc)}") from None
 
 
 def _fits(t: Term, shape, full) -> None:

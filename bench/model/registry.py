@@ -1,4 +1,5 @@
-"""Variant registry: a decorator that records capabilities, discovery, availability.
+"""The variant registry: the ``variant`` decorator that records a variant's capabilities, the
+Registry of one run's variants, and availability (discovery is ``bench.engine.discovery``).
 
 A variant is a *factory*: ``factory(case)`` does every piece of setup that is not
 attention (building a mask or bias, compiling) and returns the callable that will be
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.errors import RegistryError
+from bench.errors import RegistryError, first_line
 from bench.model.case import CASE_DTYPES, DEVICES, DTYPES, MASKS, Case
 
 ENTRY_POINT_GROUP = "attnbench.variants"
@@ -39,6 +40,41 @@ class Prepared:
 
 
 @dataclass(frozen=True)
+class Capability:
+    """One thing a case may ask that a variant declares it can do (``variant(..., NAME=True)``):
+    whether the case asks it, and the reason a variant that does not declare it is
+    unsupported.  A new capability is one more entry in CAPABILITIES: the decorator's keyword,
+    the Variant's attribute, the availability check and ``list``'s table follow from it."""
+    name: str
+    default: bool
+    asks: Callable[[Case], bool]
+    refusal: Callable[[Variant, Case], str]
+    doc: str = ""
+
+
+CAPABILITIES: tuple[Capability, ...] = (
+    Capability("cross", True, lambda c: c.is_cross, lambda v, c: "cross-attention (q_len != kv_len) not supported",
+               "takes q_len != kv_len"),
+    Capability("gqa", True, lambda c: c.is_gqa, lambda v, c: "GQA (kv_heads != heads) not supported",
+               "takes fewer key/value heads than query heads"),
+    Capability("backward", True, lambda c: c.needs_grad, lambda v, c: "backward not supported",
+               "has a backward (bwd, fwd+bwd)"),
+    Capability("paged", False, lambda c: c.paged,
+               lambda v, c: f"a paged KV cache (--kv-layout {c.kv_layout}) not supported: {v.name} reads a "
+                            f"contiguous cache (the variants that declare paged=True read one)",
+               "reads a paged KV cache: k, v a page pool (kv_heads, batch x pages, PAGE, D), case.page_table()"),
+    Capability("ragged", False, lambda c: c.ragged,
+               lambda v, c: f"ragged batches (--lengths {c.lengths}) not supported: {v.name} takes sequences of one "
+                            f"length (the variants that declare ragged=True take them packed)",
+               "takes a ragged batch packed: q, k, v (1, H, total tokens, D), case.seq_lengths()"),
+)
+
+
+def capability_names() -> tuple[str, ...]:
+    return tuple(c.name for c in CAPABILITIES)
+
+
+@dataclass(frozen=True)
 class Variant:
     name: str
     factory: Callable[[Case], Callable | Prepared]
@@ -47,21 +83,24 @@ class Variant:
     dtypes: tuple[str, ...] = DTYPES
     masks: tuple[str, ...] = MASKS
     score_mods: tuple[str, ...] = ()
-    cross: bool = True
-    gqa: bool = True
-    backward: bool = True
     requires: tuple[str, ...] = ()
     baseline: bool = False
     check: Callable[[Case], str | None] | None = None
     approximate: bool = False
     error_budget: float | None = None
     compiles: bool = False  # its setup compiles per case (seconds, not milliseconds: a sweep's plan counts it)
-    ragged: bool = False  # takes a ragged batch (--lengths), packed: q, k, v (1, H, total tokens, D)
-    paged: bool = False  # reads a paged KV cache (--kv-layout paged:PAGE): k, v a page pool and a block table
     module: str = ""
     source: str = ""
+    # the CAPABILITIES it declares other than their defaults, by name (read as attributes: v.ragged)
+    declared: tuple[tuple[str, bool], ...] = ()
     # the answers of ``check`` per case, kept with the variant (a probe runs library code once)
     probes: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __getattr__(self, name: str):
+        for cap in CAPABILITIES:
+            if cap.name == name:
+                return dict(self.declared).get(name, cap.default)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def prepare(self, case: Case) -> Prepared:
         out = self.factory(case)
@@ -78,18 +117,9 @@ class Variant:
         why = self.mask_reason(case.mask)
         if why:
             return why
-        if case.is_cross and not self.cross:
-            return "cross-attention (q_len != kv_len) not supported"
-        if case.is_gqa and not self.gqa:
-            return "GQA (kv_heads != heads) not supported"
-        if case.needs_grad and not self.backward:
-            return "backward not supported"
-        if case.paged and not self.paged:
-            return (f"a paged KV cache (--kv-layout {case.kv_layout}) not supported: {self.name} reads a contiguous "
-                    f"cache (the variants that declare paged=True read one)")
-        if case.ragged and not self.ragged:
-            return (f"ragged batches (--lengths {case.lengths}) not supported: {self.name} takes sequences of one "
-                    f"length (the variants that declare ragged=True take them packed)")
+        for cap in CAPABILITIES:
+            if cap.asks(case) and not getattr(self, cap.name):
+                return cap.refusal(self, case)
         return None
 
     @property
@@ -125,11 +155,9 @@ class Variant:
     def capabilities(self) -> dict:
         return {"name": self.name, "description": self.description, "devices": list(self.devices),
                 "dtypes": list(self.dtypes), "masks": list(self.masks), "score_mods": list(self.score_mods),
-                "cross": self.cross,
-                "gqa": self.gqa, "backward": self.backward, "requires": list(self.requires),
+                **{cap.name: getattr(self, cap.name) for cap in CAPABILITIES}, "requires": list(self.requires),
                 "baseline": self.baseline, "approximate": self.approximate, "error_budget": self.error_budget,
-                "compiles": self.compiles, "ragged": self.ragged, "paged": self.paged,
-                "source": self.source}
+                "compiles": self.compiles, "source": self.source}
 
 
 # Every decorated factory is kept by the module that defines it, under this attribute;
@@ -140,11 +168,12 @@ MODULE_ATTR = "__attnbench_variants__"
 
 def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, score_mods: Iterable[str] = (),
-            cross: bool = True, gqa: bool = True, backward: bool = True, requires: Iterable[str] = (),
-            baseline: bool = False, check: Callable[[Case], str | None] | None = None,
-            approximate: bool = False, error_budget: float | None = None, compiles: bool = False,
-            ragged: bool = False, paged: bool = False):
+            requires: Iterable[str] = (), baseline: bool = False, check: Callable[[Case], str | None] | None = None,
+            approximate: bool = False, error_budget: float | None = None, compiles: bool = False, **capabilities):
     """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
+
+    ``capabilities``: the CAPABILITIES it declares, by keyword: ``cross``, ``gqa`` and
+    ``backward`` (default True), ``ragged`` and ``paged`` (default False).
 
     ``approximate=True`` declares a variant that does not compute attention exactly: it is
     timed like any other, its rows carry its errors against the float64 reference (output and
@@ -179,6 +208,14 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             raise RegistryError(f"variant {name!r}: unknown {label} {sorted(bad)}; valid: {', '.join(valid)} "
                                 f"(define a mask before the variants that use it)")
 
+    unknown = sorted(set(capabilities) - set(capability_names()))
+    if unknown:
+        raise RegistryError(f"variant {name!r}: unknown keyword(s) {unknown}; the capabilities it may declare: "
+                            f"{', '.join(capability_names())}")
+    if any(not isinstance(v, bool) for v in capabilities.values()):
+        raise RegistryError(f"variant {name!r}: a capability is True or False, got {capabilities}")
+    defaults = {cap.name: cap.default for cap in CAPABILITIES}
+    declared = tuple(sorted((k, v) for k, v in capabilities.items() if v != defaults[k]))
     if error_budget is not None and (not approximate or not error_budget > 0):
         raise RegistryError(f"variant {name!r}: error_budget is a positive relative error, for approximate=True "
                             f"variants only (an exact variant is held to the dtype's tolerance)")
@@ -186,10 +223,10 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
     def deco(factory):
         mod = sys.modules.get(factory.__module__)
         entry = Variant(name=name, factory=factory, description=description, devices=tuple(devices),
-                        dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods), cross=cross, gqa=gqa,
-                        backward=backward, requires=tuple(requires), baseline=baseline, check=check,
-                        approximate=approximate, error_budget=error_budget, compiles=compiles, ragged=ragged,
-                        paged=paged, module=factory.__module__, source=_source_of(mod, factory.__module__))
+                        dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods),
+                        requires=tuple(requires), baseline=baseline, check=check, approximate=approximate,
+                        error_budget=error_budget, compiles=compiles, module=factory.__module__,
+                        source=_source_of(mod, factory.__module__), declared=declared)
         entries = module_variants(mod, create=True)
         if any(v.name == name for v in entries):
             raise DuplicateVariantError(f"variant {name!r} is registered twice in {entry.source}")
@@ -302,11 +339,6 @@ def probe_reason(v: Variant, case: Case) -> str | None:
     if case not in v.probes:
         v.probes[case] = v.check(case)
     return v.probes[case]
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def __getattr__(name: str):

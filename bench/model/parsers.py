@@ -1,0 +1,197 @@
+"""The value parsers of the settings: raw value (a flag's text, a TOML value, a preset's) ->
+typed value, or a UsageError that says what is valid.  ``bench.model.spec`` declares which
+setting takes which."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.errors import UsageError
+from bench.model.case import MASK_FORM, MASK_SPELLING
+
+
+def _items(raw, name: str) -> list:
+    if isinstance(raw, (list, tuple)):
+        items = list(raw)
+    elif isinstance(raw, str):
+        items = [x.strip() for x in raw.split(",")]
+        if len(items) > 1 and not all(items):
+            raise UsageError(f"{name} {raw}: an empty value between commas; give values joined by single commas, "
+                             f"e.g. {name} {','.join(x for x in items if x) or '...'}")
+        items = [x for x in items if x]
+    else:
+        items = [raw]
+    if not items:
+        raise UsageError(f"{name} is empty; give at least one value")
+    return items
+
+
+def ints(limit: int, lo: int = 1):
+    what = "positive integers" if lo == 1 else f"integers from {lo}"
+
+    def parse(raw, name: str) -> list[int]:
+        out = []
+        for x in _items(raw, name):  # 64.5 and true are not lengths: no silent conversion
+            if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.lstrip("+-").isdigit())):
+                raise UsageError(f"{name} takes {what} up to {limit:,}, got {x!r}")
+            if not lo <= int(x) <= limit:
+                raise UsageError(f"{name} takes {what} up to {limit:,}, got {int(x)}")
+            out.append(int(x))
+        return list(dict.fromkeys(out))  # a value given twice is one cell, not two
+    return parse
+
+
+def text(raw, name: str) -> str:
+    return str(raw)
+
+
+def texts(raw, name: str) -> list[str]:
+    return list(dict.fromkeys(str(x) for x in _items(raw, name)))
+
+
+def choices(what: str, valid, normalize: Callable[[str], str] = str):
+    def parse(raw, name: str) -> list[str]:
+        values = list(dict.fromkeys(normalize(str(x)) for x in _items(raw, name)))
+        for v in values:
+            if v not in valid:
+                raise UsageError(f"unknown {what} {v!r}; valid: {', '.join(valid)}")
+        return values
+    return parse
+
+
+def mask_spellings(raw, name: str) -> list[str]:
+    """Mask spellings, checked for their form here; their names are checked by ``build_spec``,
+    once the plugins (which may define masks) are loaded."""
+    from bench.model import masks
+
+    values = texts(raw, name)
+    for text in values:
+        try:
+            masks.check_size(text)
+        except masks.MaskError as exc:
+            raise UsageError(f"--masks: {exc}") from None
+        if any(not term.strip() for term in text.split("+")):
+            raise UsageError(f"--masks {text}: an empty term between '+' signs; join terms such as "
+                             f"causal+softcap:50")
+        if not MASK_SPELLING.match(text):
+            try:  # the parser's own words where it has some (an empty term beside '&', a wrapper's form)
+                masks.parse(text, window=1)
+                specific = ""
+            except masks.MaskError as exc:
+                specific = "" if str(exc).startswith("unknown mask") else f"{exc}; "
+            raise UsageError(f"--masks {text}: {specific}{MASK_FORM} (python -m bench list --masks)")
+    return values
+
+
+def workload_spellings(kind: str):
+    """--lengths or --inputs values, each checked and written in its one canonical form."""
+    def parse(raw, name: str) -> list[str]:
+        from bench.model import workload
+
+        canonical = {"lengths": workload.canonical_lengths, "inputs": workload.canonical_inputs,
+                     "kv_layout": workload.canonical_kv_layout}[kind]
+        try:
+            return list(dict.fromkeys(canonical(x) for x in texts(raw, name)))
+        except workload.WorkloadError as exc:
+            raise UsageError(str(exc)) from None
+    return parse
+
+
+def check_masks(spellings) -> None:
+    """Every term of every spelling names a registered mask or score mod, with valid parameters."""
+    from bench.model import masks
+
+    for text in spellings:
+        try:
+            masks.parse(text, window=1)
+        except masks.MaskError as exc:
+            raise UsageError(f"--masks {text}: {exc}") from None
+
+
+def choice(what: str, valid):
+    def parse(raw, name: str) -> str:
+        if str(raw) not in valid:
+            raise UsageError(f"unknown {what} {raw!r}; valid: {', '.join(valid)}")
+        return str(raw)
+    return parse
+
+
+def number(lo: float, hi: float, whole: bool):
+    """A number in [lo, hi] (nan, inf and booleans refused; a whole number when ``whole``)."""
+    def parse(raw, name: str):
+        what = f"{name} takes {'a whole number' if whole else 'a number'} from {lo:g} to {hi:g}"
+        try:
+            if isinstance(raw, bool) or (whole and isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            value = int(raw) if whole else float(raw)
+        except (TypeError, ValueError):
+            raise UsageError(f"{what}, got {raw!r}") from None
+        if not lo <= value <= hi:  # also refuses nan
+            raise UsageError(f"{what}, got {value if whole else repr(raw)}")
+        return value
+    return parse
+
+
+def threads_or_auto(raw, name: str):
+    """``auto`` (None: chosen at the start of each sweep) or a whole number from 1 to 4096."""
+    if isinstance(raw, str) and raw.strip().lower() == "auto":
+        return None
+    try:
+        return number(1, 4096, True)(raw, name)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace(" takes ", " takes auto or ", 1)) from None
+
+
+def positive(unit: str):
+    def parse(raw, name: str) -> float:
+        try:
+            value = float(raw) if not isinstance(raw, bool) else math.nan
+        except (TypeError, ValueError):
+            value = math.nan
+        if not 0 < value < math.inf:
+            raise UsageError(f"{name} takes a positive, finite number of {unit}, got {raw!r}")
+        return value
+    return parse
+
+
+def shard_pair(text: str) -> tuple[int, int]:
+    """``i/N`` as (i, N); (0, 0) when it is not two whole numbers."""
+    i, _, n = str(text).partition("/")
+    try:
+        return int(i), int(n)
+    except ValueError:
+        return 0, 0
+
+
+def shard_text(raw, name: str) -> str:
+    """``i/N`` with 1 <= i <= N."""
+    i, n = shard_pair(raw)
+    if not 1 <= i <= n:
+        raise UsageError(f"{name} takes i/N with 1 <= i <= N, e.g. 2/4, got {raw!r}")
+    return f"{i}/{n}"
+
+
+def gpu_list(raw, name: str) -> str:
+    text = str(raw).replace(" ", "")
+    if text != "all" and not all(x.isdigit() for x in text.split(",")):
+        raise UsageError(f"{name} takes all or GPU indices such as 0,1,3, got {raw!r}")
+    return text
+
+
+def sweep_name(raw, name: str) -> str:
+    text = str(raw)
+    if not text or not all(c.isalnum() or c in "-_." for c in text) or text.startswith("."):
+        raise UsageError(f"{name} takes letters, digits, '-', '_' and '.', got {raw!r}")
+    return text
+
+
+def paths(raw, name: str) -> list[str]:
+    if isinstance(raw, str):
+        raw = [raw]  # plugins = "x.py" is one file, not four characters
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise UsageError(f"{name} takes a list of paths, got {raw!r}")
+    return list(dict.fromkeys(str(Path(p).expanduser().resolve()) for p in raw))
+
+
