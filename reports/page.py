@@ -58,7 +58,7 @@ def _fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
         s[c] = s[c].map(lambda x: "n/a" if pd.isna(x) else f"{x:.3f}")
     return s.rename(columns={"time_exp": "time exponent", "time_r2": "time R²", "mem_exp": "memory exponent",
                              "mem_r2": "memory R²", "n_range": "n range", "largest_ok_n": "largest n ok",
-                             "left_out": "left out (shaky)", "first_failure": "first failure above"})
+                             "left_out": "left out of the time fit", "first_failure": "first failure above"})
 
 
 def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
@@ -71,7 +71,7 @@ def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
 def run_trust(df, envs) -> judge.Trust:
     """The trust state of the report's rows (``bench.engine.judge.trust``: the one place it is decided)."""
     ok = df[df["status"] == "ok"]
-    cols = [c for c in ("status", *judge.SHAKY, "reference_skipped") if c in df]
+    cols = [c for c in ("status", *judge.SHAKY, "reference_skipped", "median_ms", "samples", "number") if c in df]
     return judge.trust(df[cols].to_dict("records"), [e["run"] for e in envs if e.get("mixed_env")],
                        _unreliable_peaks(ok))
 
@@ -91,9 +91,11 @@ def trust_line(df, envs) -> str:
     ok = df[df["status"] == "ok"]
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
                       f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
-    text = (f"{t.verdict}: {t.ok} ok cells, {t.clean} clean, {t.noisy} noisy, {t.contended} contended"
+    text = (f"{t.verdict}: {t.ok} ok cells, {t.clean} clean, {t.few_samples} with too few samples for an "
+            f"interval, {t.noisy} noisy, {t.contended} contended"
             + (f", {t.throttled} throttled (NVML reported {' or '.join(sorted(SLOWDOWN))})" if t.throttled else "")
-            + " (shaky cells are hollow in charts, marked * in tables and left out of fits)")
+            + " (shaky cells are hollow in charts and marked * in tables; fits keep the cells whose precision is "
+              "known, by their weight)")
     worst = worst_contended(ok)
     if worst:
         text += f"; worst: {worst}"

@@ -7,23 +7,26 @@ import math
 import numpy as np
 import pandas as pd
 
+from bench.engine import judge
 from reports.frames import facet_groups, paired_ratio
 
 MIN_FIT_POINTS = 3  # two points always lie on a line: an exponent from them would say nothing about its fit
 
 
-def fit_exponent(n, y) -> dict:
+def fit_exponent(n, y, sigma=None) -> dict:
     """Least-squares fit of log y = a * log n + b: the exponent a, R^2 and the n range; no
-    exponent from fewer than MIN_FIT_POINTS lengths."""
+    exponent from fewer than MIN_FIT_POINTS lengths.  ``sigma``: each point's relative
+    precision (bench.engine.judge.fit_sigma), its weight 1 / sigma^2."""
     n = np.asarray(n, dtype=float)
     y = np.asarray(y, dtype=float)
-    ok = np.isfinite(n) & np.isfinite(y) & (n > 0) & (y > 0)
-    n, y = n[ok], y[ok]
+    s = np.ones_like(n) if sigma is None else np.asarray(sigma, dtype=float)
+    ok = np.isfinite(n) & np.isfinite(y) & (n > 0) & (y > 0) & np.isfinite(s) & (s > 0)
+    n, y, s = n[ok], y[ok], s[ok]
     if len(np.unique(n)) < MIN_FIT_POINTS:
         return {"exponent": math.nan, "r2": math.nan, "points": int(len(n)),
                 "n_min": n.min() if len(n) else math.nan, "n_max": n.max() if len(n) else math.nan}
     x, z = np.log(n), np.log(y)
-    a, b = np.polyfit(x, z, 1)
+    a, b = np.polyfit(x, z, 1, w=1.0 / s)  # polyfit's weights multiply the residuals: 1 / sigma
     resid = z - (a * x + b)
     ss_tot = float(((z - z.mean()) ** 2).sum())
     r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 and len(n) > 2 else math.nan
@@ -40,8 +43,11 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
             okv = v[v["status"] == "ok"]
             if okv.empty:
                 continue
-            trusted = okv[~okv["shaky"]] if "shaky" in okv else okv
-            t = fit_exponent(trusted["n"], trusted["median_ms"])
+            records = okv.to_dict("records")
+            sigma = [judge.fit_sigma(r) for r in records]  # every cell whose precision is known, weighed by it
+            kept = [s is not None for s in sigma]
+            trusted = okv[kept]
+            t = fit_exponent(trusted["n"], trusted["median_ms"], [s for s in sigma if s is not None])
             m = fit_exponent(okv["n"], okv["peak_mem_bytes"])  # memory is counted, not timed: every ok cell
             largest = int(okv["n"].max())
             above = v[(v["n"] > largest) & (v["status"] != "ok")].sort_values("n")
@@ -49,7 +55,7 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
             out.append({"facet": label, "variant": variant, "time_exp": t["exponent"], "time_r2": t["r2"],
                         "mem_exp": m["exponent"], "mem_r2": m["r2"],
                         "n_range": f"{int(t['n_min'])}-{int(t['n_max'])}" if t["points"] else "",
-                        "points": t["points"], "left_out": int(len(okv) - len(trusted)),
+                        "points": t["points"], "left_out": judge.left_out(records),
                         "largest_ok_n": largest, "first_failure": fail})
     return pd.DataFrame(out)
 

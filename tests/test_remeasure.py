@@ -51,7 +51,7 @@ def test_bad_remeasure_and_retry_values_exit_2(capsys, tmp_path):
     run = _run_with_rows(tmp_path / "run")
     for argv, words in ((["sweep", "--remeasure", "-1"], "--remeasure takes a whole number from 0 to 10, got -1"),
                         (["sweep", "--retry", "wobbly", "--resume", str(run)],
-                         "flags noisy, contended, throttled, shaky")):
+                         "flags few_samples, noisy, contended, throttled, shaky")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1

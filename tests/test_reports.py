@@ -165,11 +165,26 @@ def test_fit_leaves_out_a_flagged_point_and_counts_it():
     rows.append(dict(variant="quad", q_len=4096, median_ms=1e-6 * 512**2, peak_mem_bytes=4.0 * 4096**2,
                      contended=True))  # a wild figure taken while the CPU was shared
     s = scaling_table(_synthetic(rows)).set_index("variant")
-    assert abs(s.loc["quad", "time_exp"] - 2) < 1e-6 and s.loc["quad", "left_out"] == 1
+    assert abs(s.loc["quad", "time_exp"] - 2) < 1e-6 and s.loc["quad", "left_out"] == "1 (contended)"
     assert s.loc["quad", "points"] == 4 and s.loc["quad", "largest_ok_n"] == 4096
     rows[-1]["contended"] = False  # the same point, trusted, drags the fit down
     s = scaling_table(_synthetic(rows)).set_index("variant")
-    assert s.loc["quad", "time_exp"] < 1.5 and s.loc["quad", "left_out"] == 0
+    assert s.loc["quad", "time_exp"] < 1.5 and s.loc["quad", "left_out"] == ""
+
+
+def test_a_tight_cell_with_few_samples_is_fitted_and_a_wide_one_is_not():
+    """Three samples give no 95% interval, but 203.3, 206.7 and 206.2 ms lie within 1% of their median:
+    the cell is fitted, at the weight of its spread; the same cell with a wide spread is left out."""
+    rows = [dict(variant="quad", q_len=n, median_ms=1e-4 * n**2, min_ms=1e-4 * n**2 * 0.99, samples=20,
+                 ci_halfwidth=0.01, samples_ms=[1e-4 * n**2 * 1.01]) for n in (128, 256, 512)]
+    big = 1e-4 * 1024**2
+    rows.append(dict(variant="quad", q_len=1024, median_ms=big, min_ms=big * 0.985, samples=3, few_samples=True,
+                     samples_ms=[big * 0.985, big, big * 1.002]))
+    s = scaling_table(_synthetic(rows)).set_index("variant")
+    assert s.loc["quad", "points"] == 4 and s.loc["quad", "left_out"] == ""
+    rows[-1] |= {"min_ms": big * 0.7, "samples_ms": [big * 0.7, big, big * 1.3]}
+    s = scaling_table(_synthetic(rows)).set_index("variant")
+    assert s.loc["quad", "points"] == 3 and s.loc["quad", "left_out"] == "1 (with too few samples, wide)"
 
 
 def _paired(variant, n, rounds, **kw):
@@ -225,7 +240,7 @@ def test_pct_peak_above_100_is_marked_and_the_trust_line_counts_shaky_cells(tmp_
     rows[0]["noisy"] = True
     run = _run_folder(tmp_path / "peak", rows)
     html = build_report([run]).read_text()
-    assert "6 ok cells, 4 clean, 1 noisy, 1 contended" in html
+    assert "6 ok cells, 4 clean, 0 with too few samples for an interval, 1 noisy, 1 contended" in html
     assert "the matmul peak is unreliable for float32" in html
     pct = pd.read_csv(run / "report" / "tables.csv")
     pct = pct[pct["metric"] == "pct_peak"].set_index("variant")

@@ -199,3 +199,32 @@ def test_the_variants_of_a_case_are_timed_round_robin_in_the_worker_code():
         # the flag is the verdict on this row's own figures, not a guess
         assert r["contended"] == contention.verdict(r["cpu_util"], r["other_cpu"], r["threads"],
                                                     r["samples_ms"])["contended"]
+
+
+def test_a_cell_gets_the_samples_an_interval_needs_under_its_ceiling():
+    """50 ms calls and a 60 ms budget over 3 rounds: the budget alone takes one sample a round, three
+    in all, which hold no 95% interval of the median.  Under a ceiling of 2 s the rounds take two
+    each, six in all; under one too low for that they keep what they have, and the row says what
+    three samples support (their min and max hold the median with 75% confidence) instead of calling
+    the cell noisy."""
+    from bench.measure.timing import INTERVAL_SAMPLES, interleave, minmax_confidence
+
+    def timed(ceiling_ms):
+        clock = FakeClock([0.050, 0.051, 0.049])
+        timer = _timer(clock, precision=0.02, min_block_ms=0.0)
+        timer.warm = True  # warm-up is another test's business
+        interleave({"a": timer}, rounds=3, budget_ms=60.0, ceiling_ms=ceiling_ms)
+        return timer
+
+    timer = timed(2000.0)
+    enough = timer.result()
+    assert len(enough.samples_ms) == INTERVAL_SAMPLES and [len(r) for r in timer.rounds] == [2, 2, 2]
+    row = enough.to_row()
+    assert row["few_samples"] is False and row["noisy"] is False and row["ci_halfwidth"] is not None
+    assert row["median_confidence"] == 0.95
+    capped = timed(60.0)
+    assert [len(r) for r in capped.rounds] == [1, 1, 1]  # the budget alone, as before
+    row = capped.result().to_row()
+    assert row["samples"] == 3 and row["few_samples"] is True and row["noisy"] is False  # unknown, not wide
+    assert row["median_confidence"] == minmax_confidence(3) == 0.75 and row["ci_halfwidth"] is None
+

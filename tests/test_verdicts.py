@@ -423,3 +423,30 @@ def test_a_reference_past_its_deadline_is_skipped_and_no_variant_is_blamed(tmp_p
     (row,) = read_jsonl(tmp_path / "run" / "results.jsonl")
     assert row["status"] == "ok" and row["median_ms"] > 0
     assert row["reference_skipped"].startswith("the float64 reference timeout: no result within the cell timeout")
+
+
+@pytest.mark.parametrize("inputs", ["normal", "clustered", "lowrank", "outliers"])
+def test_the_exact_baseline_is_ok_on_every_input_kind_and_zeros_still_fail(registry, inputs):
+    """The elementwise atol grows with the logits' size (outlier channels reach logits near 1000, where a
+    correct float32 kernel is off by 1.4e-4, beyond the 1e-4 that holds for normal inputs); the relative
+    error does not, so an all-zero answer fails on every input kind, and so does a dropped 1/sqrt(d)."""
+    from bench.measure.bound import bind_variant
+    from bench.measure.reference import LOGIT_REF, TOLERANCES, reference, run_and_check
+
+    case = Case("cpu", "float32", 1, 4, 4, 1024, 1024, 64, "causal", None, "fwd", inputs=inputs)
+    bound = bind_variant(registry["naive"], case)
+    ref = reference(case, *bound.inputs)
+    result = run_and_check(case, bound.fn, *bound.inputs, ref=ref)
+    assert result.ok, result.reason
+    if inputs == "outliers":
+        assert result.max_logit > 50 * LOGIT_REF and result.max_abs_err > TOLERANCES["float32"][0][0]
+    else:
+        assert result.max_logit < 2 * LOGIT_REF
+    zeros = run_and_check(case, lambda q, k, v: torch.zeros_like(q), *bound.inputs, ref=ref)
+    assert not zeros.ok and zeros.rel_err == 1.0  # whichever criterion says it first
+
+    def unscaled(q, k, v):
+        keep = torch.ones(1024, 1024, dtype=torch.bool).tril()
+        return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, float("-inf")), -1) @ v
+
+    assert not run_and_check(case, unscaled, *bound.inputs, ref=ref).ok

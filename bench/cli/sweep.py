@@ -3,6 +3,7 @@ the engine runs it into a run folder; then the summary, the warnings and the rep
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 import time
@@ -211,7 +212,7 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
         print(note)
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v)
           + f"  ({summary.cells} cells in {summary.elapsed_s:.0f} s)")
-    print(shaky_count(rows))
+    print(shaky_count(rows, frozenset({"contended"}) if summary.remeasured else frozenset()))
     warning = contention_warning(rows, spec)
     if warning:
         print(warning, file=sys.stderr)
@@ -240,14 +241,38 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
     return 0
 
 
-def shaky_count(rows) -> str:
-    """How many of the ok cells (their current rows) are shaky, and what to do about them."""
+def shaky_count(rows, remeasured: frozenset = frozenset()) -> str:
+    """How many of the ok cells (their current rows) are shaky, by reason, and what would help."""
     from bench.engine import judge
 
-    t = judge.trust(store.current_rows(rows))
-    text = (f"shaky: {t.shaky} of {t.ok} ok cells ({t.noisy} noisy, {t.contended} contended"
-            + (f", {t.throttled} throttled" if t.throttled else "") + ")")
-    return text + ("; measure them again with --resume RUN --retry shaky" if t.shaky else "")
+    current = store.current_rows(rows)
+    t = judge.trust(current)
+    text = f"shaky: {t.shaky} of {t.ok} ok cells ({judge.reasons_text(t.counts)})"
+    if not t.shaky:
+        return text
+    return text + "; " + "; ".join(remedies(current, t, remeasured))
+
+
+def remedies(rows, t, remeasured: frozenset = frozenset()) -> list[str]:
+    """What would help each reason the cells are shaky for, with its cost where it can be told;
+    never a remedy the sweep has just applied (``remeasured``: the flags its end-of-sweep pass
+    measured again)."""
+    from bench.engine import judge
+
+    out = []
+    for flag, n in t.counts.items():
+        if not n:
+            continue
+        if flag == "few_samples":
+            need, more = judge.interval_cost(rows)
+            out.append(f"{n} with too few samples: --ceiling-s {max(1, math.ceil(need))} would give them an interval "
+                       f"(about {more / 60:.1f} more minutes of timing: --resume RUN --retry few_samples)")
+        elif flag == "contended" and "contended" in remeasured:
+            out.append(f"{n} contended after the end-of-sweep re-measurement: a quieter machine, or fewer --threads "
+                       f"than cores")
+        else:
+            out.append(f"{n} {judge.WHY[flag]}: {judge.REMEDY[flag]}")
+    return out
 
 
 def timed_share(timed_s: float, cells_s: float, command_s: float, report_s: float) -> str:
@@ -275,8 +300,8 @@ def _retry_statuses(raw: str | None, resume) -> set:
     bad = [s for s in wanted if s not in valid]
     if bad or not wanted:
         raise UsageError(f"--retry takes statuses from {', '.join(v for v in valid if v not in RETRY_FLAGS)} "
-                         f"and the flags {', '.join(RETRY_FLAGS)} (ok cells that are noisy, contended, "
-                         f"throttled, or any of them), got {raw!r}")
+                         f"and the flags {', '.join(RETRY_FLAGS)} (ok cells with too few samples for an interval, "
+                         f"noisy, contended, throttled, or shaky: any of them), got {raw!r}")
     return set(wanted)
 
 

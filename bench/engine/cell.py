@@ -304,7 +304,8 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
     timers = {item.variant.name: item.timer for item in live if not item.failed}
     together = uuid.uuid4().hex[:12]  # the rows timed in these rounds: their round medians pair by index
     window = contention.LoadWindow().start()
-    interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=on_error)
+    interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=on_error,
+               ceiling_ms=getattr(settings, "ceiling_ms", None))
     other_cpu = window.stop() if case.device == "cpu" else None
     release_flush_buffer()
     for item in live:

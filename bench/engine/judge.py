@@ -68,11 +68,21 @@ def failures(rows, allow_accuracy: bool = False) -> list[str]:
 
 # -- shaky ----------------------------------------------------------------------------------------
 
-# the flags that make an ok row's figure shaky (kept, but hollow in charts, starred in tables,
-# left out of fits and re-measured on request): a median whose interval is wide (noisy), timed
-# while other processes had the cores (contended), on a GPU that slowed itself (throttled)
+# the flags that make an ok row's figure shaky (kept, but hollow in charts and starred in tables):
+# too few samples for a 95% interval of the median (its precision is unknown: few_samples), an
+# interval measured wide (noisy), timed while other processes had the cores (contended), on a GPU
+# that slowed itself (throttled).  Each is a reason of its own, with its own remedy.
 SHAKY = FLAGS
-RETRY_FLAGS = {"noisy": ("noisy",), "contended": ("contended",), "throttled": ("throttled",), "shaky": SHAKY}
+RETRY_FLAGS = {**{f: (f,) for f in SHAKY}, "shaky": SHAKY}
+WHY = {"few_samples": "with too few samples for an interval", "noisy": "noisy", "contended": "contended",
+       "throttled": "throttled"}
+REMEDY = {
+    "few_samples": "a larger --ceiling-s lets each cell take the 6 samples a 95% interval needs",
+    "noisy": "a larger --budget-ms narrows a wide interval",
+    "contended": "--resume RUN --retry contended on a quieter machine, or fewer --threads than cores",
+    "throttled": "--resume RUN --retry throttled once the GPU has cooled",
+}
+INTERVAL_SAMPLES = 6  # as bench.measure.timing: the fewest samples with a 95% interval of the median
 
 
 def shaky_flags(row: dict) -> list[str]:
@@ -89,6 +99,66 @@ def _true(value) -> bool:
 
 def shaky(row: dict) -> bool:
     return bool(shaky_flags(row))
+
+
+def shaky_counts(rows) -> dict:
+    """How many of the ok ``rows`` carry each shaky flag (a row may carry several)."""
+    ok = [r for r in rows if r.get("status") == Status.OK]
+    return {f: sum(1 for r in ok if f in shaky_flags(r)) for f in SHAKY}
+
+
+def reasons_text(counts: dict) -> str:
+    """``68 too few samples for an interval, 9 a wide interval`` (only the reasons that occur)."""
+    return ", ".join(f"{n} {WHY[f]}" for f, n in counts.items() if n) or "none"
+
+
+def interval_cost(rows) -> tuple[float, float]:
+    """For the ok rows with too few samples: (the ceiling, in seconds per cell, that would give
+    every one the samples an interval needs; the seconds of timing that would add in all)."""
+    need, more = 0.0, 0.0
+    for r in rows:
+        if "few_samples" not in shaky_flags(r) or not r.get("median_ms"):
+            continue
+        per = float(r["median_ms"]) / 1e3 * max(1, int(r.get("number") or 1))
+        need = max(need, INTERVAL_SAMPLES * per)
+        more += max(0, INTERVAL_SAMPLES - int(r.get("samples") or 0)) * per
+    return need, more
+
+
+def fit_sigma(row: dict) -> float | None:
+    """The relative precision of an ok row's median for a fit (its weight is 1 / sigma^2), or
+    None when it is left out: contended or throttled (biased), noisy (measured wide), or with
+    too few samples whose spread is wide.  A few-sample cell whose samples lie within NOISY of
+    each other (203.3, 206.7, 206.2 ms) is tight enough to fit, at its spread's weight."""
+    if row.get("status") != Status.OK or not row.get("median_ms"):
+        return None
+    flags = shaky_flags(row)
+    if {"contended", "throttled", "noisy"} & set(flags):
+        return None
+    if "few_samples" in flags:
+        lo, hi, med = row.get("min_ms"), max(row.get("samples_ms") or [row.get("median_ms")]), row["median_ms"]
+        spread = (hi - lo) / 2 / med if lo is not None and med else None
+        return max(spread, MIN_SIGMA) if spread is not None and spread <= NOISY else None
+    half = row.get("ci_halfwidth")
+    return max(float(half), MIN_SIGMA) if _true(half) else DEFAULT_SIGMA
+
+
+def left_out(rows) -> str:
+    """The fit's left-out cells, counted by reason: ``2 (contended), 1 (too few samples, wide)``."""
+    why: dict = {}
+    for r in rows:
+        if r.get("status") != Status.OK or fit_sigma(r) is not None:
+            continue
+        flags = shaky_flags(r)
+        key = next((f for f in ("contended", "throttled", "noisy") if f in flags),
+                   "with too few samples, wide" if "few_samples" in flags else "no median")
+        why[key] = why.get(key, 0) + 1
+    return ", ".join(f"{n} ({k})" for k, n in why.items())
+
+
+NOISY = 0.05  # as bench.measure.timing.NOISY_CI: a half-interval beyond 5% of the median is wide
+MIN_SIGMA = 0.005  # no cell weighs more than one known to +-0.5%
+DEFAULT_SIGMA = 0.02  # a row without its interval (older folders): the default precision target
 
 
 def wants_retry(row: dict, retry) -> bool:
@@ -117,10 +187,16 @@ class Trust:
     contended: int
     throttled: int
     unchecked: int  # timed without their reference check
+    few_samples: int = 0
 
     @property
     def clean(self) -> int:
         return self.ok - self.shaky
+
+    @property
+    def counts(self) -> dict:
+        return {"few_samples": self.few_samples, "noisy": self.noisy, "contended": self.contended,
+                "throttled": self.throttled}
 
     @property
     def verdict(self) -> str:
@@ -129,8 +205,8 @@ class Trust:
             return "trustworthy"
         if self.shaky <= SHAKY_CARE * max(1, self.ok):
             return "mostly trustworthy"
-        return (f"read with care, {self.shaky} of {self.ok} ok cells are shaky (a larger --budget-ms narrows noisy "
-                f"medians; fewer --threads or a quieter machine helps contended ones)")
+        remedies = "; ".join(REMEDY[f] for f, n in self.counts.items() if n)
+        return f"read with care, {self.shaky} of {self.ok} ok cells are shaky ({remedies})"
 
 
 def trust(rows, mixed_runs=(), unreliable_peaks=()) -> Trust:
@@ -139,11 +215,11 @@ def trust(rows, mixed_runs=(), unreliable_peaks=()) -> Trust:
     matmul peak a cell went above."""
     ok = [r for r in rows if r.get("status") == Status.OK]
     n = len(ok)
-    count = {f: sum(1 for r in ok if f in shaky_flags(r)) for f in SHAKY}
+    count = shaky_counts(ok)
     n_shaky = sum(1 for r in ok if shaky(r))
     unchecked = sum(1 for r in ok if _true(r.get("reference_skipped")))
     args = dict(ok=n, shaky=n_shaky, noisy=count["noisy"], contended=count["contended"],
-                throttled=count["throttled"], unchecked=unchecked)
+                throttled=count["throttled"], unchecked=unchecked, few_samples=count["few_samples"])
     if not ok:
         return Trust("bad", "Do not use", "no cell was measured ok", **args)
     if count["contended"] > CONTENDED_BAD * n:
@@ -153,7 +229,8 @@ def trust(rows, mixed_runs=(), unreliable_peaks=()) -> Trust:
         return Trust("bad", "Do not use", f"{', '.join(mixed_runs)} mixes machines (resumed on one that differs)",
                      **args)
     if n_shaky > SHAKY_CARE * n:
-        return Trust("care", "Read with care", f"{n_shaky} of {n} ok cells are shaky", **args)
+        return Trust("care", "Read with care", f"{n_shaky} of {n} ok cells are shaky ({reasons_text(count)})",
+                     **args)
     if unreliable_peaks or unchecked:
         why = (f"the matmul peak is unreliable for {', '.join(unreliable_peaks)}" if unreliable_peaks else
                f"{unchecked} ok cells were timed without their reference check")

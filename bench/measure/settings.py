@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 
 DEFAULT_PRECISION = 0.02  # stop when the median's 95% CI is within +-2% of it
 DEFAULT_ROUNDS = 3
+DEFAULT_CEILING_MS = 2000.0  # a cell's timing may run past its budget up to this, to get an interval's samples
 
 
 @dataclass(frozen=True)
@@ -21,13 +22,18 @@ class MeasureSettings:
     rounds: int = DEFAULT_ROUNDS  # interleaved rounds per case (A B C A B C ...)
     timer: str = "events"  # the GPU timer: events, or graph (bench.measure.timing.GraphTimer)
     threads: int | None = None  # torch threads in the worker; None: torch's default (resolved in the worker)
+    # CPU timer: a cell gets the samples a 95% interval of its median needs (6) even past its budget,
+    # while its timing stays under this many ms; past it, it keeps what it has and says what they support
+    ceiling_ms: float = DEFAULT_CEILING_MS
 
     @classmethod
     def from_spec(cls, spec, threads: int | None = None) -> MeasureSettings:
         """The settings of ``spec`` (a ``bench.model.spec.Spec``); ``threads`` is the worker's own
         count where placement chose one (several workers share the cores)."""
+        ceiling = getattr(spec, "ceiling_s", None)
         return cls(budget_ms=float(spec.budget_ms), precision=spec.precision / 100.0, rounds=int(spec.rounds),
-                   timer=spec.timer or "events", threads=threads if threads is not None else spec.threads)
+                   timer=spec.timer or "events", threads=threads if threads is not None else spec.threads,
+                   ceiling_ms=max(float(spec.budget_ms), 1e3 * ceiling if ceiling is not None else DEFAULT_CEILING_MS))
 
     def replace(self, **changes) -> MeasureSettings:
         return replace(self, **changes)

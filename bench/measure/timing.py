@@ -40,6 +40,7 @@ WARMUP_AGREE = 0.10  # warm once two successive block estimates agree within 10%
 MAX_CPU_SAMPLES = 2000
 NOISY_CI = 0.05  # a median whose 95% CI reaches beyond +-5% of it is flagged noisy
 MIN_ROUND_SAMPLES = 3  # per round, so that each round's median means something
+INTERVAL_SAMPLES = 6  # the fewest samples whose order statistics give a 95% interval of the median
 
 
 @functools.lru_cache(maxsize=4096)
@@ -63,6 +64,12 @@ def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] |
         else:
             break
     return None if best is None else (best - 1, n - best)
+
+
+def minmax_confidence(n: int) -> float:
+    """The confidence that the min and max of ``n`` samples hold the median between them:
+    1 - 2 x 2^-n (3 samples: 75%; 6 are needed for 95%, where ``median_ci`` takes over)."""
+    return 0.0 if n < 2 else 1.0 - 2.0 * 0.5 ** n
 
 
 def median_ci(samples) -> tuple[float, float] | None:
@@ -110,9 +117,11 @@ class Timing:
         s = self.stats
         ci = median_ci(self.samples_ms)
         halfwidth = ci_halfwidth(self.samples_ms)
+        few = not math.isfinite(halfwidth)  # no 95% interval exists: its precision is unknown, not wide
         return {"median_ms": s.median, "iqr_ms": s.iqr, "min_ms": s.min, "mean_ms": s.mean,
                 "q1_ms": s.q1, "q3_ms": s.q3, "samples": s.count, "rel_iqr": s.rel_iqr,
-                "ci_halfwidth": halfwidth if math.isfinite(halfwidth) else None, "noisy": halfwidth > NOISY_CI,
+                "ci_halfwidth": None if few else halfwidth, "noisy": not few and halfwidth > NOISY_CI,
+                "few_samples": few, "median_confidence": CONFIDENCE if not few else minmax_confidence(s.count),
                 "ci_lo_ms": ci[0] if ci else None, "ci_hi_ms": ci[1] if ci else None,
                 "number": self.number, "warmup_calls": self.warmup_calls,
                 "timer": self.method, "samples_ms": self.samples_ms,
@@ -177,9 +186,11 @@ class CpuTimer:
     def precise(self) -> bool:
         return ci_halfwidth(self._sorted, presorted=True) <= self.precision
 
-    def run_round(self, budget_ms: float, min_samples: int = 1) -> None:
+    def run_round(self, budget_ms: float, min_samples: int = 1, floor: int = 1,
+                  ceiling_ms: float | None = None) -> None:
         """Samples until the pooled 95% CI of the median is within +-precision (and this
-        round has ``min_samples``), or ``budget_ms`` is spent (with one sample at least)."""
+        round has ``min_samples``), or ``budget_ms`` is spent and the round has ``floor``
+        samples (with one at least), or ``ceiling_ms`` is spent whatever it has."""
         start = self.clock()
         mine: list[float] = []
         self.rounds.append(mine)
@@ -209,7 +220,9 @@ class CpuTimer:
                 else:
                     self._keep(mine, est)
                 spent = (self.clock() - start) * 1e3
-                if spent >= budget_ms or (len(mine) >= min_samples and self.precise()):
+                if len(mine) >= min_samples and self.precise():
+                    break
+                if spent >= budget_ms and (len(mine) >= floor or (ceiling_ms is not None and spent >= ceiling_ms)):
                     break
         finally:
             if gc_was:
@@ -391,20 +404,29 @@ def make_timer(device: str, call: Callable | None, budget_ms: float, precision: 
     return CpuTimer(call, precision=precision)
 
 
-def interleave(timers: dict, rounds: int, budget_ms: float, enter=None, on_error=None) -> None:
+def interleave(timers: dict, rounds: int, budget_ms: float, enter=None, on_error=None,
+               ceiling_ms: float | None = None) -> None:
     """Run ``timers`` (name -> timer) round-robin: every timer takes its turn in round 1,
-    then in round 2, and so on.  Each turn gets ``budget_ms / rounds``.  ``enter(name)``
-    gives a context manager held around a turn (a variant's scope); ``on_error(name, exc)``
-    takes a timer that raised out of later rounds instead of stopping the others."""
+    then in round 2, and so on.  Each turn gets ``budget_ms / rounds``; a CPU timer's turn
+    goes on past it, up to ``ceiling_ms / rounds``, until the rounds together hold the
+    INTERVAL_SAMPLES a 95% interval of the median needs.  ``enter(name)`` gives a context
+    manager held around a turn (a variant's scope); ``on_error(name, exc)`` takes a timer
+    that raised out of later rounds instead of stopping the others."""
     import contextlib
 
     live = dict(timers)
     per_round = budget_ms / max(1, rounds)
+    floor = math.ceil(INTERVAL_SAMPLES / max(1, rounds))
+    ceiling = None if ceiling_ms is None else max(per_round, ceiling_ms / max(1, rounds))
     for _ in range(rounds):
         for name in list(live):
             try:
                 with (enter(name) if enter else contextlib.nullcontext()):
-                    live[name].run_round(per_round, min_samples=MIN_ROUND_SAMPLES)
+                    timer = live[name]
+                    if isinstance(timer, CpuTimer):
+                        timer.run_round(per_round, min_samples=MIN_ROUND_SAMPLES, floor=floor, ceiling_ms=ceiling)
+                    else:
+                        timer.run_round(per_round, min_samples=MIN_ROUND_SAMPLES)
             except Exception as exc:
                 if on_error is None:
                     raise

@@ -72,13 +72,15 @@ WORKLOAD = ("mask_params", "density", "flops", "bytes", "approximate", "seq_leng
             "layout")  # a ragged batch: each sequence's length, padded over real FLOPs, how the variant held it
 SETTINGS = ("threads", "budget_ms", "precision", "worker")  # worker: where it ran (cpu, cpu:0-3, cuda:1)
 TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth",
-          "noisy", "ci_lo_ms", "ci_hi_ms", "number", "warmup_calls", "timer", "samples_ms", "round_medians_ms",
-          "rounds", "timed_s", "bwd_forward", "interleave_id")  # bwd_forward: "per turn" when each turn ran its
-# own forward; interleave_id: the rows timed together in interleaved rounds (only they pair round by round)
+          "noisy", "few_samples", "median_confidence", "ci_lo_ms", "ci_hi_ms", "number", "warmup_calls", "timer",
+          "samples_ms", "round_medians_ms", "rounds", "timed_s", "bwd_forward", "interleave_id")
+# few_samples: fewer than a 95% interval of the median needs, and median_confidence what they support (the
+# min-max of 3 covers it with 0.75); bwd_forward: "per turn" when each turn ran its own forward;
+# interleave_id: the rows timed together in interleaved rounds (only they pair round by round)
 SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time and its spread (compare's verdict)
 CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why")
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
-            "grad_cosine", "reference_skipped")  # reference_skipped: why the cell is timed unchecked
+            "grad_cosine", "max_logit", "reference_skipped")  # reference_skipped: why the cell is timed unchecked
 FIGURES = ("setup_ms", "peak_mem_bytes", "tflops", "gbps", "pct_peak")
 KERNELS = ("kernels", "backend_ran", "kernel_mismatch", "kernel_sum_ms", "graph_median_ms", "timer_mismatch",
            "kernels_error", "graph_error")  # GPU cells: what ran (bench.measure.kernels), the timers held against
@@ -89,11 +91,12 @@ GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_e
 COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
            *GPU_STATE)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
-           "rel_iqr", "ci_halfwidth", "timed_s", "cpu_util", "other_cpu", "density", "flops", "bytes", "padding_waste",
+           "rel_iqr", "ci_halfwidth", "median_confidence", "timed_s", "cpu_util", "other_cpu", "density", "flops",
+           "bytes", "padding_waste",
            *ACCURACY, *FIGURES, "kernel_sum_ms", "graph_median_ms", "sm_clock_start_mhz", "sm_clock_end_mhz",
            "power_start_w", "power_end_w", "power_limit_w",
            "temp_start_c", "temp_end_c", "energy_j_per_call", "energy_j_per_token")
-FLAGS = ("noisy", "contended", "throttled")  # booleans that make an ok row shaky
+FLAGS = ("few_samples", "noisy", "contended", "throttled")  # booleans that make an ok row shaky (engine.judge)
 MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")
 ALWAYS = (*IDENTITY, *OUTCOME, "mask_params", "density", "flops", "bytes", *MEASURED)  # written even when None
 

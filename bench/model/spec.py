@@ -128,6 +128,9 @@ class Spec:
                                metavar="PCT")
     rounds: int = setting("interleaved rounds per case: its variants take turns, A B C A B C (default 3)",
                           number(1, 100, True), default=3)
+    ceiling_s: float = setting("CPU: the most seconds a cell's timing may take, past --budget-ms, to collect the 6 "
+                               "samples a 95%% interval of its median needs (default 2); beyond it the row says "
+                               "what its samples support", number(0.0, 3600.0, False), default=2.0, metavar="S")
     timer: str = setting("GPU timer: events (CUDA events around each call, L2 flushed; the default) or graph (the "
                          "call captured in a CUDA graph and replayed: no launch overhead)",
                          choice("timer", ("events", "graph")), default="events")
