@@ -4,6 +4,7 @@ colour per variant across every chart, failed cells marked at their n with their
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 from pathlib import Path
 
@@ -169,12 +170,16 @@ def figure_legend(fig, axes) -> None:
                    frameon=False)
 
 
+SVG_ENV = "ATTNBENCH_REPORT_SVG"  # "1": every chart as SVG too (report --svg); read by the drawing processes
+
+
 def save_figure(fig, out: Path) -> list[Path]:
-    """The figure as PNG and SVG beside ``out``, laid out once."""
-    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
+    """The figure as PNG beside ``out`` (the page embeds it), and as SVG too when asked
+    (``report --svg``): each format costs a full render, so the page's one is the default."""
+    paths = [out.with_suffix(".png")] + ([out.with_suffix(".svg")] if os.environ.get(SVG_ENV) == "1" else [])
     for p in paths:
         fig.savefig(p, dpi=130)
-        fig.set_layout_engine("none")  # the layout is done: the SVG reuses it (half the drawing time)
+        fig.set_layout_engine("none")  # the layout is done: a second format reuses it
     return paths
 
 

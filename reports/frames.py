@@ -10,8 +10,8 @@ from bench.measure.flops import DIRECTION_FACTOR
 from bench.model import row
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
-FACET_COLS = ["run", "hardware", "device", "dtype", "direction", "mask", "window", "lengths", "inputs", "batch",
-              "heads", "kv_heads", "head_dim", "kv"]
+FACET_COLS = ["run", "hardware", "device", "dtype", "direction", "mask", "window", "align", "lengths", "inputs",
+              "kv_layout", "batch", "heads", "kv_heads", "head_dim", "kv"]
 NUMERIC = [*row.NUMERIC, "compile_ms"]  # the row's numeric columns, and flex's compile time (an extra)
 FLAGS = list(row.FLAGS)
 DECODE_MAX_Q = 16  # a query this short against a longer cache is decode: drawn against the cache length
@@ -181,7 +181,7 @@ def varying_facets(df: pd.DataFrame) -> list[str]:
     return [c for c in FACET_COLS if c in df and df[c].astype(str).nunique() > 1]
 
 
-FACET_DEFAULTS = {"lengths": "fixed", "inputs": "normal"}  # a constant facet at its default goes unsaid
+FACET_DEFAULTS = {"lengths": "fixed", "inputs": "normal", "align": "top-left", "kv_layout": "contiguous"}  # unsaid
 
 
 def constant_facets(df: pd.DataFrame) -> dict:

@@ -43,6 +43,11 @@ def _table_html(t: pd.DataFrame, index: bool = True) -> str:
     return f'<div class="tw">{raw}</div>'
 
 
+def _svg_link(paths) -> str:
+    svg = next((p for p in paths if p.suffix == ".svg"), None)
+    return f": <a href='charts/{svg.name}'>SVG</a>" if svg else ""
+
+
 def _img(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
@@ -227,8 +232,7 @@ def write_page(r: ReportParts) -> Path:
              "<h2 id=charts>Charts</h2><div class=grid>"]
     for name, paths in charts.items():
         png = next(p for p in paths if p.suffix == ".png")
-        parts.append(f"<figure>{_img(png)}<figcaption class=muted>{name}: "
-                     f"<a href='charts/{png.stem}.svg'>SVG</a></figcaption></figure>")
+        parts.append(f"<figure>{_img(png)}<figcaption class=muted>{name}{_svg_link(paths)}</figcaption></figure>")
     parts.append("</div>")
     parts += _masks_html(masks)
     parts.append("<h2 id=scaling>Scaling</h2><p class=muted>Exponent of the log-log least-squares fit of "
@@ -279,8 +283,8 @@ def _masks_html(masks) -> list[str]:
     for key in ("patterns", "density"):
         png = next((p for p in masks.get(key) or [] if p.suffix == ".png"), None)
         if png:
-            parts.append(f"<figure>{_img(png)}<figcaption class=muted>{key}: "
-                         f"<a href='charts/{png.stem}.svg'>SVG</a></figcaption></figure>")
+            parts.append(f"<figure>{_img(png)}<figcaption class=muted>{key}{_svg_link(masks[key])}</figcaption>"
+                         f"</figure>")
     parts.append(_table_html(masks["table"], index=False))
     return parts
 

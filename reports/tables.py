@@ -164,12 +164,9 @@ def write_csvs(df: pd.DataFrame, tables, folder) -> None:
 
 
 def shaky_mask(df):
-    """True where an ok row is noisy or contended (a pandas Series over ``df``)."""
-    flags = pd.Series(False, index=df.index)
-    for col in FLAGS:
-        if col in df:
-            flags |= df[col].fillna(False).astype(bool)
-    return flags & (df["status"] == "ok")
+    """True where an ok row is shaky (a pandas Series over ``df``): bench.engine.judge.shaky."""
+    cols = [c for c in ("status", *FLAGS) if c in df]
+    return pd.Series([judge.shaky(r) for r in df[cols].to_dict("records")], index=df.index, dtype=bool)
 
 
 def summary_table(rows: list[dict]) -> str:
@@ -184,8 +181,8 @@ def summary_table(rows: list[dict]) -> str:
     df = pd.DataFrame(rows)
     if "median_ms" not in df:
         df["median_ms"] = None
-    facets = [c for c in ("device", "dtype", "direction", "mask", "window", "batch", "heads",
-                          "kv_heads", "head_dim") if c in df and df[c].astype(str).nunique() > 1]
+    facets = [c for c in ("device", "dtype", "direction", "mask", "window", "align", "lengths", "inputs", "kv_layout",
+                          "batch", "heads", "kv_heads", "head_dim") if c in df and df[c].astype(str).nunique() > 1]
     if (df["kv_len"] != df["q_len"]).any():
         facets.append("kv_len")
     shaky = shaky_mask(df)
@@ -203,8 +200,8 @@ def summary_table(rows: list[dict]) -> str:
         lines.append("median ms (or status) by sequence length")
         lines.append(tabulate(table.reset_index(), headers="keys", showindex=False))
         if shaky[df.index].any():
-            lines.append("* noisy (the median's 95% CI reaches beyond +-5%) or contended (timed while the CPU "
-                         "was shared): kept, but flagged and left out of fits")
+            lines.append("* shaky: too few samples for a 95% interval of the median, noisy (the interval reaches "
+                         "beyond +-5%), contended (timed while the CPU was shared) or throttled: kept, but flagged")
     for name, g in skipped.groupby("variant"):
         lines.append(f"unsupported here: {name}: {g['reason'].iloc[0]}")
     return "\n".join(lines)

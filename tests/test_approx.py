@@ -78,7 +78,8 @@ def test_decode_preset_is_one_query_against_a_gqa_kv_cache(registry):
     spec = build_spec({"preset": "decode", "device": "cpu"}, registry)
     cases = spec.cases()
     assert {c.q_len for c in cases} == {1, 4} and max(c.kv_len for c in cases) == 32768
-    assert {(c.heads, c.kv_heads, c.head_dim, c.mask) for c in cases} == {(32, 8, 128, "none")}
+    assert {(c.heads, c.kv_heads, c.head_dim, c.mask, c.align) for c in cases} == {(32, 8, 128, "causal",
+                                                                                   "bottom-right")}
     assert set(spec.variants) == {"naive", "sdpa", "sdpa.math", "sdpa.flash", "flex"}
 
 

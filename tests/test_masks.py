@@ -79,7 +79,7 @@ def test_counts_at_128k_are_exact_and_in_bounded_memory():
     closed forms."""
     code = textwrap.dedent("""
         import json, resource, torch
-        from bench import masks
+        from bench.model import masks
         from bench.case import Case
         n = 131072
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

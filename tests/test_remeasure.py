@@ -3,6 +3,7 @@ re-measurement, compare's Shaky count, the trust line's history, the crossover n
 drawn filled, --threads auto, and a projection that learns from earlier sweeps."""
 
 import json
+import shlex
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ from bench.cli import main
 from bench.engine import plan, store
 from bench.model.spec import build_spec, parse_values
 from reports.frames import tidy
+from tests.conftest import read_jsonl, run_cli
 from tests.test_reports import _run_folder, _timed_rows
 
 SETTINGS = {"variants": ["naive"], "seq_lens": [16, 32], "heads": [2], "head_dims": [8], "masks": ["none"],
@@ -190,3 +192,60 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
     history = json.loads((tmp_path / "run" / "env.json").read_text())["history"][-1]
     assert history["cells_wall_s"] > 0 and history["loadavg_start"] and history["peaks_end"]["float32"] > 0
     assert history["measured_rest_s"] <= history["cells_wall_s"]
+
+
+def _plain_run(path):
+    """A run folder as an ordinary sweep leaves it: its spec in env.json, two cells of four measured."""
+    spec = build_spec(parse_values({"variants": ["naive", "sdpa"], "seq_lens": [32, 48], "heads": [2],
+                                    "head_dims": [8], "masks": ["causal"], "directions": ["fwd"],
+                                    "budget_ms": 5.0, "device": "cpu"}), discover())
+    rows = [r | {"variant": v, "q_len": n, "kv_len": n, "heads": 2, "kv_heads": 2, "head_dim": 8, "mask": "causal",
+                 "budget_ms": 5.0, "threads": 1, "precision": 0.02}
+            for v, n, r in (("naive", 32, _timed_rows("naive", 1.0, 0.01)[0]),
+                            ("sdpa", 32, _timed_rows("sdpa", 1.0, 0.01)[0] | {"few_samples": True}))]
+    return _run_folder(path, rows, env={"spec": spec.to_dict(), "sweep_id": "sweep-cpu-plain"})
+
+
+def test_status_answers_for_an_ordinary_run_and_by_its_sweep_id(capsys, tmp_path, monkeypatch):
+    run = _plain_run(tmp_path / "runs" / "r1")
+    assert main(["status", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 4 cells measured: ok 2" in out and "1 with too few samples for an interval" in out
+    assert f"the rest: python -m bench sweep --resume {run}" in out
+    monkeypatch.chdir(tmp_path)  # runs/ is here: the sweep id finds the folder
+    assert main(["status", "sweep-cpu-plain"]) == 0 and "2 of 4 cells measured" in capsys.readouterr().out
+    assert main(["status", "sweep-nothing"]) == 2
+    assert "no run or sweep 'sweep-nothing'" in capsys.readouterr().err
+
+
+def test_a_cell_can_be_measured_alone_again_from_its_row(capsys, tmp_path):
+    run = _plain_run(tmp_path / "r1")
+    assert main(["status", str(run), "--cells"]) == 0
+    listing = capsys.readouterr().out
+    assert "naive float32 b=1 h=2/2 n=32 d=8 causal fwd" in listing
+    assert main(["status", str(run), "--repro", "sdpa n=32"]) == 0
+    command = capsys.readouterr().out.strip()
+    assert command.startswith("python -m bench sweep --variants sdpa --device cpu --dtypes float32")
+    assert "--seq-lens 32" in command and "--budget-ms 5" in command and "--threads 1" in command
+    assert main(["status", str(run), "--repro", "n=32"]) == 2  # two cells match: it says so
+    assert "2 cells match" in capsys.readouterr().err
+    argv = shlex.split(command.replace("runs/repro-", str(tmp_path / "repro-")))[3:]
+    proc = run_cli(*argv, "--no-report", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = read_jsonl(next(tmp_path.glob("repro-*")) / "results.jsonl")
+    assert (row["variant"], row["q_len"], row["mask"], row["budget_ms"], row["status"]) == ("sdpa", 32, "causal", 5.0,
+                                                                                            "ok")
+
+
+def test_the_merge_command_status_suggests_names_a_free_folder(tmp_path, capsys, monkeypatch):
+    from bench.cli import status
+
+    sweep = tmp_path / "sweep"
+    (sweep / "merged").mkdir(parents=True)
+    (sweep / "merged" / "results.jsonl").write_text("")
+    monkeypatch.setattr("bench.engine.jobs.read_sweep", lambda folder: {"sweep_id": "s", "executor": "local",
+                                                                        "submitted": "now"})
+    monkeypatch.setattr("bench.engine.jobs.job_states", lambda record: [
+        {"shard": "1/1", "job_id": "1", "state": "DONE", "cells_done": 2, "cells": 2, "folder": "f1"}])
+    assert status._jobs(sweep) == 0
+    assert f"--out {sweep / 'merged-2'}" in capsys.readouterr().out

@@ -37,9 +37,8 @@ def test_sweep_writes_report_naming_every_variant(small_run):
         assert name in html
     assert "xformers" in html and "unsupported" in html  # did not run: shown with its reason
     for chart in ("time", "memory", "speedup", "tflops"):
-        for ext in ("png", "svg"):
-            path = out / "report" / "charts" / f"{chart}.{ext}"
-            assert path.stat().st_size > 5000
+        assert (out / "report" / "charts" / f"{chart}.png").stat().st_size > 5000
+        assert not (out / "report" / "charts" / f"{chart}.svg").exists()  # SVG on request only (report --svg)
     # self-contained: the four charts, the roofline, the approximation's error and Pareto charts,
     # the mask pictures and time against density
     assert len(re.findall(r'src="data:image/png;base64,', html)) == 9
@@ -54,10 +53,15 @@ def test_sweep_writes_report_naming_every_variant(small_run):
 
 
 @pytest.mark.slow
-def test_report_command_rebuilds_from_the_folder(small_run, tmp_path):
+def test_report_command_rebuilds_from_the_folder(small_run, tmp_path, monkeypatch):
+    from reports.charts import SVG_ENV
+
     out, _ = small_run
-    assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    monkeypatch.delenv(SVG_ENV, raising=False)
+    assert main(["report", str(out), "--out", str(tmp_path / "rep"), "--svg"]) == 0
     assert (tmp_path / "rep" / "index.html").exists()
+    assert (tmp_path / "rep" / "charts" / "time.svg").stat().st_size > 5000  # asked for: drawn
+    assert "href='charts/time.svg'" in (tmp_path / "rep" / "index.html").read_text()
     scaling = pd.read_csv(tmp_path / "rep" / "scaling.csv")
     naive = scaling[(scaling["variant"] == "naive") & scaling["facet"].str.contains("mask=none")]
     assert naive["mem_exp"].iloc[0] > 1.5  # scores grow as n^2

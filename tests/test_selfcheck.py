@@ -20,7 +20,8 @@ def test_selfcheck_pairs_the_tools_round_by_round(monkeypatch):
     def spy(timers, rounds, budget_ms, **kw):
         for name, t in timers.items():
             inner = t.run_round
-            t.run_round = lambda ms, min_samples=1, _n=name, _f=inner: (order.append(_n), _f(ms, min_samples))
+            t.run_round = lambda ms, min_samples=1, _n=name, _f=inner, **kw: (order.append(_n),
+                                                                               _f(ms, min_samples, **kw))
         return real_interleave(timers, rounds, budget_ms, **kw)
 
     monkeypatch.setattr(sc, "interleave", spy)

@@ -210,6 +210,7 @@ def _prepare(case, flex):
 
 
 variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True, ragged=True, paged=True,
+        bottom_right=True,
         dtypes=(*DTYPES, FP8),
         description="FlexAttention: any mask as a block mask from its mask_mod, any score mod; torch.compile'd "
                     "once per shape")(FlexFactory())

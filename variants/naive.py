@@ -6,6 +6,7 @@ from bench.registry import Prepared, variant
 
 
 @variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True,
+         bottom_right=True,
          description="textbook QK^T/sqrt(d) -> -inf mask -> softmax -> @V; materialises the scores "
                      "(a ragged batch: one sequence at a time; a paged cache: gathered first)")
 def naive(case):

@@ -18,7 +18,7 @@ from bench.registry import Prepared, variant
 BLOCK = 128  # keys per block
 
 
-@variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True,
+@variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True, bottom_right=True,
          description="online softmax over key blocks (FlashAttention's algorithm) in plain PyTorch; "
                      "O(n * block) memory, exact (a ragged batch: one sequence at a time)")
 def chunked_online(case):

@@ -24,10 +24,10 @@ def _xops():
 
 def _bias(case, fmha):
     ab = fmha.attn_bias
-    if case.mask == "causal":
-        return ab.LowerTriangularMask()  # top-left, as bench.masks defines
+    if case.mask == "causal":  # top-left, or the queries at the end of the keys (--align bottom-right)
+        return ab.LowerTriangularFromBottomRightMask() if case.offset else ab.LowerTriangularMask()
     if case.mask == "window":
-        # bottom-right and top-left alignment coincide for q_len == kv_len (checked below)
+        # xformers' local attention is aligned bottom-right, which is top-left for q_len == kv_len (checked below)
         return ab.LowerTriangularFromBottomRightLocalAttentionMask(case.window)
     if case.mask == "padding":
         return ab.BlockDiagonalPaddedKeysMask.from_seqlens(
@@ -54,13 +54,13 @@ def _check(case):
         return "xformers takes one mask at a time (one attn_bias), not a union"
     if _is_document(case) and case.is_cross:
         return "xformers' block-diagonal masks pair each query block with a key block of its length: q_len == kv_len"
-    if case.mask == "window" and case.is_cross:
-        return ("xformers' local-attention masks are aligned bottom-right; attnbench's window "
-                "is top-left, so they differ when q_len != kv_len")
+    if case.mask == "window" and case.is_cross and not case.offset:
+        return ("xformers' local-attention masks are aligned bottom-right: a top-left window with q_len != kv_len "
+                "is not one of them (--align bottom-right is)")
     return run_probe(xformers_mea, case)
 
 
-@variant("xformers", requires=("xformers",), check=_check, devices=("cuda",), ragged=True,
+@variant("xformers", requires=("xformers",), check=_check, devices=("cuda",), ragged=True, bottom_right=True,
          masks=("none", "causal", "window", "padding", "document"),
          description="xformers.ops.memory_efficient_attention with xformers attn_bias types (CUDA kernels only)")
 def xformers_mea(case):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 def command(args):
     from bench.engine.store import DEFAULT_ROOT, writable_dir
@@ -9,6 +11,10 @@ def command(args):
 
     runs = args.runs or [str(DEFAULT_ROOT / "latest")]
     out = writable_dir(args.out) if args.out else None
+    if args.svg:
+        from reports.charts import SVG_ENV
+
+        os.environ[SVG_ENV] = "1"  # the drawing processes read it
     print(f"report: {build_report(runs, out)}")
     return 0
 
@@ -18,4 +24,6 @@ def add_parser(sub) -> None:
     rp.add_argument("runs", nargs="*", metavar="RUN",
                     help="run folders, one report for all of them (default: runs/latest)")
     rp.add_argument("--out", metavar="DIR", help="report folder (default: RUN/report)")
+    rp.add_argument("--svg", action="store_true", help="every chart as SVG too (the page embeds PNG; SVG doubles "
+                                                       "the drawing time)")
     rp.set_defaults(func=command)

@@ -26,6 +26,11 @@ MASK_FORM = ("a mask is a name with ':'-separated parameters (window:256); masks
              "document: e.g. causal, causal+softcap:50, document:4&causal, document:4(prefix_lm:16)")
 MAX_MASK_TEXT = 500  # characters (bench.model.mask_spelling.MAX_SPELLING says the same to the parser)
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
+# where the queries sit among the keys: top-left (query i is key i: training and prefill, where they
+# coincide) or bottom-right (the queries are the last q_len tokens: decode, chunked prefill, draft
+# verification; FlashAttention since 2.1, FlashInfer and PyTorch's causal_lower_right)
+ALIGNS = ("top-left", "bottom-right")
+ALIGN_ALIASES = {"tl": "top-left", "br": "bottom-right", "topleft": "top-left", "bottomright": "bottom-right"}
 RAGGED_MASKS = ("none", "causal", "window")  # the masks a ragged batch takes, within each of its sequences
 
 
@@ -35,6 +40,11 @@ class CaseError(ValueError):
     def __init__(self, field: str, value, valid: str, message: str | None = None):
         self.field = field
         super().__init__(message or f"invalid {field}={value!r}: {valid}")
+
+
+def normalize_align(name: str) -> str:
+    name = str(name).strip().lower()
+    return ALIGN_ALIASES.get(name, name)
 
 
 def normalize_dtype(name: str) -> str:
@@ -71,6 +81,7 @@ class Case:
     lengths: str = "fixed"  # the sequence lengths of the batch (bench.model.workload): fixed, or a ragged mix
     inputs: str = "normal"  # the structure of q, k and v (bench.model.workload)
     kv_layout: str = "contiguous"  # the KV cache: contiguous, or paged:PAGE with a block table (bench.model.workload)
+    align: str = "top-left"  # query i at position i (top-left), or at kv_len - q_len + i (bottom-right): ALIGNS
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
@@ -92,6 +103,12 @@ class Case:
             raise CaseError("window", self.window, "only the window mask takes a window size")
         if self.direction not in DIRECTIONS:
             raise CaseError("direction", self.direction, f"valid: {', '.join(DIRECTIONS)}")
+        object.__setattr__(self, "align", normalize_align(self.align))
+        if self.align not in ALIGNS:
+            raise CaseError("align", self.align, f"valid: {', '.join(ALIGNS)} (or tl, br)")
+        if self.align == "bottom-right" and self.q_len > self.kv_len:
+            raise CaseError("align", self.align, "bottom-right puts the queries at the end of the keys, so q_len <= "
+                                                 f"kv_len; got q_len {self.q_len}, kv_len {self.kv_len}")
         from bench.model import workload
 
         try:
@@ -115,6 +132,12 @@ class Case:
     @property
     def is_cross(self) -> bool:
         return self.q_len != self.kv_len
+
+    @property
+    def offset(self) -> int:
+        """The position of query 0 among the keys: 0 top-left, kv_len - q_len bottom-right (the
+        masks and score mods see query i at position i + offset)."""
+        return self.kv_len - self.q_len if self.align == "bottom-right" else 0
 
     @property
     def is_gqa(self) -> bool:
@@ -211,4 +234,4 @@ class Case:
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}  # a row written before a field existed
 # fields later than the first run folders: a row without them was measured with their default
-CASE_ADDED = ("lengths", "inputs", "kv_layout")
+CASE_ADDED = ("lengths", "inputs", "kv_layout", "align")

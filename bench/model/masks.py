@@ -70,6 +70,7 @@ class CaseMask:
 
     def __init__(self, case: Case):
         self.case = case
+        self.offset = case.offset  # query i sits at position i + offset (bottom-right alignment)
         ms, mods = parse(case.mask, case.window)
         full = any(t.d.name == "none" for t in ms)  # a union with 'none' keeps every pair
         self.masks = [] if full else [(t, self._extra(t)) for t in ms]
@@ -106,7 +107,7 @@ class CaseMask:
         c = self.case
         rows, kv = (0, min(c.q_len, 4)), (0, min(c.kv_len, 64))
         batches = sorted({0, c.batch - 1})
-        b, h, q, k = indices(c, "cpu", rows, kv, batches=batches, heads=slice(0, 1))
+        b, h, q, k = indices(c, "cpu", rows, kv, batches=batches, heads=slice(0, 1), positions=True)
         full = (len(batches), 1, rows[1], kv[1])
         ms, mods = self._kw("cpu")
         for t, kw in ms:
@@ -151,11 +152,13 @@ class CaseMask:
         if not ms:
             return None
         fns = [(t.d.fn, kw) for t, kw in ms]
+        off = self.offset
 
         def mask_mod(b, h, q_idx, kv_idx):
             out = None
+            pos = q_idx + off if off else q_idx  # the query's position among the keys
             for fn, kw in fns:
-                keep = fn(b, h, q_idx, kv_idx, **kw)
+                keep = fn(b, h, pos, kv_idx, **kw)
                 out = keep if out is None else out | keep
             return out
         return mask_mod
@@ -166,10 +169,12 @@ class CaseMask:
         if not mods:
             return None
         fns = [(t.d.fn, kw) for t, kw in mods]
+        off = self.offset
 
         def composed(score, b, h, q_idx, kv_idx):
+            pos = q_idx + off if off else q_idx
             for fn, kw in fns:
-                score = fn(score, b, h, q_idx, kv_idx, **kw)
+                score = fn(score, b, h, pos, kv_idx, **kw)
             return score
         return composed
 
@@ -235,7 +240,7 @@ class CaseMask:
         step = 1 << 14  # query rows at a time: memory stays bounded at any length
         for s in range(0, c.q_len, step):
             e = min(c.q_len, s + step)
-            q = torch.arange(s, e)
+            q = torch.arange(s, e) + self.offset  # the rows' positions among the keys
             spans = [span for t, kw in self.masks for span in t.d.intervals(q, c, **kw)]
             per = covered(spans, c.kv_len, e - s)  # (B|1, n)
             total += int(per.sum()) * (c.batch // per.shape[0]) * c.heads
@@ -313,15 +318,19 @@ def covered(spans, kv_len: int, n: int) -> torch.Tensor:
     return (hi - torch.maximum(lo, before)).clamp(min=0).sum(0)
 
 
-def indices(case: Case, device="cpu", rows=None, kv=None, batches=None, heads=None):
-    """Broadcastable index tensors b (B,1,1,1), h (1,H,1,1), q (1,1,n,1), kv (1,1,1,Lk)."""
+def indices(case: Case, device="cpu", rows=None, kv=None, batches=None, heads=None, positions: bool = False):
+    """Broadcastable index tensors b (B,1,1,1), h (1,H,1,1), q (1,1,n,1), kv (1,1,1,Lk): the
+    query rows' indices, as FlexAttention passes them (``CaseMask.mask_mod`` and ``score_mod``
+    place row i at its position i + case.offset themselves); with ``positions``, q holds the
+    positions (for a mask's or score mod's definition called directly)."""
     s, e = rows if rows is not None else (0, case.q_len)
     ks, ke = kv if kv is not None else (0, case.kv_len)
     b = torch.as_tensor(list(range(case.batch)) if batches is None else list(batches), device=device)
     h = torch.arange(case.heads, device=device)
     if heads is not None:
         h = h[heads]
-    return (b.view(-1, 1, 1, 1), h.view(1, -1, 1, 1), torch.arange(s, e, device=device).view(1, 1, -1, 1),
+    first = case.offset if positions else 0
+    return (b.view(-1, 1, 1, 1), h.view(1, -1, 1, 1), (torch.arange(s, e, device=device) + first).view(1, 1, -1, 1),
             torch.arange(ks, ke, device=device).view(1, 1, 1, -1))
 
 

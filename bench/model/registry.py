@@ -63,6 +63,11 @@ CAPABILITIES: tuple[Capability, ...] = (
                lambda v, c: f"a paged KV cache (--kv-layout {c.kv_layout}) not supported: {v.name} reads a "
                             f"contiguous cache (the variants that declare paged=True read one)",
                "reads a paged KV cache: k, v a page pool (kv_heads, batch x pages, PAGE, D), case.page_table()"),
+    Capability("bottom_right", False, lambda c: c.offset != 0 and c.mask not in ("none", "padding"),
+               lambda v, c: f"bottom-right alignment (--align bottom-right, q_len {c.q_len} < kv_len {c.kv_len}) "
+                            f"not supported: {v.name} places query i at key i (the variants that declare "
+                            f"bottom_right=True place it at kv_len - q_len + i)",
+               "places the queries at the end of the keys (--align bottom-right) for its masks and score mods"),
     Capability("ragged", False, lambda c: c.ragged,
                lambda v, c: f"ragged batches (--lengths {c.lengths}) not supported: {v.name} takes sequences of one "
                             f"length (the variants that declare ragged=True take them packed)",
@@ -173,7 +178,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
     """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
 
     ``capabilities``: the CAPABILITIES it declares, by keyword: ``cross``, ``gqa`` and
-    ``backward`` (default True), ``ragged`` and ``paged`` (default False).
+    ``backward`` (default True), ``paged``, ``bottom_right`` and ``ragged`` (default False).
 
     ``approximate=True`` declares a variant that does not compute attention exactly: it is
     timed like any other, its rows carry its errors against the float64 reference (output and

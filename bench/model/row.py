@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.model.case import CASE_DEFAULTS, CASE_FIELDS
+from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
 
 class Status(str, enum.Enum):
@@ -186,7 +186,8 @@ def cell_key(variant: str, case) -> tuple:
     """What identifies a cell: its variant and its case (a Case, or a row's case columns; a
     column a row lacks takes the default it was measured with)."""
     d = case.to_dict() if hasattr(case, "to_dict") else case
-    return (variant,) + tuple(d.get(f, CASE_DEFAULTS[f]) for f in CASE_FIELDS)
+    return (variant,) + tuple(CASE_DEFAULTS[f] if f in CASE_ADDED and d.get(f) is None else d.get(f, CASE_DEFAULTS[f])
+                              for f in CASE_FIELDS)
 
 
 def current_rows(rows) -> list[dict]:

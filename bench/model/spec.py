@@ -24,6 +24,7 @@ from typing import Any
 
 from bench.errors import UsageError
 from bench.model.case import (
+    ALIGNS,
     CASE_DTYPES,
     DEVICES,
     DIRECTIONS,
@@ -31,6 +32,7 @@ from bench.model.case import (
     MAX_LEN,
     Case,
     CaseError,
+    normalize_align,
     normalize_dtype,
 )
 from bench.model.parsers import (  # noqa: F401  (shard_pair: the engine's; the rest declare the settings)
@@ -111,6 +113,11 @@ class Spec:
     kv_layout: list[str] = setting("the KV cache: contiguous (the default), or paged:PAGE, pages of PAGE tokens in a "
                                    "shuffled block table", workload_spellings("kv_layout"), default=("contiguous",),
                                    axis=True, case=True, metavar="LAYOUT")
+    align: list[str] = setting("where the queries sit among the keys: top-left (query i is key i: training, "
+                               "prefill; the default) or bottom-right (the queries are the last q_len tokens: decode, "
+                               "chunked prefill, draft verification); tl and br for short",
+                               choices("alignment", ALIGNS, normalize_align), default=("top-left",), axis=True,
+                               case=True, metavar="ALIGN")
     device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
                           default="cpu", case=True)
     preset: str = setting("quick, default, full or decode (default: default); sized per device", text,
@@ -182,13 +189,13 @@ class Spec:
                         mask, window = masks.canonical(spelling, size)
                     except masks.MaskError as exc:
                         raise UsageError(f"--masks {spelling}: {exc}") from None
-                    for lengths, inputs, kv_layout, q_len in itertools.product(
+                    for lengths, inputs, kv_layout, align, q_len in itertools.product(
                             self.lengths or ["fixed"], self.inputs or ["normal"], self.kv_layout or ["contiguous"],
-                            sorted(self.seq_lens)):
+                            self.align or ["top-left"], sorted(self.seq_lens)):
                         for kv_len in self.kv_lens or [q_len]:
                             try:
                                 case = Case(self.device, dtype, batch, heads, kv_heads, q_len, kv_len,
-                                            head_dim, mask, window, direction, lengths, inputs, kv_layout)
+                                            head_dim, mask, window, direction, lengths, inputs, kv_layout, align)
                                 if not case.unsupported_reason:  # else every variant's row says why
                                     masks.bind(case).validate()  # parameters that do not fit, definitions that fail
                             except (CaseError, masks.MaskError) as exc:
@@ -208,7 +215,8 @@ def measured_part(spec: Spec) -> dict:
     """What a spec measures: every setting but those of how it runs (shards of one sweep agree on
     it), with its plugin files as digests of their contents, not their paths."""
     out = {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
-    for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"])):
+    for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"]),
+                         ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0)):
         # a sweep from before they existed hashes as it did
         if out.get(key) in (default, None):
             out.pop(key, None)

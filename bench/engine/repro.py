@@ -1,0 +1,60 @@
+"""The one command that measures a cell alone, again: its variant and case as flags, the
+settings it was measured under (its row's budget, threads, precision), the run's other
+settings (rounds, timer, the ceiling) and its plugins, into a fresh folder.  ``status RUN
+--repro CELL`` prints it; compare's explanations cite it."""
+
+from __future__ import annotations
+
+import shlex
+
+from bench.model.case import CASE_DEFAULTS
+
+
+def cell_flags(row: dict) -> list[str]:
+    """The case of ``row`` as ``sweep`` flags (its default workload fields left out)."""
+    flags = ["--variants", row["variant"], "--device", row["device"], "--dtypes", row["dtype"],
+             "--batch", str(row["batch"]), "--heads", str(row["heads"]), "--kv-heads", str(row["kv_heads"]),
+             "--seq-lens", str(row["q_len"]), "--head-dims", str(row["head_dim"]), "--masks", row["mask"],
+             "--directions", row["direction"]]
+    if row["kv_len"] != row["q_len"]:
+        flags += ["--kv-lens", str(row["kv_len"])]
+    if row.get("window") not in (None, "") and row.get("window") == row.get("window"):
+        flags += ["--window", str(int(row["window"]))]
+    for field, flag in (("lengths", "--lengths"), ("inputs", "--inputs"), ("kv_layout", "--kv-layout")):
+        value = row.get(field) or CASE_DEFAULTS[field]
+        if value != CASE_DEFAULTS[field]:
+            flags += [flag, str(value)]
+    return flags
+
+
+def command(row: dict, spec: dict | None = None, out: str | None = None) -> str:
+    """``python -m bench sweep ...`` measuring ``row``'s cell alone, under its settings."""
+    spec = spec or {}
+    flags = cell_flags(row)
+    if row.get("budget_ms") is not None:
+        flags += ["--budget-ms", f"{float(row['budget_ms']):g}"]
+    if row.get("threads"):
+        flags += ["--threads", str(int(row["threads"]))]
+    if row.get("precision") is not None:
+        flags += ["--precision", f"{100 * float(row['precision']):g}"]
+    for key, flag in (("rounds", "--rounds"), ("timer", "--timer"), ("ceiling_s", "--ceiling-s"),
+                      ("timeout", "--timeout")):
+        if spec.get(key) is not None and (key != "timer" or spec[key] != "events"):
+            value = spec[key]
+            flags += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    for plugin in spec.get("plugins") or []:
+        flags += ["--plugin", plugin]
+    flags += ["--out", out or f"runs/repro-{_slug(row)}"]
+    return shlex.join(["python", "-m", "bench", "sweep", *flags])
+
+
+def _slug(row: dict) -> str:
+    text = f"{row['variant']}-{row['mask']}-{row['direction']}-n{row['q_len']}"
+    return "".join(c if c.isalnum() or c in "-." else "_" for c in text)[:80]
+
+
+def label(row: dict) -> str:
+    """A cell in words, as ``status`` lists it."""
+    kv = f" kv={row['kv_len']}" if row["kv_len"] != row["q_len"] else ""
+    return (f"{row['variant']} {row['dtype']} b={row['batch']} h={row['heads']}/{row['kv_heads']} n={row['q_len']}"
+            f"{kv} d={row['head_dim']} {row['mask']} {row['direction']}")

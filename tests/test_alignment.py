@@ -1,0 +1,127 @@
+"""Where the queries sit among the keys (--align): top-left (query i is key i) or bottom-right
+(the queries are the last q_len tokens, as decode, chunked prefill and draft verification run).
+The masks, the score mods, the reference and the pair counts follow it; every variant that
+declares bottom_right computes it, the others say they do not; a kernel aligned the other way fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.cli import main
+from bench.measure.bound import bind_variant
+from bench.measure.reference import reference, run_and_check
+from bench.model import masks
+from bench.model.case import Case, CaseError
+
+SPELLINGS = ["causal", "window:8", "sink:2+window:4", "prefix_lm:3", "chunked_causal:4", "causal+alibi",
+             "document:2:causal=1"]
+
+
+def _case(spelling, q, kv, align, **kw):
+    mask, window = masks.canonical(spelling, 8)
+    return Case(batch=2, heads=4, kv_heads=2, q_len=q, kv_len=kv, head_dim=16, mask=mask, window=window,
+                align=align, **kw)
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_top_left_and_bottom_right_differ_across_lengths_and_agree_when_equal(spelling):
+    same = [masks.bind(_case(spelling, 24, 24, a)) for a in ("top-left", "bottom-right")]
+    assert same[0].counts == same[1].counts
+    assert torch.equal(same[0].keep() if same[0].keep() is not None else torch.ones(1),
+                       same[1].keep() if same[1].keep() is not None else torch.ones(1))
+    tl, br = (_case(spelling, 4, 40, a) for a in ("top-left", "bottom-right"))
+    keep_tl, keep_br = masks.bind(tl).keep(), masks.bind(br).keep()
+    assert not torch.equal(keep_tl.expand(2, 4, 4, 40), keep_br.expand(2, 4, 4, 40))
+    if spelling.startswith("causal"):  # the last query sees every key, the first all but the three after it
+        assert keep_br[0, 0, -1].all() and int(keep_br[0, 0, 0].sum()) == 37
+        assert int(keep_tl[0, 0, 0].sum()) == 1  # top-left: query 0 sees key 0 alone
+    # the exact count (closed form per row) agrees with the dense mask, both ways
+    for case in (tl, br):
+        kept = int(masks.bind(case).keep().expand(2, 4, 4, 40).sum())
+        assert masks.bind(case).counts[0] == kept
+
+
+def test_decode_verification_with_bottom_right_causal():
+    """Four draft tokens against a cache of 28: each sees the cache and the drafts before it, itself
+    included (not the drafts after it, as mask none would let it)."""
+    case = Case(batch=1, heads=1, kv_heads=1, q_len=4, kv_len=32, head_dim=8, mask="causal", align="br")
+    keep = masks.bind(case).keep()[0, 0]
+    assert [int(row.sum()) for row in keep] == [29, 30, 31, 32]
+    assert masks.kept_pairs(case) == 29 + 30 + 31 + 32
+
+
+def test_a_kernel_aligned_top_left_fails_where_bottom_right_is_asked(registry):
+    case = _case("causal", 4, 40, "bottom-right")
+    q, k, v = bind_variant(registry["naive"], case).inputs
+    ref = reference(case, q, k, v)
+
+    def top_left(q, k, v):  # SDPA's is_causal is top-left
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    result = run_and_check(case, top_left, q, k, v, ref=ref)
+    assert not result.ok and result.kind == "mismatch-values"
+    assert run_and_check(case.replace(align="top-left"), top_left, q, k, v).ok  # right where it is asked
+
+
+def _bottom_right_variants(registry):
+    return [v.name for v in registry if v.bottom_right and v.name != "flex" and not v.approximate]
+
+
+@pytest.mark.parametrize("spelling", ["causal", "window:8", "causal+alibi", "document:2:causal=1"])
+@pytest.mark.parametrize("direction", ["fwd", "fwd+bwd"])
+def test_every_variant_that_declares_bottom_right_computes_it(registry, spelling, direction):
+    case = _case(spelling, 5, 40, "bottom-right", direction=direction)
+    ran = 0
+    for name in _bottom_right_variants(registry):
+        from bench.model.registry import available
+
+        ok, why = available(registry[name], case)
+        if not ok:
+            assert why
+            continue
+        bound = bind_variant(registry[name], case)
+        with bound.scope():
+            result = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out)
+        assert result.ok, (name, result.reason)
+        ran += 1
+    assert ran >= 3  # naive, chunked.online and the SDPA family at least
+
+
+def test_compiled_flex_aligns_bottom_right(registry):
+    case = _case("sink:2+window:4", 5, 40, "bottom-right")
+    bound = bind_variant(registry["flex"], case)
+    with bound.scope():
+        result = run_and_check(case, bound.fn, *bound.inputs)
+    assert result.ok, result.reason
+
+
+def test_a_variant_that_does_not_declare_it_is_unsupported_with_the_reason(registry):
+    case = _case("window:8", 5, 40, "bottom-right")
+    why = registry["window.chunked"].static_reason(case)
+    assert why.startswith("bottom-right alignment (--align bottom-right, q_len 5 < kv_len 40) not supported")
+    assert registry["window.chunked"].static_reason(_case("window:8", 40, 40, "bottom-right")) is None  # same thing
+    assert registry["naive"].static_reason(_case("none", 5, 40, "bottom-right")) is None
+
+
+def test_bottom_right_needs_the_queries_within_the_keys():
+    with pytest.raises(CaseError, match="q_len <= kv_len"):
+        Case(q_len=64, kv_len=32, align="bottom-right")
+    assert Case(q_len=4, kv_len=32, align="br").align == "bottom-right"
+
+
+def test_the_align_flag_and_the_decode_preset(capsys):
+    from bench.api import discover
+    from bench.model.spec import build_spec, parse_values
+
+    spec = build_spec(parse_values({"preset": "decode", "device": "cpu"}), discover())
+    assert spec.masks == ["causal"] and spec.align == ["bottom-right"]
+    assert all(c.offset == c.kv_len - c.q_len for c in spec.cases())
+    assert main(["sweep", "--variants", "naive", "--align", "sideways", "--device", "cpu", "--dry-run"]) == 2
+    assert "unknown alignment 'sideways'; valid: top-left, bottom-right" in capsys.readouterr().err
+    counts = []
+    for align in ("tl", "tl,br"):
+        assert main(["sweep", "--variants", "naive", "--align", align, "--seq-lens", "8", "--kv-lens", "32",
+                     "--device", "cpu", "--dry-run"]) == 0
+        counts.append(int(capsys.readouterr().out.split(" cells")[0].split()[-1]))
+    assert counts[1] == 2 * counts[0] > 0  # each alignment its own cells
