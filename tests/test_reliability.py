@@ -152,7 +152,8 @@ def test_a_wrong_dtype_or_device_is_a_mismatch():
 
 
 @pytest.mark.slow
-def test_resume_retry_measures_crashed_cells_again_and_the_report_uses_the_newest(tmp_path):
+def test_resume_retry_measures_crashed_cells_again_and_the_report_uses_the_newest(tmp_path, capsys):
+    from bench.cli import main
     from reports.frames import load_runs
 
     out = tmp_path / "run"
@@ -170,8 +171,8 @@ def test_resume_retry_measures_crashed_cells_again_and_the_report_uses_the_newes
     assert [r["status"] for r in rows] == ["crash", "ok", "ok"]  # both stay in the file
     df, _ = load_runs([out])
     assert sorted(df["status"]) == ["ok", "ok"]  # the report uses the newest
-    bad = run_cli("sweep", "--resume", out, "--retry", "happy", *S)
-    assert bad.returncode == 2 and "--retry takes statuses from" in bad.stderr
+    assert main(["sweep", "--resume", str(out), "--retry", "happy", *S]) == 2  # refused before any worker: in-process
+    assert "--retry takes statuses from" in capsys.readouterr().err
 
 
 def test_an_oom_kill_is_told_apart_from_a_crash(monkeypatch):
@@ -200,14 +201,18 @@ def test_the_timeout_is_the_cells_own_work_beyond_its_budget(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_provenance_is_kept_and_a_changed_machine_is_refused_or_marked(tmp_path):
+def test_provenance_is_kept_and_a_changed_machine_is_refused_or_marked(tmp_path, capsys):
+    from bench.cli import main
+
     out = tmp_path / "run"
     first = run_cli("sweep", "--out", out, "--variants", "naive", "--seq-lens", "16", "--threads", "2", *S)
     assert first.returncode == 0, first.stderr
-    again = run_cli("sweep", "--out", out, "--variants", "naive", "--seq-lens", "32", *S)
-    assert again.returncode == 2 and "already a run folder; --resume" in again.stderr
-    moved = run_cli("sweep", "--resume", out, "--threads", "1", "--seq-lens", "16,32", *S)
-    assert moved.returncode == 2 and "threads: 2 -> 1" in moved.stderr and "--allow-env-change" in moved.stderr
+    # the refusals come before any worker starts: asked in-process
+    assert main(["sweep", "--out", str(out), "--variants", "naive", "--seq-lens", "32", *S]) == 2
+    assert "already a run folder; --resume" in capsys.readouterr().err
+    assert main(["sweep", "--resume", str(out), "--threads", "1", "--seq-lens", "16,32", *S]) == 2
+    err = capsys.readouterr().err
+    assert "threads: 2 -> 1" in err and "--allow-env-change" in err
     mixed = run_cli("sweep", "--resume", out, "--threads", "1", "--seq-lens", "16,32", "--allow-env-change", *S[:-2],
                     "--budget-ms", "7")
     assert mixed.returncode == 0, mixed.stderr
@@ -216,8 +221,8 @@ def test_provenance_is_kept_and_a_changed_machine_is_refused_or_marked(tmp_path)
     assert env["history"][0]["fingerprint"]["threads"] == 2 and env["mixed_env"] == ["threads: 2 -> 1"]
     rows = read_jsonl(out / "results.jsonl")
     assert [(r["q_len"], r["threads"], r["budget_ms"]) for r in rows] == [(16, 2, 5.0), (32, 1, 7.0)]
-    report = run_cli("report", out)
-    assert report.returncode == 0 and "MIXED RUN" in (out / "report" / "index.html").read_text()
+    assert main(["report", str(out)]) == 0
+    assert "MIXED RUN" in (out / "report" / "index.html").read_text()
 
 
 @pytest.mark.slow

@@ -99,7 +99,7 @@ class Step:
         run_dir = out / self.folder
         try:
             spec = self.spec(registry, common)
-            run_sweep(spec, run_dir, SweepOptions(progress=False, given=common | self.settings,
+            run_sweep(spec, run_dir, SweepOptions(progress=False, given=common | self.settings, keep_workers=True,
                                                   command=f"gpu-check step {self.folder}"))
         except UsageError as exc:
             print(f"error: {self.folder}: {exc}", flush=True)

@@ -4,6 +4,7 @@ cell gets its row (crash / timeout), and a fresh worker takes the next cell."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import signal
 import threading
@@ -65,11 +66,14 @@ def _device_name() -> str:
 class Job:
     """sweep -> worker: measure the variants ``names`` on ``case`` (a Case as a dict); ``profile``:
     the profiled pass instead; ``skip_reference``: why the float64 reference cannot be had (the
-    variants are then timed unchecked)."""
+    variants are then timed unchecked); ``measure`` and ``log_path``: the sweep's, for a worker
+    kept from an earlier sweep of this process (``park``)."""
     names: tuple
     case: dict
     profile: bool = False
     skip_reference: str = ""
+    measure: MeasureSettings | None = None
+    log_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,10 +143,7 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
             return
         _pin(settings)  # cores only: a worker with an environment to set is never started ahead
     if settings.log_path:  # native libraries write straight to fd 1 and 2
-        fd = os.open(settings.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+        _log_to(settings.log_path)
     import functools
     import gc
 
@@ -166,6 +167,11 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
             return
         if job is None:
             return
+        if job.log_path and job.log_path != settings.log_path:  # a parked worker at a new sweep's folder
+            _log_to(job.log_path)
+            settings = dataclasses.replace(settings, log_path=job.log_path)
+        if job.measure is not None:
+            cell_settings = job.measure.replace(threads=torch.get_num_threads())
         run = profile_group if job.profile else functools.partial(run_group, settings=cell_settings, cache=cache,
                                                                    skip_reference=job.skip_reference,
                                                                    leftovers=leftovers)
@@ -180,6 +186,15 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()
             os._exit(3)
+
+
+def _log_to(path: str) -> None:
+    import os
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 OOM_EVENTS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
@@ -302,6 +317,42 @@ def _release_prestarted() -> None:
             proc.join()
 
 
+_PARKED: list = []  # idle workers kept by park() for the next sweep of this process with the same place
+
+
+def _place(settings: WorkerSettings) -> tuple:
+    """What a worker is bound to for its life: its plugins, environment, cores and threads."""
+    return (tuple(settings.plugins), tuple(sorted(settings.env.items())), tuple(settings.cpus),
+            settings.measure.threads)
+
+
+def reuse(settings: WorkerSettings) -> Worker:
+    """A parked worker started with the same place as ``settings`` (its imports, its registry
+    and its compiled kernels kept: a script running several sweeps, such as gpu-check, pays a
+    worker's start once), else a new one; each job carries the sweep's own measure settings."""
+    for i, worker in enumerate(_PARKED):
+        if _place(worker.settings) == _place(settings) and worker.alive:
+            _PARKED.pop(i)
+            worker.settings = dataclasses.replace(settings)
+            return worker
+    return Worker(settings)
+
+
+def park(worker: Worker) -> None:
+    """Keep ``worker`` idle for a later sweep of this process (``reuse``); stopped at exit."""
+    if worker.alive:
+        _PARKED.append(worker)
+    if len(_PARKED) == 1:
+        import atexit
+
+        atexit.register(stop_parked)
+
+
+def stop_parked() -> None:
+    while _PARKED:
+        _PARKED.pop().stop()
+
+
 class Worker:
     """One worker process, restarted on demand after a crash or a timeout."""
 
@@ -355,7 +406,8 @@ class Worker:
                 self._start()
             except RuntimeError as exc:
                 return "crash", str(exc)
-        self._conn.send(Job(tuple(names), case.to_dict(), profile, skip_reference))
+        self._conn.send(Job(tuple(names), case.to_dict(), profile, skip_reference, self.settings.measure,
+                            self.settings.log_path))
         self.last_started = None
         kills_before = oom_kills()
         # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget
@@ -399,6 +451,10 @@ class Worker:
         rows = []
         tag, why = self.run_group([variant], case, timeout_s, rows.append)
         return ("row", "", rows[0]) if rows else (tag, why, None)
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
 
     def kill(self) -> None:
         if self._proc is not None:

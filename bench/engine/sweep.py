@@ -13,7 +13,7 @@ from pathlib import Path
 from bench.engine import judge, maskfile, peaks, store
 from bench.engine import remeasure as again
 from bench.engine.cell import REFERENCE, base_row
-from bench.engine.runner import Worker, WorkerSettings, release_prestarted
+from bench.engine.runner import Worker, WorkerSettings, park, release_prestarted, reuse
 from bench.errors import UsageError
 from bench.measure import contention
 from bench.measure.settings import MeasureSettings
@@ -35,6 +35,7 @@ class SweepOptions:
     command: str = ""  # the command line, for env.json's history
     projected_s: float | None = None  # the plan's projected wall time of the command (env.json's history)
     model_rest_s: float | None = None  # the cost model's time for the cells less their setups (plans learn from it)
+    keep_workers: bool = False  # leave the workers idle for the next sweep of this process (bench.engine.runner.park)
 
 
 @dataclass(frozen=True)
@@ -281,9 +282,9 @@ class WorkerPool:
         self.run_dir, self.spec, self.registry, self.options, self.slots = run_dir, spec, registry, options, slots
         many = len(slots) > 1
         self.settings = {s.label: MeasureSettings.from_spec(spec, s.threads) for s in slots}
-        self.workers = [Worker(WorkerSettings(measure=self.settings[slot.label], plugins=spec.plugins,
-                                              env=dict(slot.env), cpus=tuple(slot.cpus),
-                                              log_path=str(run_dir / (f"worker-{i}.log" if many else "worker.log"))))
+        self.workers = [reuse(WorkerSettings(measure=self.settings[slot.label], plugins=spec.plugins,
+                                             env=dict(slot.env), cpus=tuple(slot.cpus),
+                                             log_path=str(run_dir / (f"worker-{i}.log" if many else "worker.log"))))
                         for i, slot in enumerate(slots)]
         self.counts = dict.fromkeys(STATUSES, 0)
         self.timed_s = 0.0
@@ -336,7 +337,10 @@ class WorkerPool:
 
     def close(self) -> None:
         for w in self.workers:
-            w.stop()
+            if self.options.keep_workers:  # idle for the next sweep of this process (gpu-check's steps)
+                park(w)
+            else:
+                w.stop()
         release_prestarted()
 
     # -- inside the worker threads -----------------------------------------------------------
