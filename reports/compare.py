@@ -1,21 +1,29 @@
-"""``python -m bench compare RUN_A RUN_B``: B/A per matching cell with a noise-aware verdict.
+"""``python -m bench compare RUN_A RUN_B``: B/A per matching cell, with a verdict that says its
+confidence.
 
-A cell is 'within noise' when the two interquartile ranges overlap; otherwise it is
-'faster' or 'slower'; a cell noisy or contended in either run is 'shaky', and one timed with
-different timers in A and B (``timer``: CUDA events against CUDA graphs) is 'other timer':
-both are counted apart and never a regression.  --fail-on-regression PCT flags a cell as a regression when it is
-slower and its B/A ratio exceeds 1 + PCT/100 even after the spreads are allowed for,
-i.e. B's q1 / A's q3 > 1 + PCT/100.
+Every row keeps its raw samples, so each cell's B/A is the ratio of its two medians with a
+bootstrap 95% interval (``bench.measure.stats.ratio_evidence``).  A cell is faster or slower when
+the change beyond a margin (``judge.COMPARE_MARGIN``, 5%: two runs of one build drift by a few
+percent) is significant after Benjamini-Hochberg's false-discovery control across the cells of
+the comparison (``judge.COMPARE_FDR``, 5%); same when its interval lies within the margin either
+way; unsure otherwise.  A cell shaky in either run is 'shaky', and one timed with different
+timers in A and B (CUDA events against CUDA graphs) 'other timer': both are counted apart and
+never a regression.  Rows without samples (older folders) fall back to their quartiles: faster
+or slower when the interquartile ranges are apart, else unsure.  --fail-on-regression PCT flags a
+slower cell whose interval's lower end is more than PCT% above 1 (quartiles: B's q1 over A's q3).
 """
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter
 
+from bench.engine import judge
+from bench.measure.stats import benjamini_hochberg, ratio_evidence
 from bench.model import row
 from reports.charts import new_figure
 from reports.frames import load_runs, with_peaks
@@ -23,24 +31,32 @@ from reports.frames import load_runs, with_peaks
 ENV_KEYS = ("device", "device_name", "torch", "xformers", "cuda", "threads")
 
 
-SHAKY = "shaky"  # the verdict of a cell noisy or contended in either run: counted apart, never better or worse
+SHAKY = "shaky"  # the verdict of a cell shaky in either run: counted apart, never better or worse
 OTHER_TIMER = "other timer"  # timed with different timers in A and B (CUDA events with a cold L2 against CUDA
 # graphs, say): the times measure different things, so the cell is counted apart and never a regression
+VERDICTS = ("faster", "same", "slower", "unsure", SHAKY, OTHER_TIMER)
 
 
 def verdict(a: dict, b: dict) -> str:
+    """The quartiles' verdict (rows without samples): apart, or unsure."""
     if b["q1_ms"] > a["q3_ms"]:
         return "slower"
     if b["q3_ms"] < a["q1_ms"]:
         return "faster"
-    return "within noise"
+    return "unsure"
 
 
-def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+def _samples(x) -> list | None:
+    return list(x) if isinstance(x, (list, tuple)) and len(x) >= 2 else None
+
+
+def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPARE_MARGIN,
+                   fdr: float = judge.COMPARE_FDR) -> pd.DataFrame:
     keys = list(row.IDENTITY)
-    cols = [*row.SPREAD, "status", "shaky", "timer"]
+    cols = [*row.SPREAD, "status", "shaky", "timer", "samples_ms"]
     a, b = (x.assign(shaky=x["shaky"] if "shaky" in x else False,
-                     timer=x["timer"].fillna("") if "timer" in x else "") for x in (a, b))
+                     timer=x["timer"].fillna("") if "timer" in x else "",
+                     samples_ms=x["samples_ms"] if "samples_ms" in x else None) for x in (a, b))
     a = a[a["status"] == "ok"][keys + cols]  # load_runs keeps each cell's current row only
     b = b[b["status"] == "ok"][keys + cols]
     m = a.merge(b, on=keys, suffixes=("_a", "_b"))
@@ -49,18 +65,54 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     m["ratio"] = m["median_ms_b"] / m["median_ms_a"]
     m["shaky"] = m["shaky_a"].astype(bool) | m["shaky_b"].astype(bool)
     m["other_timer"] = m["timer_a"].astype(str) != m["timer_b"].astype(str)
-    m["verdict"] = [OTHER_TIMER if r.other_timer else SHAKY if r.shaky else
-                    verdict({"q1_ms": r.q1_ms_a, "q3_ms": r.q3_ms_a}, {"q1_ms": r.q1_ms_b, "q3_ms": r.q3_ms_b})
-                    for r in m.itertuples()]
-    m["slowdown_beyond_noise"] = m["q1_ms_b"] / m["q3_ms_a"] - 1.0
+    evidence = {}
+    for i, r in m.iterrows():
+        sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
+        if sa and sb and not r["shaky"] and not r["other_timer"]:
+            seed = zlib.crc32(repr(tuple(r[k] for k in keys)).encode())  # the same cell, the same draws
+            evidence[i] = ratio_evidence(sa, sb, margin, seed=seed)
+    judged = list(evidence)
+    rejected, qvalues = benjamini_hochberg([evidence[i].p for i in judged], fdr)
+    m["ratio_lo"] = m["ratio_hi"] = m["p"] = m["q"] = float("nan")
+    verdicts = []
+    for i, r in m.iterrows():
+        if r["other_timer"]:
+            verdicts.append(OTHER_TIMER)
+        elif r["shaky"]:
+            verdicts.append(SHAKY)
+        elif i in evidence:
+            k = judged.index(i)
+            e = evidence[i]
+            m.loc[i, ["ratio_lo", "ratio_hi", "p", "q"]] = [e.lo, e.hi, e.p, qvalues[k]]
+            verdicts.append(judge.compare_verdict(e, rejected[k], margin))
+        else:
+            verdicts.append(verdict({"q1_ms": r["q1_ms_a"], "q3_ms": r["q3_ms_a"]},
+                                    {"q1_ms": r["q1_ms_b"], "q3_ms": r["q3_ms_b"]}))
+    m["verdict"] = verdicts
+    m["slowdown_beyond_noise"] = m["ratio_lo"].where(m["ratio_lo"].notna(), m["q1_ms_b"] / m["q3_ms_a"]) - 1.0
     return m
+
+
+def evidence_line(r) -> str:
+    """One cell's verdict with what supports it."""
+    label = f"{r['variant']} {r['dtype']} {r['mask']} {r['direction']} n={r['q_len']}"
+    text = f"{label}: {r['verdict']}, B/A {r['ratio']:.3g}"
+    if r.get("ratio_lo") == r.get("ratio_lo") and r.get("ratio_lo") is not None:
+        text += (f" (95% interval {r['ratio_lo']:.3g}-{r['ratio_hi']:.3g}, p {r['p']:.2g}, q {r['q']:.2g}; "
+                 f"A {r['median_ms_a']:.4g} ms of {len(r['samples_ms_a'])} samples, B {r['median_ms_b']:.4g} ms of "
+                 f"{len(r['samples_ms_b'])})")
+    else:
+        text += (f" (quartiles: A {r['q1_ms_a']:.4g}-{r['q3_ms_a']:.4g} ms, B {r['q1_ms_b']:.4g}-"
+                 f"{r['q3_ms_b']:.4g} ms)")
+    return text
 
 
 def env_differences(env_a: dict, env_b: dict) -> list[str]:
     return [f"{k}: {env_a.get(k)} vs {env_b.get(k)}" for k in ENV_KEYS if env_a.get(k) != env_b.get(k)]
 
 
-def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None):
+def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None, margin: float = judge.COMPARE_MARGIN,
+                 fdr: float = judge.COMPARE_FDR):
     """Returns (table, regressions, warnings, chart path, trust lines of A and B).
     ``fail_pct``: a percentage (the median rule) or (metric, percentage) with metric
     'median' (B's q1 over A's q3, beyond noise) or 'min' (B's fastest sample over A's).  A
@@ -69,7 +121,7 @@ def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None):
 
     da, (env_a,) = load_runs([run_a])
     db, (env_b,) = load_runs([run_b])
-    m = compare_frames(da, db)
+    m = compare_frames(da, db, margin, fdr)
     warnings = env_differences(env_a, env_b)
     trust = [trust_line(with_peaks(da, [env_a]), [env_a]), trust_line(with_peaks(db, [env_b]), [env_b])]
     regressions = m.iloc[0:0]
@@ -89,7 +141,7 @@ def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None):
 
 
 def _chart(m: pd.DataFrame, path: Path, name_a: str, name_b: str) -> Path:
-    colors = {"faster": "#2e8b57", "slower": "#c0392b", "within noise": "#8c8c8c", SHAKY: "#d9b44a",
+    colors = {"faster": "#2e8b57", "slower": "#c0392b", "same": "#8c8c8c", "unsure": "#c9c9c9", SHAKY: "#d9b44a",
               OTHER_TIMER: "#7f6fb0"}
     m = m.sort_values(["variant", "mask", "direction", "q_len"]).reset_index(drop=True)
     labels = [f"{r.variant} {r.mask} {r.direction} n={r.q_len}" for r in m.itertuples()]
@@ -104,7 +156,8 @@ def _chart(m: pd.DataFrame, path: Path, name_a: str, name_b: str) -> Path:
     ax.set_ylim(len(m) - 0.5, -0.5)
     ax.set_yticks(range(len(m)), labels, fontsize=7)
     ax.set_xlabel(f"time ratio B/A  (A = {name_a}, B = {name_b}; < 1 is faster)")
-    fig.suptitle("Run comparison: median time ratio per cell (verdict from the IQRs)", fontsize=11)
+    fig.suptitle("Run comparison: median time ratio per cell (bootstrap intervals, false discoveries controlled)",
+                 fontsize=11)
     handles = [Rectangle((0, 0), 1, 1, color=c, label=v) for v, c in colors.items()]
     fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=4, frameon=False)
     fig.savefig(path, dpi=130)

@@ -66,7 +66,7 @@ def test_compare_counts_shaky_cells_apart_and_strict_trust_fails_on_them(capsys,
     b = _run_folder(tmp_path / "b", slow)
     assert main(["compare", str(a), str(b), "--fail-on-regression", "5"]) == 0  # 2x slower, but shaky
     out = capsys.readouterr()
-    assert "Better 0, Same 0, Worse 0, Shaky 3 (of 3 matching cells" in out.out
+    assert "Better 0, Same 0, Worse 0, Unsure 0, Shaky 3 (of 3 matching cells" in out.out
     assert "3 shaky cell(s) were not judged for regressions" in out.err
     assert "trust A: trustworthy" in out.out and "trust B: read with care" in out.out
     assert "worst: naive at n=" in out.out and "timed with 0.45 of its cores" in out.out

@@ -450,3 +450,47 @@ def test_the_exact_baseline_is_ok_on_every_input_kind_and_zeros_still_fail(regis
         return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, float("-inf")), -1) @ v
 
     assert not run_and_check(case, unscaled, *bound.inputs, ref=ref).ok
+
+
+# -- determinism -----------------------------------------------------------------------------------------
+
+
+def _cell(variant, case, **settings):
+    from bench.measure.settings import MeasureSettings
+
+    rows = []
+    run_group([variant], case, MeasureSettings(budget_ms=5.0, rounds=1, **settings), rows.append)
+    return rows[0]
+
+
+def test_a_variant_that_differs_run_to_run_is_flagged_and_an_exact_one_is_not(registry):
+    """Each ok cell calls again twice on the same inputs: bitwise the same, or the largest difference."""
+    from bench.model.registry import Variant
+
+    def jittery(case):  # exact to 1e-7, but never twice the same bits (as atomics in a backward are not)
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v) + 1e-7 * torch.randn_like(q)
+
+    case = Case("cpu", "float32", 1, 2, 2, 32, 32, 16, "none", None, "fwd+bwd")
+    row = _cell(Variant("jittery", jittery, "adds noise"), case)
+    assert row["status"] == "ok" and row["deterministic"] is False and 0 < row["nondeterminism"] < 1e-5
+    row = _cell(registry["naive"], case)
+    assert row["status"] == "ok" and row["deterministic"] is True and row["nondeterminism"] is None
+
+
+def test_deterministic_mode_is_set_in_the_cell_and_a_refusal_is_unsupported():
+    from bench.measure.origin import classify
+    from bench.model.registry import Prepared, Variant
+
+    def reports(case):
+        return Prepared(F.scaled_dot_product_attention,
+                        {"deterministic_mode": torch.are_deterministic_algorithms_enabled()})
+
+    case = Case("cpu", "float32", 1, 2, 2, 16, 16, 8, "none", None, "fwd")
+    try:
+        assert _cell(Variant("reports", reports, "x"), case, deterministic=True)["extra"]["deterministic_mode"] is True
+        assert _cell(Variant("reports", reports, "x"), case)["extra"]["deterministic_mode"] is False
+    finally:
+        torch.use_deterministic_algorithms(False)
+    refusal = RuntimeError("index_add_cuda_ does not have a deterministic implementation, but you set "
+                           "'torch.use_deterministic_algorithms(True)'")  # as PyTorch raises it, from its library
+    assert classify(refusal)[:2] == ("unsupported", "library")

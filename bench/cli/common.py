@@ -27,6 +27,8 @@ def add_setting_flags(p: argparse.ArgumentParser, case_only: bool = False, skip:
         if name == "plugins":
             p.add_argument("--plugin", action="append", default=[], metavar="PATH",
                            help="a Python file with more variants (repeatable)")
+        elif s.switch:  # a yes/no setting: the flag alone says yes (TOML takes true or false)
+            p.add_argument(flag(name), dest=name, action="store_const", const=True, default=None, help=s.help)
         else:
             p.add_argument(flag(name), dest=name, metavar=s.metavar, help=s.help)
 

@@ -6,7 +6,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from bench.engine import judge
 from bench.errors import UsageError
+from bench.model import row
+
+
+def _pct(text: str) -> float:
+    try:
+        value = float(str(text).removesuffix("%"))
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < 100:
+        raise UsageError(f"a percentage from 0 to 100 (e.g. 5), got {text!r}")
+    return value / 100.0
 
 
 def parse_regression(text: str | None) -> tuple[str, float] | None:
@@ -35,7 +47,7 @@ def command(args):
     rule = parse_regression(args.fail_on_regression)
     require_run(args.run_b)
     out = writable_dir(args.out if args.out else Path(args.run_b) / "compare")
-    m, regressions, warnings, chart, trust = compare_runs(args.run_a, args.run_b, out, rule)
+    m, regressions, warnings, chart, trust = compare_runs(args.run_a, args.run_b, out, rule, args.margin, args.fdr)
     for name, line in zip("AB", trust):
         print(f"trust {name}: {line}")
     for w in warnings:
@@ -44,15 +56,19 @@ def command(args):
         print("no matching ok cells between the two runs: no cell has the same variant and case, "
               "with status ok, in both", file=sys.stderr)
         return 3 if rule else 0
-    cols = ["variant", "dtype", "mask", "direction", "q_len", "median_ms_a", "median_ms_b", "ratio", "verdict"]
-    print(tabulate(m[cols], headers=["variant", "dtype", "mask", "dir", "n", "A ms", "B ms", "B/A", "verdict"],
-                   showindex=False, floatfmt=".4g"))
+    if args.explain:
+        return _explain(m, args)
+    cols = ["variant", "dtype", "mask", "direction", "q_len", "median_ms_a", "median_ms_b", "ratio", "ratio_lo",
+            "ratio_hi", "q", "verdict"]
+    print(tabulate(m[cols], headers=["variant", "dtype", "mask", "dir", "n", "A ms", "B ms", "B/A", "95% lo",
+                                     "95% hi", "q", "verdict"], showindex=False, floatfmt=".4g"))
     counts = m["verdict"].value_counts()
     shaky = int(counts.get("shaky", 0))
     other = int(counts.get("other timer", 0))
     apart = f", Other timer {other}" if other else ""
-    print(f"Better {counts.get('faster', 0)}, Same {counts.get('within noise', 0)}, Worse {counts.get('slower', 0)}, "
-          f"Shaky {shaky}{apart} (of {len(m)} matching cells; chart: {chart})")
+    print(f"Better {counts.get('faster', 0)}, Same {counts.get('same', 0)}, Worse {counts.get('slower', 0)}, "
+          f"Unsure {counts.get('unsure', 0)}, Shaky {shaky}{apart} (of {len(m)} matching cells; faster or slower: a "
+          f"change beyond {100 * args.margin:g}% at a false-discovery rate of {100 * args.fdr:g}%; chart: {chart})")
     if other:
         pairs = sorted({f"{a} in A, {b} in B" for a, b in zip(m["timer_a"], m["timer_b"]) if a != b})
         print(f"warning: {other} matching cell(s) were timed with different timers ({'; '.join(pairs)}): their "
@@ -65,9 +81,38 @@ def command(args):
         print(f"note: {shaky} shaky cell(s) were not judged for regressions (noisy or contended in A or B; "
               f"--strict-trust fails on them)", file=sys.stderr)
     if rule and len(regressions):
+        from reports.compare import evidence_line
+
         beyond = "beyond noise" if rule[0] == "median" else "in their fastest sample"
-        print(f"{len(regressions)} cell(s) slower by more than {rule[1]:g}% {beyond} ({rule[0]})", file=sys.stderr)
+        print(f"{len(regressions)} cell(s) slower by more than {rule[1]:g}% {beyond} ({rule[0]}):", file=sys.stderr)
+        for _, r in regressions.iterrows():
+            print(f"  {evidence_line(r)}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _explain(m, args) -> int:
+    """``--explain CELL``: one cell's evidence, and the commands that measure it again in A and B."""
+    from bench.engine import repro, store
+    from reports.compare import evidence_line
+
+    words = args.explain.split()
+    labels = [f"{r['variant']} {r['dtype']} b={r['batch']} h={r['heads']}/{r['kv_heads']} n={r['q_len']} "
+              f"kv={r['kv_len']} d={r['head_dim']} {r['mask']} {r['direction']}" for _, r in m.iterrows()]
+    hits = [i for i, label in enumerate(labels) if all(w in label for w in words)]
+    if len(hits) != 1:
+        raise UsageError(f"--explain {args.explain!r}: {len(hits)} matching cells answer to it"
+                         + (f" ({'; '.join(labels[i] for i in hits[:4])})" if hits else "")
+                         + "; name one cell, e.g. 'naive n=1024 causal fwd'")
+    r = m.iloc[hits[0]]
+    print(evidence_line(r))
+    for side, run in (("a", args.run_a), ("b", args.run_b)):
+        samples = r[f"samples_ms_{side}"]
+        if isinstance(samples, list):
+            print(f"{side.upper()} samples (ms): " + ", ".join(f"{x:.4g}" for x in samples))
+        cell = {k: r[k] for k in row.IDENTITY} | {"budget_ms": None}
+        print(f"measure it again in {side.upper()}'s conditions: "
+              f"{repro.command(cell, store.read_env(Path(run)).get('spec') or {})}")
     return 0
 
 
@@ -83,4 +128,11 @@ def add_parser(sub) -> None:
                     help="exit 1 when a matching cell is noisy or contended in either run (by default such "
                          "cells are counted as Shaky and never judged a regression)")
     cp.add_argument("--out", metavar="DIR", help="where the table and chart go (default: RUN_B/compare)")
+    cp.add_argument("--margin", type=_pct, default=judge.COMPARE_MARGIN, metavar="PCT",
+                    help="the smallest change called faster or slower, in percent (default 5: two runs of one build "
+                         "drift by a few percent)")
+    cp.add_argument("--fdr", type=_pct, default=judge.COMPARE_FDR, metavar="PCT",
+                    help="the false-discovery rate of the cells called faster or slower, in percent (default 5)")
+    cp.add_argument("--explain", metavar="CELL",
+                    help="one cell's evidence (samples, interval, q-value) and the commands that measure it again")
     cp.set_defaults(func=command)

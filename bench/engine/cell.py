@@ -23,7 +23,7 @@ from bench.measure.bound import BoundVariant, bind_variant, case_inputs
 from bench.measure.leftovers import Leftovers
 from bench.measure.memory import peak_bytes
 from bench.measure.origin import classify
-from bench.measure.reference import check_form, reference, run_and_check
+from bench.measure.reference import check_form, determinism, reference, run_and_check
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import (
     GRAPH_CHECK_MS,
@@ -196,6 +196,7 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
     threads or processes behind after its setup and check is an ``error`` with what it left, and
     WorkerTainted is raised before any other variant runs beside it."""
     cache = cache or ReferenceCache()
+    torch.use_deterministic_algorithms(bool(getattr(settings, "deterministic", False)))  # --deterministic
     if settings.threads is None:  # the rows record the threads the cells ran with
         settings = settings.replace(threads=torch.get_num_threads())
     try:
@@ -254,6 +255,10 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         row.update(result.to_row())
         if not result.ok:
             row.update(status=Status.MISMATCH.value, reason=result.reason, reason_kind=result.kind)
+        elif getattr(result, "outputs", None) is not None:  # two more calls on the same inputs: bitwise the same?
+            with bound.scope():
+                same, diff = determinism(case, bound.fn, q, k, v, grad_out, result.outputs)
+            row.update(deterministic=same, nondeterminism=None if same else diff)
         return _Live(var, bound, row)
     except Exception as exc:  # every failure becomes the row's status
         return _Live(var, None, fail(row, exc))

@@ -253,3 +253,19 @@ MEMORY_EXPONENTS = {  # device: variant: (low, high) of peak memory against n in
 }
 TIMER_AGREEMENT = {"cuda": 0.03, "cpu": 0.25}  # the harness median against do_bench (torch.utils.benchmark)
 MIN_TFLOPS_CPU = 0.0  # the CPU rehearsal's relaxed threshold for the best SDPA backend
+
+
+# -- compare: is B faster or slower than A, cell by cell -------------------------------------------------
+
+COMPARE_MARGIN = 0.05  # a change smaller than 5% is not called: two runs of one build drift by a few percent
+COMPARE_FDR = 0.05  # Benjamini-Hochberg's false-discovery rate over the cells of one comparison
+
+
+def compare_verdict(evidence, rejected: bool, margin: float = COMPARE_MARGIN) -> str:
+    """faster or slower (beyond ``margin``, rejected by Benjamini-Hochberg across the comparison),
+    same (the ratio's 95% interval within the margin either way), or unsure."""
+    if rejected:
+        return "slower" if evidence.p_slower <= evidence.p_faster else "faster"
+    if evidence.lo >= 1.0 / (1.0 + margin) and evidence.hi <= 1.0 + margin:
+        return "same"
+    return "unsure"

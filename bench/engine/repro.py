@@ -18,8 +18,9 @@ def cell_flags(row: dict) -> list[str]:
              "--directions", row["direction"]]
     if row["kv_len"] != row["q_len"]:
         flags += ["--kv-lens", str(row["kv_len"])]
-    if row.get("window") not in (None, "") and row.get("window") == row.get("window"):
-        flags += ["--window", str(int(row["window"]))]
+    window = row.get("window")
+    if window not in (None, "", "-") and window == window:  # a report's frame writes "-" for none
+        flags += ["--window", str(int(window))]
     for field, flag in (("lengths", "--lengths"), ("inputs", "--inputs"), ("kv_layout", "--kv-layout")):
         value = row.get(field) or CASE_DEFAULTS[field]
         if value != CASE_DEFAULTS[field]:

@@ -173,6 +173,10 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     else:
         env = here | {"peaks_tflops": {}}
     env["threads"] = here["threads"]
+    import torch
+
+    # what the workers run under (--deterministic sets it in each, per job)
+    env["deterministic_algorithms"] = bool(spec.deterministic) or torch.are_deterministic_algorithms_enabled()
     baseline = registry.baseline()
     from bench.model.spec import sweep_id
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 REFUSALS = ("no available kernel", "no viable backend", "no operator found", "not supported",
             "does not support", "not_supported", "no execution plans", "cudnn frontend error",
-            "not implemented for")
+            "not implemented for", "does not have a deterministic implementation")
 OOM_TEXTS = ("out of memory", "can't allocate memory")
 _CALLS = ("CALL", "PRECALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW", "CALL_FUNCTION_EX", "CALL_KW")
 

@@ -62,7 +62,7 @@ above 1 is ``mismatch``, "worse than returning zeros".  Its gradients' errors ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -199,6 +199,7 @@ class CheckResult:
     grad_cosine: float | None = None  # worst of dq, dk, dv
     kind: str = "mismatch-values"  # or mismatch-shape: the wrong dtype, device, layout or shape (a ReasonKind)
     max_logit: float | None = None  # the reference's largest |logit| (the elementwise atol scales past LOGIT_REF)
+    outputs: tuple | None = field(default=None, repr=False)  # the checked call's (output, grads): determinism's base
 
     def to_row(self) -> dict:
         return {"max_abs_err": self.max_abs_err, "max_err_over_max_ref": self.max_err_over_max_ref,
@@ -361,6 +362,7 @@ def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None 
     grads = None
     if grad_out is not None:
         grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
+    outputs = (out.detach(), tuple(None if g is None else g.detach() for g in grads) if grads is not None else None)
     ref = ref if ref is not None else reference(case, q, k, v, grad_out)
     form = check_form(case, out)
     if not form.ok:
@@ -368,4 +370,24 @@ def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None 
     out, grads = ref.select(out, grads)
     result = check(case, out, ref.out, grads, ref.grads, error_budget, approximate, ref.atol_scale)
     result.max_logit = ref.max_logit
+    result.outputs = outputs
     return result
+
+
+def determinism(case: Case, fn, q, k, v, grad_out, first, runs: int = 2) -> tuple[bool, float]:
+    """(bitwise equal, the largest absolute difference) between ``first`` (the output and the
+    gradients of the checked call: ``CheckResult.outputs``) and ``runs`` more calls on the same
+    inputs.  Atomics in a backward and split-KV reductions make some kernels differ run to run."""
+    out0, grads0 = first
+    equal, worst = True, 0.0
+    for _ in range(runs):
+        out = fn(q, k, v)
+        tensors = [(out.detach(), out0)]
+        if grad_out is not None:
+            grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
+            tensors += [(g, g0) for g, g0 in zip(grads, grads0) if g is not None and g0 is not None]
+        for x, x0 in tensors:
+            if not torch.equal(x, x0):
+                equal = False
+                worst = max(worst, float((x.double() - x0.double()).abs().max()))
+    return equal, worst

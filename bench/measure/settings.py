@@ -25,6 +25,7 @@ class MeasureSettings:
     # CPU timer: a cell gets the samples a 95% interval of its median needs (6) even past its budget,
     # while its timing stays under this many ms; past it, it keeps what it has and says what they support
     ceiling_ms: float = DEFAULT_CEILING_MS
+    deterministic: bool = False  # torch.use_deterministic_algorithms(True) in the worker (--deterministic)
 
     @classmethod
     def from_spec(cls, spec, threads: int | None = None) -> MeasureSettings:
@@ -33,7 +34,8 @@ class MeasureSettings:
         ceiling = getattr(spec, "ceiling_s", None)
         return cls(budget_ms=float(spec.budget_ms), precision=spec.precision / 100.0, rounds=int(spec.rounds),
                    timer=spec.timer or "events", threads=threads if threads is not None else spec.threads,
-                   ceiling_ms=max(float(spec.budget_ms), 1e3 * ceiling if ceiling is not None else DEFAULT_CEILING_MS))
+                   ceiling_ms=max(float(spec.budget_ms), 1e3 * ceiling if ceiling is not None else DEFAULT_CEILING_MS),
+                   deterministic=bool(getattr(spec, "deterministic", False)))
 
     def replace(self, **changes) -> MeasureSettings:
         return replace(self, **changes)

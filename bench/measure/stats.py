@@ -52,3 +52,60 @@ class Stats:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"rel_iqr": self.rel_iqr, "noisy": self.noisy}
+
+
+# -- two measurements of one cell: the ratio of their medians --------------------------------------
+
+
+@dataclass(frozen=True)
+class RatioEvidence:
+    """B/A of two sets of samples of one cell: the ratio of the medians, its bootstrap 95%
+    interval, and the one-sided p-values that B is slower than A by more than ``margin`` (and
+    faster by more than it)."""
+    ratio: float
+    lo: float
+    hi: float
+    p_slower: float
+    p_faster: float
+    n_a: int
+    n_b: int
+
+    @property
+    def p(self) -> float:
+        """The two-sided p-value of a change beyond the margin, either way."""
+        return min(1.0, 2.0 * min(self.p_slower, self.p_faster))
+
+
+def ratio_evidence(a, b, margin: float = 0.0, draws: int = 2000, seed: int = 0) -> RatioEvidence:
+    """Percentile bootstrap of median(B) / median(A): each side resampled with replacement, its own
+    size, ``draws`` times (seeded: the same samples give the same evidence).  A change beyond the
+    ``margin`` (a fraction) is what the p-values test: H0 ratio <= 1 + margin for slower, ratio >=
+    1 / (1 + margin) for faster, with the +1 correction of a Monte Carlo p-value."""
+    import numpy as np
+
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    rng = np.random.default_rng(seed)
+    ma = np.median(xa[rng.integers(0, len(xa), (draws, len(xa)))], axis=1)
+    mb = np.median(xb[rng.integers(0, len(xb), (draws, len(xb)))], axis=1)
+    r = mb / ma
+    lo, hi = np.quantile(r, [0.025, 0.975])
+    p_slower = (np.count_nonzero(r <= 1.0 + margin) + 1) / (draws + 1)
+    p_faster = (np.count_nonzero(r >= 1.0 / (1.0 + margin)) + 1) / (draws + 1)
+    return RatioEvidence(float(np.median(xb) / np.median(xa)), float(lo), float(hi), float(p_slower),
+                         float(p_faster), len(xa), len(xb))
+
+
+def benjamini_hochberg(pvalues, q: float = 0.05) -> tuple[list[bool], list[float]]:
+    """The Benjamini-Hochberg procedure at false-discovery rate ``q``: which hypotheses are
+    rejected, and each one's adjusted p-value (its q-value)."""
+    m = len(pvalues)
+    if not m:
+        return [], []
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    running = 1.0
+    for rank in range(m, 0, -1):  # from the largest p down: q_(k) = min(q_(k+1), p_(k) m / k)
+        i = order[rank - 1]
+        running = min(running, pvalues[i] * m / rank)
+        adjusted[i] = running
+    return [a <= q for a in adjusted], adjusted

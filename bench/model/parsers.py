@@ -195,3 +195,15 @@ def paths(raw, name: str) -> list[str]:
     return list(dict.fromkeys(str(Path(p).expanduser().resolve()) for p in raw))
 
 
+
+
+def yes_no(raw, name: str) -> bool:
+    """A yes/no setting: true or false in TOML; the flag alone on the command line."""
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise UsageError(f"{name} takes true or false, got {raw!r}")

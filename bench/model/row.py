@@ -80,7 +80,9 @@ TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples
 SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time and its spread (compare's verdict)
 CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why")
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
-            "grad_cosine", "max_logit", "reference_skipped")  # reference_skipped: why the cell is timed unchecked
+            "grad_cosine", "max_logit", "deterministic", "nondeterminism", "reference_skipped")
+# reference_skipped: why the cell is timed unchecked; deterministic: two more calls gave the same bits (else
+# nondeterminism, the largest difference)
 FIGURES = ("setup_ms", "peak_mem_bytes", "tflops", "gbps", "pct_peak")
 KERNELS = ("kernels", "backend_ran", "kernel_mismatch", "kernel_sum_ms", "graph_median_ms", "timer_mismatch",
            "kernels_error", "graph_error")  # GPU cells: what ran (bench.measure.kernels), the timers held against
@@ -93,7 +95,8 @@ COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACC
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
            "rel_iqr", "ci_halfwidth", "median_confidence", "timed_s", "cpu_util", "other_cpu", "density", "flops",
            "bytes", "padding_waste",
-           *ACCURACY, *FIGURES, "kernel_sum_ms", "graph_median_ms", "sm_clock_start_mhz", "sm_clock_end_mhz",
+           *(c for c in ACCURACY if c not in ("deterministic", "reference_skipped")), *FIGURES, "kernel_sum_ms",
+           "graph_median_ms", "sm_clock_start_mhz", "sm_clock_end_mhz",
            "power_start_w", "power_end_w", "power_limit_w",
            "temp_start_c", "temp_end_c", "energy_j_per_call", "energy_j_per_token")
 FLAGS = ("few_samples", "noisy", "contended", "throttled")  # booleans that make an ok row shaky (engine.judge)

@@ -52,6 +52,7 @@ from bench.model.parsers import (  # noqa: F401  (shard_pair: the engine's; the 
     texts,
     threads_or_auto,
     workload_spellings,
+    yes_no,
 )
 
 try:
@@ -73,11 +74,12 @@ class Setting:
     case: bool = False  # also a flag of the single-case commands (profile, selfcheck)
     metavar: str | None = None
     run: bool = False  # how the sweep runs (workers, shards, a cluster), not what it measures
+    switch: bool = False  # a yes/no setting: a flag without a value
 
 
 def setting(help: str, parse, *, default=None, axis: bool = False, case: bool = False, metavar: str | None = None,
-            run: bool = False):
-    return field(default=default, metadata={"setting": Setting(help, parse, axis, case, metavar, run)})
+            run: bool = False, switch: bool = False):
+    return field(default=default, metadata={"setting": Setting(help, parse, axis, case, metavar, run, switch)})
 
 
 # --- the specification ---------------------------------------------------------------------
@@ -135,6 +137,9 @@ class Spec:
                                metavar="PCT")
     rounds: int = setting("interleaved rounds per case: its variants take turns, A B C A B C (default 3)",
                           number(1, 100, True), default=3)
+    deterministic: bool = setting("run every cell under torch.use_deterministic_algorithms(True): a variant whose "
+                                  "kernel has no deterministic form is unsupported, with PyTorch's reason",
+                                  yes_no, default=False, switch=True)
     ceiling_s: float = setting("CPU: the most seconds a cell's timing may take, past --budget-ms, to collect the 6 "
                                "samples a 95%% interval of its median needs (default 2); beyond it the row says "
                                "what its samples support", number(0.0, 3600.0, False), default=2.0, metavar="S")
@@ -216,7 +221,7 @@ def measured_part(spec: Spec) -> dict:
     it), with its plugin files as digests of their contents, not their paths."""
     out = {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
     for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"]),
-                         ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0)):
+                         ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0), ("deterministic", False)):
         # a sweep from before they existed hashes as it did
         if out.get(key) in (default, None):
             out.pop(key, None)
