@@ -111,3 +111,32 @@ def all_cached(spec) -> bool:
     wanted = [key(fp, "tflops", d, spec.threads, run_ms) for d in spec.dtypes] + [key(fp, "gbps", "", spec.threads,
                                                                                       run_ms)]
     return all(cache.get(k) is not None for k in wanted)
+
+
+def fill(env: dict, here: dict, spec, threads, run_ms: float) -> None:
+    """env.json's ``peaks_tflops`` (each dtype of ``spec`` it lacks), ``peak_gbps`` and
+    ``peaks_source``: fresh cached figures of this machine (``here``: its fingerprint), or
+    measured now (once the workers started ahead have done their imports) and cached."""
+    from bench.engine.runner import wait_prestarted
+    from bench.measure.envinfo import measure_peak_gbps, measure_peak_tflops
+
+    cache, sources = PeakCache(spec.peak_age), env.setdefault("peaks_source", {})
+
+    def peak(kind: str, dtype: str, measure) -> float:
+        k = key(here, kind, dtype, threads, run_ms)
+        cached = cache.get(k)
+        if cached is None:
+            wait_prestarted()  # no import running beside the peak measurement
+            value = measure()
+            cache.put(k, value)
+        else:
+            value = cached[0]
+        sources[kind if kind == "gbps" else dtype] = source(cached)
+        return value
+
+    for dtype in spec.dtypes:
+        if dtype not in env["peaks_tflops"]:
+            env["peaks_tflops"][dtype] = peak("tflops", dtype,
+                                              lambda d=dtype: measure_peak_tflops(spec.device, d, threads, run_ms))
+    if not env.get("peak_gbps"):
+        env["peak_gbps"] = peak("gbps", "", lambda: measure_peak_gbps(spec.device, threads, run_ms))

@@ -146,7 +146,7 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
     once per run, at the sweep's thread count), and a history entry for this invocation.  A resume on a machine
     whose fingerprint differs is refused unless ``allow_env_change``; then env.json says
     the run is mixed."""
-    from bench.measure.envinfo import fingerprint, measure_peak_gbps, measure_peak_tflops, peak_run_ms
+    from bench.measure.envinfo import fingerprint, peak_run_ms
 
     here = fingerprint(spec.device)
     here["threads"] = spec.threads or auto or here["threads"]
@@ -190,28 +190,7 @@ def _open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_e
         "command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in judge.FINGERPRINT},
         "loadavg_start": env["loadavg_start"]})
-    from bench.engine.runner import wait_prestarted
-
-    cache, sources = peaks.PeakCache(spec.peak_age), env.setdefault("peaks_source", {})
-
-    def peak(kind: str, dtype: str, measure) -> float:
-        k = peaks.key(here, kind, dtype, threads, run_ms)
-        cached = cache.get(k)
-        if cached is None:
-            wait_prestarted()  # no import running beside the peak measurement
-            value = measure()
-            cache.put(k, value)
-        else:
-            value = cached[0]
-        sources[kind if kind == "gbps" else dtype] = peaks.source(cached)
-        return value
-
-    for dtype in spec.dtypes:
-        if dtype not in env["peaks_tflops"]:
-            env["peaks_tflops"][dtype] = peak("tflops", dtype, lambda: measure_peak_tflops(spec.device, dtype,
-                                                                                            threads, run_ms))
-    if not env.get("peak_gbps"):
-        env["peak_gbps"] = peak("gbps", "", lambda: measure_peak_gbps(spec.device, threads, run_ms))
+    peaks.fill(env, here, spec, threads, run_ms)  # the matmul peaks and the copy bandwidth: cached or measured
     store.write_env(run_dir, env)
     _write_mask_pictures(run_dir, spec)
     return env
