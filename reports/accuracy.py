@@ -34,7 +34,7 @@ def _points(ax, v: pd.DataFrame, x: str, y: str, st: dict, label: str | None) ->
     if (~shaky).any():
         ax.scatter(v[x][~shaky], v[y][~shaky], color=st["color"], marker=st["marker"], s=34, zorder=st["z"] + 0.1,
                    label=label)
-    if shaky.any():  # hollow: noisy or contended; one legend entry per variant
+    if shaky.any():  # hollow: shaky; one legend entry per variant
         ax.scatter(v[x][shaky], v[y][shaky], facecolors="white", edgecolors=st["color"], marker=st["marker"], s=34,
                    zorder=st["z"] + 0.1, label=None if (~shaky).any() else label)
 

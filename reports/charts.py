@@ -290,7 +290,7 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
         extra.append(Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label=band_label))
     if any_shaky:
         extra.append(Line2D([], [], color="#555555", marker="o", markerfacecolor="white", ls="none",
-                            label="hollow: noisy or contended (not fitted)"))
+                            label="hollow: shaky (few samples, noisy, contended)"))
     if any_fail:
         extra.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed or stopped (status)"))
     fig.suptitle(f"{title}\n{_subtitle(df)}", fontsize=12)

@@ -183,5 +183,5 @@ def density_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         ax.set_title(f"n = {n}" + ("" if label == "all cells" else f"; {label}"), fontsize=9)
     figure_legend(fig, list(axes.flat[:len(panels)]))
     fig.suptitle("Time vs mask density at fixed n\n(a variant that exploits sparsity gets faster to the left; "
-                 "hollow = noisy or contended)", fontsize=10)
+                 "hollow = shaky)", fontsize=10)
     return save_figure(fig, out)

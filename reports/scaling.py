@@ -80,14 +80,14 @@ def crossover_note(df: pd.DataFrame, cross: pd.DataFrame) -> str:
     ok = df[df["status"] == "ok"]
     shaky = int(ok["shaky"].sum()) if "shaky" in ok else 0
     if shaky:
-        return (f"Not enough clean points to find a crossover ({shaky} shaky: noisy or contended cells are left "
-                f"out; re-measure them with --resume RUN --retry shaky).")
+        return (f"Not enough clean points to find a crossover ({shaky} shaky: cells with too few samples, noisy or "
+                f"contended are left out; re-measure them with --resume RUN --retry shaky).")
     return "No variant overtakes another within the measured range."
 
 
 def crossovers(df: pd.DataFrame) -> pd.DataFrame:
     """Where one variant overtakes another: it is slower beyond noise at one n and faster
-    beyond noise at a later n (see _side; noisy or contended cells are left out).  The
+    beyond noise at a later n (see _side; shaky cells are left out).  The
     crossing length is where the log-log interpolation of the paired time ratios between
     those two n crosses 1."""
     out = []

@@ -24,7 +24,7 @@ METRICS = {  # name: (title, formatter)
 }
 
 
-SHAKY_MARK = "*"  # noisy or contended: kept, flagged, left out of fits
+SHAKY_MARK = "*"  # shaky (bench.engine.judge): kept and flagged
 PEAK_MARK = "†"  # % of a peak that a cell exceeded: that peak is not reliable
 NOTES = {SHAKY_MARK: "noisy (the median's 95% CI reaches beyond +-5% of it) or contended (timed while the CPU "
                      "was shared); kept, but left "
