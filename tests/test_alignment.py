@@ -88,12 +88,20 @@ def test_every_variant_that_declares_bottom_right_computes_it(registry, spelling
     assert ran >= 3  # naive, chunked.online and the SDPA family at least
 
 
-def test_compiled_flex_aligns_bottom_right(registry):
-    case = _case("sink:2+window:4", 5, 40, "bottom-right")
+def test_compiled_flex_takes_the_mask_algebra_aligned_bottom_right(registry):
+    """The compiled variant itself, as a sweep runs it, on one case (one compile) that holds an '&', a
+    document(...) wrapper and bottom-right alignment: the queries are the last 5 of 256 positions,
+    in the second document.  Eager flex cannot vouch for the compiled path alone (issue 33: the
+    algebra once reached it as a partial it refused)."""
+    mask, _ = masks.canonical("document:lengths=64/192(chunked_causal:16&window:8)")
+    case = Case(batch=2, heads=4, kv_heads=2, q_len=5, kv_len=256, head_dim=16, mask=mask, align="bottom-right")
     bound = bind_variant(registry["flex"], case)
     with bound.scope():
         result = run_and_check(case, bound.fn, *bound.inputs)
     assert result.ok, result.reason
+    # positions 251..255, 187..191 within their document: the chunk 176..191 meets the last 8 keys
+    keep = masks.bind(case).keep()[0, 0]
+    assert [int(r.sum()) for r in keep] == [8, 8, 8, 8, 8] and masks.bind(case).counts[0] == 2 * 4 * 5 * 8
 
 
 def test_a_variant_that_does_not_declare_it_is_unsupported_with_the_reason(registry):

@@ -108,7 +108,7 @@ def shaky_counts(rows) -> dict:
 
 
 def reasons_text(counts: dict) -> str:
-    """``68 too few samples for an interval, 9 a wide interval`` (only the reasons that occur)."""
+    """``68 with too few samples for an interval, 9 noisy`` (only the reasons that occur)."""
     return ", ".join(f"{n} {WHY[f]}" for f, n in counts.items() if n) or "none"
 
 
@@ -136,8 +136,10 @@ def fit_sigma(row: dict) -> float | None:
     if {"contended", "throttled", "noisy"} & set(flags):
         return None
     if "few_samples" in flags:
-        lo, hi, med = row.get("min_ms"), max(row.get("samples_ms") or [row.get("median_ms")]), row["median_ms"]
-        spread = (hi - lo) / 2 / med if lo is not None and med else None
+        samples = row.get("samples_ms")
+        samples = samples if isinstance(samples, (list, tuple)) and samples else None
+        lo, med = row.get("min_ms"), row["median_ms"]
+        spread = (max(samples) - lo) / 2 / med if samples and _true(lo) and med else None
         return max(spread, MIN_SIGMA) if spread is not None and spread <= NOISY else None
     half = row.get("ci_halfwidth")
     return max(float(half), MIN_SIGMA) if _true(half) else DEFAULT_SIGMA
