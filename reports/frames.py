@@ -10,8 +10,8 @@ from bench.measure.flops import DIRECTION_FACTOR
 from bench.model import row
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
-FACET_COLS = ["run", "hardware", "device", "dtype", "direction", "mask", "window", "align", "lengths", "inputs",
-              "kv_layout", "batch", "heads", "kv_heads", "head_dim", "kv"]
+FACET_COLS = ["run", "model", "hardware", "device", "dtype", "direction", "mask", "window", "align", "lengths",
+              "inputs", "kv_layout", "batch", "heads", "kv_heads", "dims", "kv"]
 NUMERIC = [*row.NUMERIC, "compile_ms"]  # the row's numeric columns, and flex's compile time (an extra)
 FLAGS = list(row.FLAGS)
 DECODE_MAX_Q = 16  # a query this short against a longer cache is decode: drawn against the cache length
@@ -28,6 +28,7 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
         # a cell measured again (--retry) is its newest row; the file keeps both
         df = with_profile(pd.DataFrame(store.read_current(d)), store.read_rows(d, name=store.PROFILE))
         df["run"] = name
+        df["model"] = (env.get("spec") or {}).get("model") or "-"  # sweep --model: the model its shapes are
         devices = env.get("worker_devices") or {}
         if len(set(devices.values())) > 1 and "worker" in df:  # workers on different hardware: never one curve
             df["hardware"] = df["worker"].map(devices)
@@ -62,6 +63,9 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     for col in CASE_ADDED:  # rows from before the field existed were measured with its default
         df[col] = df[col].fillna(CASE_DEFAULTS[col])
     df["window"] = df["window"].map(lambda w: "-" if pd.isna(w) else str(int(w)))
+    # the head dims as --head-dims spells them: 64, or 192/128 with v's apart (MLA)
+    df["dims"] = [f"{int(d)}/{int(v)}" if v is not None and not pd.isna(v) else str(int(d)) if not pd.isna(d) else "-"
+                  for d, v in zip(df["head_dim"], df["head_dim_v"])]
     # decode (a few new tokens against a longer KV cache): the cache length is the x-axis, the
     # query length the facet; otherwise n is the query length and a cross-attention kv_len a facet
     decode = (df["q_len"] <= DECODE_MAX_Q) & (df["kv_len"] > df["q_len"])
@@ -181,7 +185,8 @@ def varying_facets(df: pd.DataFrame) -> list[str]:
     return [c for c in FACET_COLS if c in df and df[c].astype(str).nunique() > 1]
 
 
-FACET_DEFAULTS = {"lengths": "fixed", "inputs": "normal", "align": "top-left", "kv_layout": "contiguous"}  # unsaid
+FACET_DEFAULTS = {"lengths": "fixed", "inputs": "normal", "align": "top-left", "kv_layout": "contiguous",
+                  "model": "-"}  # unsaid
 
 
 def constant_facets(df: pd.DataFrame) -> dict:

@@ -34,8 +34,10 @@ def with_labels(df: pd.DataFrame) -> pd.DataFrame:
     missing = df["density"].isna()
     for i in df.index[missing]:
         try:
+            v = df.at[i, "head_dim_v"] if "head_dim_v" in df else None
             case = Case.from_dict({**df.loc[i].to_dict(), "window": None if df.at[i, "window"] == "-"
-                                   else int(df.at[i, "window"])})
+                                   else int(df.at[i, "window"]), "head_dim_v": None if v is None or pd.isna(v)
+                                   else int(v)})
             df.at[i, "density"] = masks.density(case)
         except (ValueError, TypeError, KeyError):
             pass

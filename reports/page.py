@@ -218,7 +218,7 @@ def write_page(r: ReportParts) -> Path:
     counts, fails, charts, baseline, masks = r.counts, r.fails, r.charts, r.baseline, r.masks
     variants = sorted(df["variant"].unique())
     ran = sorted(df[df["status"] == "ok"]["variant"].unique())
-    title = "attnbench report: " + ", ".join(e["run"] for e in envs)
+    title = report_title(envs)
     flop_text = " ".join(FLOP_DOC.split())
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
              f"<style>{CSS}</style></head><body><main>",
@@ -289,11 +289,17 @@ def _masks_html(masks) -> list[str]:
     return parts
 
 
+def report_title(envs: list[dict]) -> str:
+    """The runs, and the models their shapes are (sweep --model)."""
+    models = list(dict.fromkeys(m for e in envs if (m := (e.get("spec") or {}).get("model"))))
+    return "attnbench report: " + ", ".join(e["run"] for e in envs) + (f" ({', '.join(models)})" if models else "")
+
+
 def write_markdown(r: ReportParts) -> Path:
     folder, df, envs, tables, scaling, cross = r.folder, r.df, r.envs, r.tables, r.scaling, r.cross
     counts, fails, charts, masks = r.counts, r.fails, r.charts, r.masks
     state = trust_state(df, envs)
-    lines = ["# attnbench report: " + ", ".join(e["run"] for e in envs), "",
+    lines = ["# " + report_title(envs), "",
              f"**Trust: {state[1]}: {state[2]}.** " + trust_line(df, envs), ""]
     for name, paths in charts.items():
         png = next(p for p in paths if p.suffix == ".png")

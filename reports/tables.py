@@ -182,7 +182,8 @@ def summary_table(rows: list[dict]) -> str:
     if "median_ms" not in df:
         df["median_ms"] = None
     facets = [c for c in ("device", "dtype", "direction", "mask", "window", "align", "lengths", "inputs", "kv_layout",
-                          "batch", "heads", "kv_heads", "head_dim") if c in df and df[c].astype(str).nunique() > 1]
+                          "batch", "heads", "kv_heads", "head_dim", "head_dim_v")
+              if c in df and df[c].astype(str).nunique() > 1]
     if (df["kv_len"] != df["q_len"]).any():
         facets.append("kv_len")
     shaky = shaky_mask(df)

@@ -49,3 +49,50 @@ def registry():
     from bench.api import discover
 
     return discover(entry_points=False)
+
+
+def check_every_variant(registry, case, skip=("flex",)) -> list[str]:
+    """Every variant of ``registry`` that takes ``case`` (approximate ones and ``skip`` aside: flex
+    compiles for seconds a case, and its eager form reads the same definitions), run once and checked
+    against the float64 reference, forward and gradients; one that does not take it must say why.
+    Returns the names that ran."""
+    from bench.measure.bound import bind_variant
+    from bench.measure.reference import run_and_check
+    from bench.model.registry import available
+
+    ran = []
+    for v in registry:
+        if v.approximate or v.name in skip:
+            continue
+        ok, why = available(v, case)
+        if not ok:
+            assert why, f"{v.name} is unavailable without a reason"
+            continue
+        bound = bind_variant(v, case)
+        with bound.scope():
+            result = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out)
+        assert result.ok, (v.name, result.reason)
+        ran.append(v.name)
+    return ran
+
+
+def eager_flex(case, **kw):
+    """flex_attention uncompiled (its reference implementation, which the CPU also runs) on the
+    case's inputs, its block mask from the case's mask_mod: (output, (q, k, v)); ``kw`` go to
+    flex_attention (return_lse=True makes the output (out, lse))."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from bench.measure.inputs import make_inputs
+    from bench.model import masks
+
+    bound = masks.bind(case)
+    q, k, v = make_inputs(case)
+    block_mask = None if bound.mask_mod() is None else create_block_mask(
+        bound.mask_mod(), None, None, case.q_len, case.kv_len, device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "called without torch.compile": that is the point here
+        out = flex_attention(q, k, v, block_mask=block_mask, score_mod=bound.score_mod(), scale=case.scale,
+                             enable_gqa=case.is_gqa, **kw)
+    return out, (q, k, v)

@@ -28,3 +28,18 @@ def test_flex_resets_dynamo_before_its_recompile_limit_and_stays_correct(monkeyp
         import torch
 
         assert torch._dynamo.config.fail_on_recompile_limit_hit
+
+
+def test_block_sparsity_is_counted_in_blocks_at_a_decode_shape():
+    """16 queries against 4096 keys, bottom-right, a window of 256: each query block (one, of 16
+    rows) visits the last 3 of 32 key blocks (the window's 256 keys straddle three).  PyTorch's
+    BlockMask.sparsity() counts those blocks against the shape's elements (it said -700 % for causal)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from bench.model import masks
+    from bench.model.case import Case
+    from variants.flex import block_sparsity
+
+    case = Case(q_len=16, kv_len=4096, heads=2, kv_heads=2, mask="window", window=256, align="br")
+    bm = create_block_mask(masks.bind(case).mask_mod(), None, None, 16, 4096, device="cpu")
+    assert block_sparsity(bm) == round(100 * (1 - 3 / 32), 2)  # BlockMask.sparsity() says 25 % here

@@ -20,7 +20,7 @@ from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 BUILTIN_SPELLINGS = ["none", "causal", "window:5", "padding", "document:3", "document:4:causal=1",
                      "document:lengths=7/1/REST", "prefix_lm:9", "chunked_causal:6", "dilated:3:window=4",
                      "sink:2", "sink:3+window:5", "bigbird:4", "bigbird:3:window=0:globals=2:random=3:seed=7",
-                     "causal+chunked_causal:4"]
+                     "causal+chunked_causal:4", "tree_chain", "tree_binary", "tree_topk:3"]
 SHAPES = [(37, 37), (19, 44), (50, 13), (1, 9)]  # self, more keys, more queries, one query
 
 

@@ -45,7 +45,7 @@ def test_sweep_writes_report_naming_every_variant(small_run):
     for chart in ("roofline", "error", "pareto"):
         assert (out / "report" / "charts" / f"{chart}.png").exists()
     assert "<h2 id=masks>Masks</h2>" in html and (out / "report" / "charts" / "density.png").exists()
-    assert "4 * batch * heads" in html  # the FLOP convention
+    assert "2 * batch * heads * pairs * (head_dim + head_dim_v)" in html  # the FLOP convention
     md = (out / "report" / "report.md").read_text()
     assert "| naive" in md and "charts/time.png" in md
     csv = pd.read_csv(out / "report" / "tables.csv")

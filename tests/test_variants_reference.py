@@ -23,9 +23,11 @@ SHAPES = [  # (q_len, kv_len, heads, kv_heads)
 # the built-in masks at parameters that bite at these lengths; a plugin's mask runs at its defaults
 SPELLINGS = {"window": "window", "document": "document:3", "prefix_lm": "prefix_lm:20",
              "chunked_causal": "chunked_causal:16", "dilated": "dilated:3:window=6", "sink": "sink:2+window:12",
-             "bigbird": "bigbird:8:random=1"}
+             "bigbird": "bigbird:8:random=1", "tree": "tree_topk:3"}  # tree's parents fit one q_len: a shape
+
 # score mods on top of masks: a cap of 1 changes typical scores (|s| ~ 1)
-WITH_MODS = ["causal+softcap:1", "causal+alibi", "document:3:causal=1+rel_bias:16", "bigbird:8+alibi+softcap:2"]
+WITH_MODS = ["causal+softcap:1", "causal+alibi", "document:3:causal=1+rel_bias:16", "bigbird:8+alibi+softcap:2",
+             "window+learned_sink:mean=1"]
 
 
 def _spellings(v) -> list[str]:

@@ -35,6 +35,10 @@ FP8_CPU = ("PyTorch: FlexAttention's CPU kernels (inductor's C++ template) take 
            f"not {FP8} (its lowering raises NotImplementedError)")
 
 
+LSE_CPU = ("PyTorch: torch.compile on CPU only supports inference and `return_lse` is not supported yet "
+           "(flex_cpu's lowering); flex takes a learned sink from the log-sum-exp it returns")
+
+
 def _check(case):
     """PyTorch's refusal of a backward (on the CPU), from its input validation, and of fp8 on
     the CPU (seen in its compile: an eager probe would not show it).  A forward is not probed
@@ -42,6 +46,8 @@ def _check(case):
     still becomes the row's status and reason in the worker."""
     if case.dtype == FP8 and case.device == "cpu":
         return FP8_CPU
+    if case.device == "cpu" and masks.bind(case).sinks:
+        return LSE_CPU
     if case.paged and case.device == "cuda" and case.page_size % 16:
         return (f"flex reads a paged cache in KV blocks that divide the page, and on a GPU its kernel's smallest "
                 f"tile is 16 keys: a page of {case.page_size} tokens cannot be tiled (use a multiple of 16)")
@@ -95,6 +101,27 @@ class FlexFactory:
             prepared = _prepare(case, self.compiled())
         prepared.info["compiled"] = f"torch.compile fullgraph; case {self.compiles} since reset {self.resets}"
         return prepared
+
+
+def block_sparsity(block_mask) -> float:
+    """The % of a block mask's blocks that are skipped, counted in blocks.  (BlockMask.sparsity
+    counts whole blocks against the elements of the shape, so a length shorter than a block,
+    as a decode step's 16 queries against 128-row blocks, gave -700 %.)"""
+    _, _, q, kv = block_mask.shape
+    bq, bkv = block_mask.BLOCK_SIZE
+    rows = block_mask.kv_num_blocks.shape[0] * block_mask.kv_num_blocks.shape[1]  # (B|1) x (H|1) block rows
+    total = rows * -(-q // bq) * -(-kv // bkv)
+    computed = int(block_mask.kv_num_blocks.sum())
+    if block_mask.full_kv_num_blocks is not None:
+        computed += int(block_mask.full_kv_num_blocks.sum())
+    return round(100 * (1 - computed / total), 2)
+
+
+def _sunk(out_lse, sink):
+    """A learned sink from the log-sum-exp flex returns: out x 1 / (1 + exp(s_h - lse)), that is
+    out x sigmoid(lse - s_h) (an empty row's lse is -inf: zeros, as without the sink)."""
+    out, lse = out_lse
+    return out * torch.sigmoid(lse - sink.view(1, -1, 1)).unsqueeze(-1).to(out.dtype)
 
 
 PAGED_Q_BLOCK = 128  # the query block of the paged block mask (flex's default)
@@ -154,15 +181,18 @@ def _paged(case, flex):
         logical_bm.kv_num_blocks, to_pool(logical_bm.kv_indices),
         logical_bm.full_kv_num_blocks if full else None, to_pool(logical_bm.full_kv_indices) if full else None,
         BLOCK_SIZE=(PAGED_Q_BLOCK, kv_block), mask_mod=mask_mod, seq_lengths=(Lq, B * pages * page))
-    gqa, scale, D = case.is_gqa, case.scale, case.head_dim
+    gqa, scale = case.is_gqa, case.scale
     score = score_mod if mod is not None else None
     # on a GPU the kernel's own KV tile must divide the block (flex's default tile is 64 or 128)
     options = {"BLOCK_N": kv_block} if dev == "cuda" and kv_block < 64 else None
 
+    sink = bound.sink_logits(dev)
+
     def attention(q, k, v):  # q (B, H, Lq, D); k, v page pools (KvH, B x pages, PAGE, D)
-        keys, values = (t.view(1, t.shape[0], -1, D) for t in (k, v))  # views: the pool is not copied
-        return flex(q, keys, values, score_mod=score, block_mask=block_mask, scale=scale, enable_gqa=gqa,
-                    kernel_options=options)
+        keys, values = (t.view(1, t.shape[0], -1, t.shape[-1]) for t in (k, v))  # views: the pool is not copied
+        out = flex(q, keys, values, score_mod=score, block_mask=block_mask, scale=scale, enable_gqa=gqa,
+                   kernel_options=options, return_lse=sink is not None)
+        return out if sink is None else _sunk(out, sink)
 
     visited = (block_mask.kv_num_blocks + (block_mask.full_kv_num_blocks if full else 0)).float().mean()
     return attention, {"kv_read": "pages in place", "kv_block": kv_block,
@@ -189,13 +219,20 @@ def _prepare(case, flex):
         shape = case.packed()  # a ragged batch: one packed sequence under a document block mask
         block_mask = create_block_mask(mask_mod, shape.batch if per_batch else None, case.heads if per_head else None,
                                        shape.q_len, shape.kv_len, device=case.device)
-        info["block_sparsity"] = round(float(block_mask.sparsity()), 2)  # % of blocks skipped
+        info["block_sparsity"] = block_sparsity(block_mask)  # % of blocks skipped
     gqa, scale = case.is_gqa, case.scale
     if case.ragged:
         info["layout"] = "packed"
+    sink = bound.sink_logits(case.device)  # (H,) float32, or None
 
     def attention(q, k, v):
         return flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+
+    if sink is not None:
+        def attention(q, k, v):
+            return _sunk(flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa,
+                              return_lse=True), sink)
+        info["sink"] = "from the returned log-sum-exp"
 
     # compile (forward, and backward when the case has one) outside the timed call
     t0 = time.perf_counter()
@@ -210,7 +247,7 @@ def _prepare(case, flex):
 
 
 variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True, ragged=True, paged=True,
-        bottom_right=True,
+        bottom_right=True, sinks=True, value_dim=True,
         dtypes=(*DTYPES, FP8),
         description="FlexAttention: any mask as a block mask from its mask_mod, any score mod; torch.compile'd "
                     "once per shape")(FlexFactory())

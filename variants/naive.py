@@ -6,7 +6,7 @@ from bench.registry import Prepared, variant
 
 
 @variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True,
-         bottom_right=True,
+         bottom_right=True, sinks=True, value_dim=True,
          description="textbook QK^T/sqrt(d) -> -inf mask -> softmax -> @V; materialises the scores "
                      "(a ragged batch: one sequence at a time; a paged cache: gathered first)")
 def naive(case):
@@ -18,6 +18,7 @@ def naive(case):
     keep = bound.keep(case.device)  # (B|1, H|1, Lq, Lk) or None
     empty = masks.has_empty_rows(case)
     mod = bound.score_mod(case.device)  # None without score mods
+    sink = bound.sink_logits(case.device, case.torch_dtype)  # (H,) learned sinks, or None
     idx = masks.indices(case, case.device) if mod is not None else None
     group = case.heads // case.kv_heads
     scale = case.scale
@@ -27,9 +28,9 @@ def naive(case):
     # written by the scaling, the score mods, the mask and the softmax, read by @V (and, with GQA,
     # the copies of k and v that repeat_interleave writes and the matmuls read)
     e = case.torch_dtype.itemsize
-    passes = 6 + 2 * (keep is not None) + 2 * (mod is not None)
+    passes = 6 + 2 * (keep is not None) + 2 * (mod is not None) + 4 * (sink is not None)
     scores = case.batch * case.heads * case.q_len * case.kv_len * e
-    copies = 2 * 2 * case.batch * case.heads * case.kv_len * case.head_dim * e if group > 1 else 0
+    copies = 2 * case.batch * case.heads * case.kv_len * (case.head_dim + case.dv) * e if group > 1 else 0
 
     def attention(q, k, v):  # q (B, H, Lq, D); k, v (B, KvH, Lk, D)
         if group > 1:
@@ -38,7 +39,7 @@ def naive(case):
         scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
         if mod is not None:
             scores = mod(scores, *idx).to(scores.dtype)
-        p = masks.masked_softmax(scores, keep, empty)
+        p = masks.masked_softmax(scores, keep, empty, sink)  # a sink: one more column, dropped after
         return p @ v  # (B, H, Lq, D)
 
     return Prepared(attention, {"materialised_bytes": passes * scores + copies})

@@ -19,6 +19,7 @@ BLOCK = 128  # keys per block
 
 
 @variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True, bottom_right=True,
+         sinks=True, value_dim=True,
          description="online softmax over key blocks (FlashAttention's algorithm) in plain PyTorch; "
                      "O(n * block) memory, exact (a ragged batch: one sequence at a time)")
 def chunked_online(case):
@@ -26,6 +27,7 @@ def chunked_online(case):
         return Prepared(masks.per_sequence(case, chunked_online), {"layout": "packed"})
     bound = masks.bind(case)
     mod = bound.score_mod(case.device)
+    sink = bound.sink_logits(case.device)  # (H,) float32, or None
     group, scale, dev = case.heads // case.kv_heads, case.scale, case.device
     step = case.page_size or BLOCK  # a paged cache: one page a block
     table = torch.tensor(case.page_table(), device=dev) if case.paged else None
@@ -49,9 +51,13 @@ def chunked_online(case):
 
     def attention(q, k, v):  # q (B, H, Lq, D); k, v (B, KvH, Lk, D), or page pools (KvH, B x pages, PAGE, D)
         B, H, Lq, D = q.shape
-        m = torch.full((B, H, Lq, 1), float("-inf"), device=q.device)
-        l = torch.zeros((B, H, Lq, 1), device=q.device)  # noqa: E741
-        acc = torch.zeros((B, H, Lq, D), device=q.device)
+        if sink is None:
+            m = torch.full((B, H, Lq, 1), float("-inf"), device=q.device)
+            l = torch.zeros((B, H, Lq, 1), device=q.device)  # noqa: E741
+        else:  # a learned sink is a key seen first: its logit the running maximum, exp(0) = 1 the sum
+            m = sink.view(1, H, 1, 1).expand(B, H, Lq, 1)
+            l = torch.ones((B, H, Lq, 1), device=q.device)  # noqa: E741
+        acc = torch.zeros((B, H, Lq, v.shape[-1]), device=q.device)  # v's head dim (MLA: apart from q's)
         for s, e, keep, idx in blocks:
             scores = ((q @ block(k, s, e).transpose(-1, -2)) * scale).float()
             if mod is not None:

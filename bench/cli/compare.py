@@ -98,7 +98,7 @@ def _explain(m, args) -> int:
 
     words = args.explain.split()
     labels = [f"{r['variant']} {r['dtype']} b={r['batch']} h={r['heads']}/{r['kv_heads']} n={r['q_len']} "
-              f"kv={r['kv_len']} d={r['head_dim']} {r['mask']} {r['direction']}" for _, r in m.iterrows()]
+              f"kv={r['kv_len']} d={repro.dims_text(r)} {r['mask']} {r['direction']}" for _, r in m.iterrows()]
     hits = [i for i, label in enumerate(labels) if all(w in label for w in words)]
     if len(hits) != 1:
         raise UsageError(f"--explain {args.explain!r}: {len(hits)} matching cells answer to it"

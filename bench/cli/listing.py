@@ -1,5 +1,6 @@
 """``python -m bench list``: the registered variants, their capabilities and whether they run
-here; ``--masks``: the masks and score mods a sweep can use."""
+here; ``--masks``: the masks and score mods a sweep can use; ``--models``: the published model
+shapes ``sweep --model`` takes."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def add_parser(sub) -> None:
                     help="a Python file with more variants (repeatable)")
     lp.add_argument("--masks", action="store_true",
                     help="list the masks and score mods (built-in and plugins') instead of the variants")
+    lp.add_argument("--models", action="store_true",
+                    help="list the published model shapes sweep --model takes, with their sources")
     lp.set_defaults(func=command)
 
 
@@ -25,6 +28,8 @@ def command(args) -> int:
 
     from bench.engine.discovery import discover
 
+    if args.models:
+        return _list_models(args)
     reg = discover(args.plugin)
     if args.masks:
         return _list_masks(args, reg)
@@ -63,8 +68,9 @@ def _list_masks(args, reg) -> int:
     for d in masks.catalogue().values():
         takes = [v.name for v in reg if (d.kind == "mask" and (masks.ANY in v.masks or d.name in v.masks))
                  or (d.kind == "score_mod" and (masks.ANY in v.score_mods or d.name in v.score_mods
-                                                or (d.additive and masks.ADDITIVE in v.score_mods)))]
-        rows.append({"name": d.name, "kind": d.kind.replace("_", " "), "params": d.params,
+                                                or (d.additive and masks.ADDITIVE in v.score_mods))
+                     and (v.sinks or not d.sink))]
+        rows.append({"name": d.name, "kind": "learned sink" if d.sink else d.kind.replace("_", " "), "params": d.params,
                      "ranges": {k: r.text() for k, r in d.ranges.items()},
                      "spelling": d.signature(), "variants": takes, "description": d.description,
                      "source": d.module})
@@ -78,6 +84,27 @@ def _list_masks(args, reg) -> int:
     print("\nSpell one in --masks as name:value (positional) or name:key=value; join terms with +: masks "
           "joined are unioned, score mods apply in order, e.g. --masks causal,document:4,sink:4+window:256,"
           "causal+softcap:50")
+    return 0
+
+
+def _list_models(args) -> int:
+    """The published model shapes ``sweep --model`` takes."""
+    from tabulate import tabulate
+
+    from bench.model.models import MODELS
+
+    rows = [m.row() | {"note": m.note} for m in MODELS.values()]
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(tabulate([{k: v for k, v in r.items() if k != "note"} for r in rows], headers="keys",
+                   maxcolwidths=[None, None, None, None, 30, None, 24, 44]))
+    for r in rows:
+        if r["note"]:
+            print(f"\n{r['model']}: {r['note']}")
+    print("\nsweep --model NAME sets the heads, KV heads, head dims, masks and dtype; the preset gives the lengths, "
+          "and flags override the model (--model gemma2-9b --masks causal+softcap:50); --total-tokens T keeps the "
+          "tokens per cell fixed: batch = T // n.")
     return 0
 
 

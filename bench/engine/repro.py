@@ -14,18 +14,25 @@ def cell_flags(row: dict) -> list[str]:
     """The case of ``row`` as ``sweep`` flags (its default workload fields left out)."""
     flags = ["--variants", row["variant"], "--device", row["device"], "--dtypes", row["dtype"],
              "--batch", str(row["batch"]), "--heads", str(row["heads"]), "--kv-heads", str(row["kv_heads"]),
-             "--seq-lens", str(row["q_len"]), "--head-dims", str(row["head_dim"]), "--masks", row["mask"],
+             "--seq-lens", str(row["q_len"]), "--head-dims", dims_text(row), "--masks", row["mask"],
              "--directions", row["direction"]]
     if row["kv_len"] != row["q_len"]:
         flags += ["--kv-lens", str(row["kv_len"])]
     window = row.get("window")
     if window not in (None, "", "-") and window == window:  # a report's frame writes "-" for none
         flags += ["--window", str(int(window))]
-    for field, flag in (("lengths", "--lengths"), ("inputs", "--inputs"), ("kv_layout", "--kv-layout")):
+    for field, flag in (("lengths", "--lengths"), ("inputs", "--inputs"), ("kv_layout", "--kv-layout"),
+                        ("align", "--align")):
         value = row.get(field) or CASE_DEFAULTS[field]
         if value != CASE_DEFAULTS[field]:
             flags += [flag, str(value)]
     return flags
+
+
+def dims_text(row: dict) -> str:
+    """A row's head dims as --head-dims spells them: 64, or 192/128."""
+    dv = row.get("head_dim_v")
+    return f"{int(row['head_dim'])}/{int(dv)}" if dv not in (None, "", "-") and dv == dv else str(row["head_dim"])
 
 
 def command(row: dict, spec: dict | None = None, out: str | None = None) -> str:
@@ -58,4 +65,4 @@ def label(row: dict) -> str:
     """A cell in words, as ``status`` lists it."""
     kv = f" kv={row['kv_len']}" if row["kv_len"] != row["q_len"] else ""
     return (f"{row['variant']} {row['dtype']} b={row['batch']} h={row['heads']}/{row['kv_heads']} n={row['q_len']}"
-            f"{kv} d={row['head_dim']} {row['mask']} {row['direction']}")
+            f"{kv} d={dims_text(row)} {row['mask']} {row['direction']}")

@@ -72,6 +72,10 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
         print(f"run folder: {run_dir}  ({len(cells)} cells to run, {len(done)} already there; "
               f"device {spec.device}, {where}" + (f"; shard {spec.shard} of sweep {env['sweep_id']}" if spec.shard
                                                   else "") + ")", file=sys.stderr)
+        if spec.model:
+            from bench.model.models import model
+
+            print(model(spec.model).summary(spec), file=sys.stderr)
         if len(slots) > 1 and spec.device == "cpu":
             print("note: the workers have cores of their own but share the memory bandwidth and the caches: a "
                   "memory-bound cell can run slower beside another than alone", file=sys.stderr)

@@ -2,7 +2,8 @@
 
 FLOPs count the two matmuls over the (query, key) pairs the mask keeps, counted exactly
 from the mask's definition (bench.model.masks):
-forward = 4 * batch * heads * pairs * head_dim (2 for QK^T, 2 for PV, multiply-add = 2);
+forward = 2 * batch * heads * pairs * (head_dim + head_dim_v) (QK^T over the query/key head dim,
+PV over the value head dim, a multiply-add 2 each; 4 * pairs * head_dim when they are one);
 backward = 2.5x forward (five matmuls against the forward's two); fwd+bwd = 3.5x.
 Softmax and masking are not counted.  Bytes are the minimum traffic: each input read
 once and each output written once (forward: q, k, v in, o out; backward: q, k, v, o, dO
@@ -24,19 +25,21 @@ def kept_pairs(case: Case) -> int:
 
 
 def flops(case: Case) -> float:
-    fwd = 4 * masks.bind(case).counts[0] * case.head_dim  # pairs summed over batch and heads
+    fwd = 2 * masks.bind(case).counts[0] * (case.head_dim + case.dv)  # pairs summed over batch and heads
     return fwd * DIRECTION_FACTOR[case.direction]
 
 
 def min_bytes(case: Case) -> int:
     """The minimum traffic; a paged cache is read in whole pages, with its block table."""
     e = ELEMENT_BYTES[case.dtype]
-    q = case.batch * case.heads * case.q_len * case.head_dim  # also o, dO, dq
-    kv = case.batch * case.kv_heads * case.kv_len * case.head_dim  # each of k, v, dk, dv
+    rows = case.batch * case.heads * case.q_len  # q and dq at head_dim; o and dO at head_dim_v
+    keys = case.batch * case.kv_heads * case.kv_len  # k and dk at head_dim; v and dv at head_dim_v
+    q, o = rows * case.head_dim, rows * case.dv
+    kv = keys * (case.head_dim + case.dv)  # k and v (dk and dv)
     if case.paged:
         pages = -(-case.kv_len // case.page_size)
-        kv = case.batch * case.kv_heads * pages * case.page_size * case.head_dim
-        return e * (2 * q + 2 * kv) + 8 * case.batch * pages  # and the int64 block table
-    fwd = 2 * q + 2 * kv
-    bwd = 4 * q + 4 * kv
+        kv = case.batch * case.kv_heads * pages * case.page_size * (case.head_dim + case.dv)
+        return e * (q + o + kv) + 8 * case.batch * pages  # and the int64 block table
+    fwd = q + o + kv
+    bwd = 2 * q + 2 * o + 2 * kv  # q, k, v, o, dO in; dq, dk, dv out
     return e * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[case.direction]

@@ -14,7 +14,8 @@ from bench.model.case import Case
 def case_seed(case: Case, seed: int = 0) -> int:
     """A seed derived from the case's shape (not its variant), stable across processes."""
     key = repr((case.batch, case.heads, case.kv_heads, case.q_len, case.kv_len, case.head_dim, seed)
-               + tuple(v for v in (case.lengths, case.inputs) if v not in ("fixed", "normal")))
+               + tuple(v for v in (case.lengths, case.inputs) if v not in ("fixed", "normal"))
+               + ((case.head_dim_v,) if case.head_dim_v else ()))
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:6], "little")
 
 
@@ -38,7 +39,7 @@ def make_inputs(case: Case, seed: int = 0, requires_grad: bool | None = None):
     g = torch.Generator().manual_seed(case_seed(case, seed))
     b, lq, lk = tensor_shape(case)
     shapes = [(b, case.heads, lq, case.head_dim), (b, case.kv_heads, lk, case.head_dim),
-              (b, case.kv_heads, lk, case.head_dim)]
+              (b, case.kv_heads, lk, case.dv)]
     grad = case.needs_grad if requires_grad is None else requires_grad
     kind = parse_inputs(case.inputs)
     if kind.kind == "normal":
@@ -132,10 +133,10 @@ STRUCTURED = {"clustered": _clustered, "lowrank": _lowrank, "outliers": _outlier
 
 
 def make_grad_out(case: Case, seed: int = 0) -> torch.Tensor:
-    """The upstream gradient dO (B, H, Lq, D) used for backward passes."""
+    """The upstream gradient dO (B, H, Lq, Dv) used for backward passes."""
     g = torch.Generator().manual_seed(case_seed(case, seed) ^ 0x5EED)
     b, lq, _ = tensor_shape(case)
-    t = torch.randn((b, case.heads, lq, case.head_dim), generator=g)
+    t = torch.randn((b, case.heads, lq, case.dv), generator=g)
     return t.to(device=case.device, dtype=case.torch_dtype)
 
 

@@ -127,7 +127,7 @@ def check_slice(case: Case) -> tuple[list[int], slice, slice]:
     K and V in float64 pass KV_BYTES_LIMIT is sliced too (decode over a long cache: few
     scores, but K and V of 8.6 GB each at b = 8, 8 KV heads, 128k, d = 128)."""
     case = case.packed()  # a ragged batch: its packed sequence, the mask within each one
-    kv_bytes = 2 * case.batch * case.kv_heads * case.kv_len * case.head_dim * 8
+    kv_bytes = case.batch * case.kv_heads * case.kv_len * (case.head_dim + case.dv) * 8
     if case.batch * case.heads * case.q_len * case.kv_len <= FULL_CHECK_LIMIT and kv_bytes <= KV_BYTES_LIMIT:
         return list(range(case.batch)), slice(None), slice(None)
     group = case.heads // case.kv_heads
@@ -153,6 +153,8 @@ def reference(case: Case, q, k, v, grad_out=None) -> Reference:
         grad_out = grad_out.detach()[batches][:, hs].to("cpu", torch.float64)
         k.requires_grad_(True)
         v.requires_grad_(True)
+    sink = bound.sink_logits("cpu", torch.float64)
+    sink = sink[hs] if sink is not None else None
     rows = max(1, BLOCK_ELEMENTS // max(1, B * H * Lk))
     outs, dqs, max_logit = [], [], 0.0
     dk = torch.zeros_like(k)
@@ -172,7 +174,7 @@ def reference(case: Case, q, k, v, grad_out=None) -> Reference:
             scores = bound.apply_mods(scores, (s, e), batches=batches, heads=hs)
             if scores.numel():
                 max_logit = max(max_logit, float(scores.detach().abs().max()))
-            probs = masks.masked_softmax(scores, keep, empty)
+            probs = masks.masked_softmax(scores, keep, empty, sink)
             oc = (probs.reshape(B, KvH, group * r, Lk) @ v).view(B, H, r, -1)
         if with_grad:
             gq, gk, gv = torch.autograd.grad(oc, (qc, k, v), grad_out[:, :, s:e])
@@ -321,7 +323,7 @@ def check_form(case: Case, out) -> CheckResult:
     if not isinstance(out, torch.Tensor):  # the variant's bug, said before anything reads the output
         return CheckResult(False, float("inf"), float("inf"),
                            reason=f"the variant returned {_what(out)}; it returns one tensor shaped like q, "
-                                  f"{(case.batch, case.heads, case.q_len, case.head_dim)} ({case.dtype})",
+                                  f"{(case.batch, case.heads, case.q_len, case.dv)} ({case.dtype})",
                            kind="mismatch-shape")
     wrong = [f"{what} {got}, expected {want}" for what, got, want in (
         ("dtype", out.dtype, case.torch_dtype), ("device", out.device.type, case.device),
@@ -329,10 +331,10 @@ def check_form(case: Case, out) -> CheckResult:
     if wrong:
         return CheckResult(False, float("inf"), float("inf"), reason="output " + "; ".join(wrong),
                            kind="mismatch-shape")
-    if out.shape != (case.batch, case.heads, case.q_len, case.head_dim):
+    if out.shape != (case.batch, case.heads, case.q_len, case.dv):
         return CheckResult(False, float("inf"), float("inf"),
                            reason=f"output shape {tuple(out.shape)} != expected "
-                                  f"{(case.batch, case.heads, case.q_len, case.head_dim)}", kind="mismatch-shape")
+                                  f"{(case.batch, case.heads, case.q_len, case.dv)}", kind="mismatch-shape")
     if not bool(torch.isfinite(out.float() if out.element_size() == 1 else out).all()):  # fp8 has no isfinite
         return CheckResult(False, float("inf"), float("inf"), reason="output: non-finite values",
                            kind="mismatch-shape")

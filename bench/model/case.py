@@ -55,7 +55,7 @@ def normalize_dtype(name: str) -> str:
 MAX_LEN = 1 << 24  # q_len, kv_len and window: 16,777,216 tokens
 MAX_DIM = 1 << 16  # batch, heads, kv_heads and head_dim
 LIMITS = {"q_len": MAX_LEN, "kv_len": MAX_LEN, "window": MAX_LEN, "batch": MAX_DIM, "heads": MAX_DIM,
-          "kv_heads": MAX_DIM, "head_dim": MAX_DIM}
+          "kv_heads": MAX_DIM, "head_dim": MAX_DIM, "head_dim_v": MAX_DIM}
 
 
 def _positive(field: str, value) -> None:
@@ -82,6 +82,7 @@ class Case:
     inputs: str = "normal"  # the structure of q, k and v (bench.model.workload)
     kv_layout: str = "contiguous"  # the KV cache: contiguous, or paged:PAGE with a block table (bench.model.workload)
     align: str = "top-left"  # query i at position i (top-left), or at kv_len - q_len + i (bottom-right): ALIGNS
+    head_dim_v: int | None = None  # v's (and the output's) head dim when it differs from q's and k's (MLA: 192/128)
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
@@ -91,6 +92,10 @@ class Case:
             raise CaseError("dtype", self.dtype, f"valid: {', '.join(CASE_DTYPES)}")
         for field in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim"):
             _positive(field, getattr(self, field))
+        if self.head_dim_v is not None:
+            _positive("head_dim_v", self.head_dim_v)
+            if self.head_dim_v == self.head_dim:  # 64/64 is 64: one cell, one spelling
+                object.__setattr__(self, "head_dim_v", None)
         if self.heads % self.kv_heads:
             raise CaseError("kv_heads", self.kv_heads,
                             f"heads ({self.heads}) must be divisible by kv_heads")
@@ -129,6 +134,16 @@ class Case:
             raise CaseError(exc.field, getattr(self, exc.field), str(exc), message=str(exc)) from None
 
     # -- derived -------------------------------------------------------------
+    @property
+    def dv(self) -> int:
+        """The head dim of v and of the output: head_dim unless the case splits them (MLA)."""
+        return self.head_dim_v or self.head_dim
+
+    @property
+    def dims(self) -> str:
+        """The head dims as --head-dims spells them: 64, or 192/128 when v's differs."""
+        return f"{self.head_dim}/{self.head_dim_v}" if self.head_dim_v else str(self.head_dim)
+
     @property
     def is_cross(self) -> bool:
         return self.q_len != self.kv_len
@@ -226,12 +241,13 @@ class Case:
         lens = f"n={self.q_len}" if not self.is_cross else f"q={self.q_len},kv={self.kv_len}"
         heads = f"h={self.heads}" + (f"/{self.kv_heads}" if self.is_gqa else "")
         mask = self.mask + (f"({self.window})" if self.window else "")
-        extra = "".join(f" {k}={getattr(self, k)}" for k in CASE_ADDED if getattr(self, k) != CASE_DEFAULTS[k])
-        return (f"{self.device} {self.dtype} b={self.batch} {heads} {lens} d={self.head_dim} "
+        extra = "".join(f" {k}={getattr(self, k)}" for k in CASE_ADDED
+                        if k != "head_dim_v" and getattr(self, k) != CASE_DEFAULTS[k])
+        return (f"{self.device} {self.dtype} b={self.batch} {heads} {lens} d={self.dims} "
                 f"{mask} {self.direction}{extra}")
 
 
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}  # a row written before a field existed
 # fields later than the first run folders: a row without them was measured with their default
-CASE_ADDED = ("lengths", "inputs", "kv_layout", "align")
+CASE_ADDED = ("lengths", "inputs", "kv_layout", "align", "head_dim_v")

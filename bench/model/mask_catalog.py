@@ -3,7 +3,7 @@
 Each is one predicate (see ``bench.model.masks`` for the form and the spelling), plus, for
 masks, the key ranges each query row keeps, from which the pairs are counted exactly in
 bounded memory; ``tests/test_masks.py`` checks those ranges against the predicate pair by
-pair.  Positions are aligned top-left: query i and key i are the same token.
+pair.  A predicate sees positions: query i at i + offset (0 top-left; kv_len - q_len bottom-right).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import torch
 
 from bench.model.case import MAX_LEN, Case
-from bench.model.maskdefs import mask, score_mod
+from bench.model.maskdefs import mask, score_mod, sink_logit
 
 # every parameter has both ends: positions and sizes up to the longest sequence a case may have;
 # a count that becomes one key range or table row per unit (dilated's window, bigbird's random
@@ -148,6 +148,113 @@ def gym_window(b, h, q_idx, kv_idx, window):
     return (kv_idx <= q_idx) & (q_idx - kv_idx <= window)
 
 
+# -- speculative-decoding trees -------------------------------------------------------------------
+# A draft tree of T tokens verified in one call: the queries are the tree's tokens, in the order
+# given (a parent before its children), at positions offset .. offset + T - 1 (so with
+# --align bottom-right the last T keys).  Each sees every key before the tree (the cache), its
+# ancestors in the tree and itself, nothing else: not a sibling, not a cousin, not a later token.
+
+MAX_TREE = 1024  # draft tokens verified in one call: hundreds at most in practice
+
+
+def tree_shape(kind: str, tokens: int, width: int = 1) -> tuple[int, ...]:
+    """The parent list (-1 for a token whose parent is the last token of the cache) of the
+    catalogue's tree shapes over ``tokens`` tokens, breadth-first: ``chain`` (each token the
+    child of the one before), ``branch`` (a complete ``width``-ary tree, breadth-first: a binary
+    tree of depth 3 is 7 tokens), ``topk`` (levels of ``width`` candidates, each level's
+    the children of the previous level's first, most likely one: a top-k tree of width x depth)."""
+    if kind == "chain":
+        return tuple(range(-1, tokens - 1))
+    if kind == "branch":
+        return tuple((i - 1) // width if i else -1 for i in range(tokens))
+    if kind == "topk":
+        return tuple(-1 if i < width else (i // width - 1) * width for i in range(tokens))
+    raise ValueError(f"tree shape {kind!r}: chain, branch or topk")
+
+
+def _tree(case: Case, parents: tuple) -> dict:
+    """The tree's ancestor table: ``anc[i, j]`` true when token j is token i or one of its
+    ancestors, and ``path[i]`` those tokens, i first, padded with -1 (the key ranges a row keeps)."""
+    t = len(parents)
+    if t != case.q_len:
+        raise ValueError(f"a tree of {t} tokens (parents={'/'.join(map(str, parents)) or 'none'}) verifies "
+                         f"{t} queries; this case has q_len {case.q_len}: give one parent per query, or use "
+                         f"tree_chain, tree_binary or tree_topk, which take their size from q_len")
+    if t > MAX_TREE:
+        raise ValueError(f"a tree of {t} tokens: at most {MAX_TREE} draft tokens (q_len <= {MAX_TREE})")
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"parents[{i}]={p}: a token's parent comes before it (-1 <= parent < {i}; -1 is "
+                             f"the last token of the cache)")
+    anc = torch.eye(t, dtype=torch.bool)
+    depth = [1] * t
+    for i, p in enumerate(parents):
+        if p >= 0:
+            anc[i] |= anc[p]
+            depth[i] = depth[p] + 1
+    path = torch.full((t, max(depth)), -1, dtype=torch.long)
+    for i in range(t):
+        chain = anc[i].nonzero().flatten().flip(0)  # i first, then its ancestors up to the root
+        path[i, :len(chain)] = chain
+    return {"anc": anc, "path": path, "base": case.offset}
+
+
+def _tree_intervals(q, case, anc, path, base):
+    node = (q - base).clamp(0, path.shape[0] - 1)
+    spans = [(0, torch.minimum(q + 1, torch.tensor(base)))]  # the cache
+    for level in range(path.shape[1]):
+        a = path[node, level]
+        spans.append((torch.where(a >= 0, base + a, 0), torch.where(a >= 0, base + a + 1, 0)))
+    return spans
+
+
+def _tree_keep(q_idx, kv_idx, anc, base):
+    t = anc.shape[0]
+    qn, kn = q_idx - base, kv_idx - base
+    in_tree = (qn >= 0) & (qn < t) & (kn >= 0) & (kn < t)
+    seen = anc[qn.clamp(0, t - 1), kn.clamp(0, t - 1)]
+    return torch.where(kn >= 0, in_tree & seen, kv_idx <= q_idx)
+
+
+def _tree_of(kind):
+    def prepare(case: Case, **kw) -> dict:
+        return _tree(case, tree_shape(kind, case.q_len, kw.get("width", 2)))
+    return prepare
+
+
+@mask("tree", params={"parents": ()}, ranges={"parents": f"-1..{MAX_TREE - 1}"},
+      prepare=lambda case, parents: _tree(case, parents),
+      intervals=lambda q, case, parents, anc, path, base: _tree_intervals(q, case, anc, path, base),
+      description="speculative-decoding tree verification: the queries are a draft tree's tokens, "
+                  "parents=p0/p1/... one per query (-1: the last token of the cache; a parent before its "
+                  "children); each sees the cache, its ancestors and itself (use with --align bottom-right)")
+def tree(b, h, q_idx, kv_idx, parents, anc, path, base):
+    return _tree_keep(q_idx, kv_idx, anc, base)
+
+
+@mask("tree_chain", prepare=_tree_of("chain"), intervals=lambda q, case, anc, path, base: _tree_intervals(
+          q, case, anc, path, base),
+      description="a draft chain of q_len tokens (tree with parents -1/0/1/...): bottom-right causal, "
+                  "counted as a tree")
+def tree_chain(b, h, q_idx, kv_idx, anc, path, base):
+    return _tree_keep(q_idx, kv_idx, anc, base)
+
+
+@mask("tree_binary", prepare=_tree_of("branch"),
+      intervals=lambda q, case, anc, path, base: _tree_intervals(q, case, anc, path, base),
+      description="a complete binary draft tree of q_len tokens, breadth-first (q_len 7: depth 3)")
+def tree_binary(b, h, q_idx, kv_idx, anc, path, base):
+    return _tree_keep(q_idx, kv_idx, anc, base)
+
+
+@mask("tree_topk", params={"width": 4}, ranges={"width": f"1..{MAX_TREE}"}, prepare=_tree_of("topk"),
+      intervals=lambda q, case, width, anc, path, base: _tree_intervals(q, case, anc, path, base),
+      description="a top-k draft tree: q_len / width levels of `width` candidates, each level the children "
+                  "of the previous level's first (width 4 at q_len 12: 4 x 3)")
+def tree_topk(b, h, q_idx, kv_idx, width, anc, path, base):
+    return _tree_keep(q_idx, kv_idx, anc, base)
+
+
 # -- block sparse ----------------------------------------------------------------------------------
 
 
@@ -224,3 +331,17 @@ def _rel_table(case: Case, max_distance: int, seed: int) -> dict:
                        "seeded table (0.5 * N(0, 1)) per head, as a learned T5-style bias would be")
 def rel_bias(score, b, h, q_idx, kv_idx, max_distance, seed, table):
     return score + table[h, torch.clamp(kv_idx - q_idx, -max_distance, max_distance) + max_distance]
+
+
+def _sink_logits(case: Case, seed: int, mean: float) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {"logits": mean + torch.randn(case.heads, generator=g, dtype=torch.float64)}
+
+
+@sink_logit("learned_sink", params={"seed": 0, "mean": 0.0}, prepare=_sink_logits,
+            ranges={"seed": f"0..{MAX_SEED}", "mean": "-30..30"},
+            description="gpt-oss's learned attention sink: per head a virtual key with logit s_h (seeded, "
+                        "mean + N(0, 1)) and a zero value, added to each row's softmax denominator: "
+                        "out = softmax-weighted V x 1 / (1 + exp(s_h - lse))")
+def learned_sink(h, seed, mean, logits):
+    return logits[h]

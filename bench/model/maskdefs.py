@@ -69,6 +69,7 @@ class MaskDef:
     additive: bool = False  # score mods: score + bias(b, h, q_idx, kv_idx)
     module: str = ""
     ranges: dict = field(default_factory=dict)  # parameter: its Range (a parameter without one takes any value)
+    sink: bool = False  # a score-mod-like term: fn(h, **params) gives a per-head logit of a virtual key (below)
 
     def signature(self) -> str:
         return self.name + "".join(f":{k}={format_value(v)}" for k, v in self.params.items())
@@ -88,7 +89,7 @@ class MaskDef:
 _DEFS: dict[str, MaskDef] = {}
 
 
-def _register(kind, name, params, description, prepare, intervals, additive, ranges):
+def _register(kind, name, params, description, prepare, intervals, additive, ranges, sink=False):
     if not _NAME.match(name):
         raise MaskError(f"{kind} name {name!r}: use lower-case letters, digits, '_' and '.', starting with a letter")
     for k, v in (params or {}).items():
@@ -108,7 +109,7 @@ def _register(kind, name, params, description, prepare, intervals, additive, ran
 
     def deco(fn):
         entry = MaskDef(name, kind, fn, description, dict(params or {}), prepare, intervals, additive,
-                        fn.__module__, parsed)
+                        fn.__module__, parsed, sink)
         old = _DEFS.get(name)
         if old is not None and old.module != entry.module:
             raise RegistryError(f"mask or score mod {name!r} is defined twice: in {old.module} and in {entry.module}")
@@ -132,6 +133,15 @@ def score_mod(name: str, *, description: str, params: dict | None = None, prepar
     ``additive=True`` declares that it returns ``score + bias`` with a bias that does not depend
     on the score (SDPA then takes it as a float attn_mask); ``ranges`` as for ``mask``."""
     return _register("score_mod", name, params, description, prepare, None, additive, ranges)
+
+
+def sink_logit(name: str, *, description: str, params: dict | None = None, prepare: Callable | None = None,
+               ranges: dict | None = None):
+    """Register ``fn(h, **params) -> logit per head`` as the learned sink ``name`` (gpt-oss): a
+    virtual key with that logit and a zero value, one more term in each row's softmax
+    denominator, so that a row may put weight on nothing.  Spelled as a score mod
+    (``causal+learned_sink``); the variants that declare ``sinks=True`` compute it."""
+    return _register("score_mod", name, params, description, prepare, None, False, ranges, sink=True)
 
 
 def catalogue() -> dict[str, MaskDef]:

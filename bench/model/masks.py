@@ -54,7 +54,7 @@ from bench.model.mask_spelling import (  # noqa: F401
     parse_term,
     uses_window_flag,
 )
-from bench.model.maskdefs import MaskDef, MaskError, catalogue, mask, names, score_mod  # noqa: F401
+from bench.model.maskdefs import MaskDef, MaskError, catalogue, mask, names, score_mod, sink_logit  # noqa: F401
 
 ANY = "any"  # a variant's masks= / score_mods= value: every registered one
 ADDITIVE = "additive"  # a variant's score_mods= value: every mod that only adds a bias
@@ -74,7 +74,8 @@ class CaseMask:
         ms, mods = parse(case.mask, case.window)
         full = any(t.d.name == "none" for t in ms)  # a union with 'none' keeps every pair
         self.masks = [] if full else [(t, self._extra(t)) for t in ms]
-        self.mods = [(t, self._extra(t)) for t in mods]
+        self.mods = [(t, self._extra(t)) for t in mods if not t.d.sink]
+        self.sinks = [(t, self._extra(t)) for t in mods if t.d.sink]  # learned sinks: the denominator's term
         self._devices: dict = {}
         self._validated = False
 
@@ -128,7 +129,22 @@ class CaseMask:
             if not bool(torch.isfinite(out).all()):
                 raise MaskError(f"score mod {t.text()!r} ({t.d.file}): it returned non-finite scores on finite "
                                 f"ones; check its parameters")
+        if self.sinks:
+            logits = _evaluate(self.sinks[0][0], lambda: self.sink_logits())
+            if logits.shape != (c.heads,) or not bool(torch.isfinite(logits).all()):
+                raise MaskError(f"learned sink {self.sinks[0][0].text()!r}: it gave {tuple(logits.shape)} logits; "
+                                f"it gives one finite logit per head ({c.heads})")
         self._validated = True
+
+    def sink_logits(self, device="cpu", dtype=torch.float32) -> torch.Tensor | None:
+        """The learned sinks' logit per head, (H,); several sinks as the one virtual key they add up
+        to (their logsumexp: each adds exp(s) to the denominator and nothing to the output).  None
+        without a sink."""
+        if not self.sinks:
+            return None
+        h = torch.arange(self.case.heads)
+        logits = torch.stack([torch.as_tensor(t.d.fn(h, **kw), dtype=torch.float64) for t, kw in self.sinks])
+        return torch.logsumexp(logits, 0).to(device, dtype)
 
     @property
     def is_full(self) -> bool:
@@ -420,11 +436,19 @@ def has_empty_rows(case: Case) -> bool:
     return bind(case).counts[1] == 0
 
 
-def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None, empty_rows: bool) -> torch.Tensor:
+def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None, empty_rows: bool,
+                   sink: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(scores) over keys with masked positions at -inf; empty rows give zeros.
 
-    The empty-row handling keeps both the forward and its gradient finite.
+    The empty-row handling keeps both the forward and its gradient finite.  ``sink``, a learned
+    sink's logit per head (H,) (``CaseMask.sink_logits``), is one more key in each row's
+    denominator with a zero value: the weights sum to less than one (to none in an empty row).
     """
+    if sink is not None:
+        if keep is not None:
+            scores = scores.masked_fill(~keep, float("-inf"))
+        column = sink.to(scores.device, scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        return torch.cat([scores, column], -1).softmax(-1)[..., :-1]
     if keep is None:
         return scores.softmax(-1)
     scores = scores.masked_fill(~keep, float("-inf"))

@@ -43,6 +43,38 @@ def ints(limit: int, lo: int = 1):
     return parse
 
 
+def head_dims(limit: int):
+    """Head dims: 64, or 192/128 for a query/key head dim of 192 and a value head dim of 128
+    (multi-head latent attention); a pair of equal dims is the one dim."""
+    valid = f"positive integers up to {limit:,}, or QK/V such as 192/128 (the value head dim apart)"
+
+    def one(x, name):
+        if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.strip().isdigit())):
+            raise UsageError(f"{name} takes {valid}, got {x!r}")
+        if not 1 <= int(x) <= limit:
+            raise UsageError(f"{name} takes {valid}, got {int(x)}")
+        return int(x)
+
+    def parse(raw, name: str) -> list:
+        out = []
+        for x in _items(raw, name):
+            parts = str(x).split("/") if isinstance(x, str) else [x]
+            if len(parts) > 2:
+                raise UsageError(f"{name} takes {valid}, got {x!r}")
+            d = [one(p, name) for p in parts]
+            out.append(d[0] if len(d) == 1 or d[0] == d[1] else f"{d[0]}/{d[1]}")
+        return list(dict.fromkeys(out))
+    return parse
+
+
+def split_dims(value) -> tuple[int, int | None]:
+    """(head_dim, head_dim_v or None) of one --head-dims value (64 or '192/128')."""
+    if isinstance(value, str) and "/" in value:
+        d, dv = value.split("/")
+        return int(d), int(dv)
+    return int(value), None
+
+
 def text(raw, name: str) -> str:
     return str(raw)
 

@@ -68,11 +68,34 @@ CAPABILITIES: tuple[Capability, ...] = (
                             f"not supported: {v.name} places query i at key i (the variants that declare "
                             f"bottom_right=True place it at kv_len - q_len + i)",
                "places the queries at the end of the keys (--align bottom-right) for its masks and score mods"),
+    Capability("value_dim", False, lambda c: c.head_dim_v is not None,
+               lambda v, c: f"a value head dim apart from the query/key one (--head-dims {c.dims}, as multi-head "
+                            f"latent attention) not supported: {v.name} takes one head dim (the variants that "
+                            f"declare value_dim=True take v's apart)",
+               "takes v (and returns the output) with its own head dim, case.dv (--head-dims 192/128)"),
+    Capability("sinks", False, lambda c: _has_sinks(c.mask),
+               lambda v, c: f"learned sinks ({', '.join(_sink_names(c.mask))}) not supported: {v.name} has no "
+                            f"term in the softmax denominator (the variants that declare sinks=True add one)",
+               "adds a learned sink's logit per head to each row's softmax denominator (masks.bind(case)"
+               ".sink_logits)"),
     Capability("ragged", False, lambda c: c.ragged,
                lambda v, c: f"ragged batches (--lengths {c.lengths}) not supported: {v.name} takes sequences of one "
                             f"length (the variants that declare ragged=True take them packed)",
                "takes a ragged batch packed: q, k, v (1, H, total tokens, D), case.seq_lengths()"),
 )
+
+
+def _sink_names(spelling: str) -> list[str]:
+    from bench.model import masks
+
+    try:
+        return [t.d.name for t in masks.parse(spelling, window=1)[1] if t.d.sink]
+    except masks.MaskError:
+        return []
+
+
+def _has_sinks(spelling: str) -> bool:
+    return "sink" in spelling and bool(_sink_names(spelling))
 
 
 def capability_names() -> tuple[str, ...]:

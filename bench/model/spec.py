@@ -40,6 +40,7 @@ from bench.model.parsers import (  # noqa: F401  (shard_pair: the engine's; the 
     choice,
     choices,
     gpu_list,
+    head_dims,
     ints,
     mask_spellings,
     number,
@@ -47,6 +48,7 @@ from bench.model.parsers import (  # noqa: F401  (shard_pair: the engine's; the 
     positive,
     shard_pair,
     shard_text,
+    split_dims,
     sweep_name,
     text,
     texts,
@@ -95,7 +97,8 @@ class Spec:
     heads: list[int] = setting("query heads", ints(MAX_DIM), axis=True, case=True)
     kv_heads: list[int] | None = setting("key/value heads for GQA (must divide heads; default: = heads)",
                                          ints(MAX_DIM), axis=True, case=True)
-    head_dims: list[int] = setting("head dimensions", ints(MAX_DIM), axis=True, case=True)
+    head_dims: list = setting("head dimensions: 64, or QK/V such as 192/128 (MLA: v's head dim apart)",
+                              head_dims(MAX_DIM), axis=True, case=True)
     batch: list[int] = setting("batch sizes", ints(MAX_DIM), axis=True, case=True)
     dtypes: list[str] = setting("float32, float16, bfloat16, float8_e4m3fn (fp32, fp16, bf16, fp8 accepted)",
                                 choices("dtype", CASE_DTYPES, normalize_dtype), axis=True, case=True)
@@ -124,6 +127,12 @@ class Spec:
                           default="cpu", case=True)
     preset: str = setting("quick, default, full or decode (default: default); sized per device", text,
                           default="default")
+    model: str | None = setting("a published model's attention: its heads, KV heads, head dims, masks (alternating "
+                                "layers as two) and dtype over the preset's lengths; flags override "
+                                "(python -m bench list --models)", text, metavar="NAME")
+    total_tokens: int | None = setting("tokens per cell: the batch at each length n is T // n, so every n does the "
+                                       "same tokens of work (replaces --batch)", number(1, MAX_LEN * MAX_DIM, True),
+                                       metavar="T")
     timeout: float = setting("seconds per cell before it is killed (default: 300 CPU, 120 GPU)", positive("seconds"))
     budget_ms: float = setting("timing budget per cell in ms (default: the preset's)", positive("milliseconds"),
                                metavar="MS")
@@ -186,8 +195,10 @@ class Spec:
         from bench.model import masks
 
         out, seen = [], set()
-        for dtype, direction, spelling, batch, heads, head_dim in itertools.product(
-                self.dtypes, self.directions, self.masks, self.batch, self.heads, self.head_dims):
+        batches = [None] if self.total_tokens else self.batch  # None: T // q_len, per length
+        for dtype, direction, spelling, batch_given, heads, dims in itertools.product(
+                self.dtypes, self.directions, self.masks, batches, self.heads, self.head_dims):
+            head_dim, head_dim_v = split_dims(dims)
             for kv_heads in self.kv_heads or [heads]:
                 for size in (self.window if masks.uses_window_flag(spelling) else [None]):
                     try:
@@ -197,10 +208,12 @@ class Spec:
                     for lengths, inputs, kv_layout, align, q_len in itertools.product(
                             self.lengths or ["fixed"], self.inputs or ["normal"], self.kv_layout or ["contiguous"],
                             self.align or ["top-left"], sorted(self.seq_lens)):
+                        batch = batch_given or self.total_tokens // q_len
                         for kv_len in self.kv_lens or [q_len]:
                             try:
                                 case = Case(self.device, dtype, batch, heads, kv_heads, q_len, kv_len,
-                                            head_dim, mask, window, direction, lengths, inputs, kv_layout, align)
+                                            head_dim, mask, window, direction, lengths, inputs, kv_layout, align,
+                                            head_dim_v)
                                 if not case.unsupported_reason:  # else every variant's row says why
                                     masks.bind(case).validate()  # parameters that do not fit, definitions that fail
                             except (CaseError, masks.MaskError) as exc:
@@ -221,7 +234,8 @@ def measured_part(spec: Spec) -> dict:
     it), with its plugin files as digests of their contents, not their paths."""
     out = {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
     for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"]),
-                         ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0), ("deterministic", False)):
+                         ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0), ("deterministic", False),
+                         ("model", None), ("total_tokens", None)):
         # a sweep from before they existed hashes as it did
         if out.get(key) in (default, None):
             out.pop(key, None)
@@ -331,7 +345,20 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
         merged = {f.name: f.default for f in dataclasses.fields(Spec)} | dict(presets(device)[preset])
         if base is not None:  # a resume that names another preset keeps the run's other settings
             merged |= {k: v for k, v in base.to_dict().items() if not SETTINGS[k].axis and k != "budget_ms"}
+    name = values.get("model") or (base.model if base else None)
+    if name and not (base is not None and name == base.model):  # the model's settings, under the flags'
+        from bench.model.models import model
+
+        given_by_user = {k for k in values if k not in ("device", "preset")}
+        merged |= {k: v for k, v in model(name).settings(preset).items() if k not in given_by_user}
     merged |= values | {"device": device, "preset": preset}
+    if merged.get("total_tokens"):
+        if "batch" in values:
+            raise UsageError("--total-tokens sets the batch at each length (T // n); give it or --batch, not both")
+        longest = max(merged["seq_lens"])
+        if merged["total_tokens"] < longest:
+            raise UsageError(f"--total-tokens {merged['total_tokens']} is below the longest length {longest}: "
+                             f"every length needs at least one sequence (T >= {longest})")
     if merged["variants"] is None:
         merged["variants"] = registry.names()
     choices("variant", registry.names())(merged["variants"], "--variants")
