@@ -7,7 +7,8 @@ sees it (the load is inside the worker's own process).
 (``/proc/self/task``) and its children.  When either grew since the last quiet check, it
 watches the process's CPU time over a short window while the main thread sleeps: threads
 that are idle (a thread pool, inductor's compile workers) leave it unchanged and become the
-new baseline; busy ones are reported, by count and by CPU time.
+new baseline; busy ones are reported, by count (the threads whose own CPU time grew over the
+window: a pool thread created alongside a busy one is not counted) and by CPU time.
 """
 
 from __future__ import annotations
@@ -56,7 +57,19 @@ def _library(pid: int) -> bool:
     return any(k in cmd for k in LIBRARY_CHILDREN)
 
 
-def _cpu_s(pid: int) -> float:
+def _task_cpu() -> dict[str, float]:
+    """CPU seconds of each thread of this process, by thread id (empty where /proc is not)."""
+    out = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        out[tid] = _cpu_s(f"self/task/{tid}")
+    return out
+
+
+def _cpu_s(pid) -> float:
     """User and system CPU seconds of process ``pid`` (0 once it is gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -77,18 +90,19 @@ class Leftovers:
         if threads <= self.threads and children <= self.children:
             return ""
         self.sleep(SETTLE_S)
-        t0, own0 = self.clock(), self.cpu()
+        t0, own0, tasks0 = self.clock(), self.cpu(), _task_cpu()
         kids0 = {pid: _cpu_s(pid) for pid in children - self.children}
         self.sleep(WINDOW_S)
         span = max(1e-6, self.clock() - t0)
         own = (self.cpu() - own0) / span
+        busy = sum(1 for tid, s in _task_cpu().items() if (s - tasks0.get(tid, s)) / span >= BUSY_CORES / 2)
         kids = sum(_cpu_s(pid) - c for pid, c in kids0.items()) / span
         if own < BUSY_CORES and kids < BUSY_CORES:  # idle: a pool that stays, and the new normal
             self.threads, self.children = threads, children
             return ""
         parts = []
         if own >= BUSY_CORES:
-            parts.append(f"{threads - self.threads} more thread(s) in the worker using {own:.2f} cores")
+            parts.append(f"{busy or threads - self.threads} busy thread(s) in the worker using {own:.2f} cores")
         if kids >= BUSY_CORES:
             parts.append(f"{len(kids0)} child process(es) using {kids:.2f} cores")
         return " and ".join(parts)
