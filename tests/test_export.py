@@ -63,8 +63,9 @@ def test_export_is_read_by_pytest_benchmark(tmp_path):
 @pytest.mark.slow
 def test_benchmark_suite_runs_under_pytest_benchmark(tmp_path):
     out = tmp_path / "bench.json"
+    # flex left out: its compile (seconds, cold) is not what this checks; the suite times it like the rest
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/benchmarks", "--benchmark-only", "-q",
-                           "--benchmark-max-time=0.02",
+                           "--benchmark-max-time=0.02", "-k", "not flex",
                            f"--benchmark-json={out}", "-p", "no:cacheprovider"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -70,6 +70,7 @@ def test_total_tokens_keeps_the_work_per_cell(capsys):
         assert says in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_model_sweep_runs_and_its_report_names_the_model(tmp_path):
     """gpt-oss's two layers (a window and global attention, each with a learned sink) at a small
     size: naive computes both, flex and SDPA say why they do not, the report says the model."""
