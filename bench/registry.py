@@ -1,5 +1,6 @@
 """The plugin API's stable import path for variants (``bench.model.registry`` holds them): the
-``variant`` decorator, what a factory returns (``Prepared``), and availability."""
+``variant`` decorator, what a factory returns (``Prepared``), timing its structure-dependent
+preparation (``prep``), and availability."""
 
 from bench.model.registry import (
     CAPABILITIES,
@@ -8,7 +9,9 @@ from bench.model.registry import (
     RegistryError,
     Variant,
     available,
+    prep,
     variant,
 )
 
-__all__ = ["CAPABILITIES", "DuplicateVariantError", "Prepared", "RegistryError", "Variant", "available", "variant"]
+__all__ = ["CAPABILITIES", "DuplicateVariantError", "Prepared", "RegistryError", "Variant", "available", "prep",
+           "variant"]

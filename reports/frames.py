@@ -12,7 +12,7 @@ from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
 FACET_COLS = ["run", "model", "hardware", "device", "dtype", "direction", "mask", "window", "align", "lengths",
               "inputs", "kv_layout", "batch", "heads", "kv_heads", "dims", "kv"]
-NUMERIC = [*row.NUMERIC, "compile_ms"]  # the row's numeric columns, and flex's compile time (an extra)
+NUMERIC = [*row.NUMERIC, "compile_ms", "prep_ms"]  # the row's numeric columns, compile and prep time (extras)
 FLAGS = list(row.FLAGS)
 DECODE_MAX_Q = 16  # a query this short against a longer cache is decode: drawn against the cache length
 

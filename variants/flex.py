@@ -13,7 +13,7 @@ import torch
 from bench import masks
 from bench.case import DTYPES, FP8
 from bench.inputs import make_grad_out, make_inputs, probe_case
-from bench.registry import Prepared, variant
+from bench.registry import Prepared, prep, variant
 
 CACHE_SIZE_LIMIT = 256  # compiled shapes kept per function: a sweep compiles one per case
 
@@ -203,7 +203,10 @@ def _prepare(case, flex):
     from torch.nn.attention.flex_attention import create_block_mask
 
     if case.paged:
-        attention, info = _paged(case, flex)
+        prepared = {}
+        with prep(prepared, case.device):  # the per-sequence block mask mapped through the block table
+            attention, info = _paged(case, flex)
+        info |= prepared
         t0 = time.perf_counter()
         attention(*make_inputs(case))
         if case.device == "cuda":
@@ -211,14 +214,17 @@ def _prepare(case, flex):
         info["compile_ms"] = (time.perf_counter() - t0) * 1e3
         return Prepared(attention, info, scope=_dynamo_limits)
 
-    bound = masks.bind(case)  # the one definition of the mask and score mods, from bench.masks
-    mask_mod, score_mod = bound.mask_mod(case.device), bound.score_mod(case.device)
     block_mask, info = None, {}
-    if mask_mod is not None:
-        per_batch, per_head = bound.depends
-        shape = case.packed()  # a ragged batch: one packed sequence under a document block mask
-        block_mask = create_block_mask(mask_mod, shape.batch if per_batch else None, case.heads if per_head else None,
-                                       shape.q_len, shape.kv_len, device=case.device)
+    with prep(info, case.device):  # the block mask: rebuilt whenever the lengths or the documents change
+        bound = masks.bind(case)  # the one definition of the mask and score mods, from bench.masks
+        mask_mod, score_mod = bound.mask_mod(case.device), bound.score_mod(case.device)
+        if mask_mod is not None:
+            per_batch, per_head = bound.depends
+            shape = case.packed()  # a ragged batch: one packed sequence under a document block mask
+            block_mask = create_block_mask(mask_mod, shape.batch if per_batch else None,
+                                           case.heads if per_head else None, shape.q_len, shape.kv_len,
+                                           device=case.device)
+    if block_mask is not None:
         info["block_sparsity"] = block_sparsity(block_mask)  # % of blocks skipped
     gqa, scale = case.is_gqa, case.scale
     if case.ragged:

@@ -2,7 +2,7 @@
 
 from bench import masks
 from bench.inputs import gather_pages
-from bench.registry import Prepared, variant
+from bench.registry import Prepared, prep, variant
 
 
 @variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True,
@@ -14,12 +14,14 @@ def naive(case):
         return Prepared(masks.per_sequence(case, naive), {"layout": "packed"})
     if case.paged:
         return gather_pages(case, naive)
-    bound = masks.bind(case)
-    keep = bound.keep(case.device)  # (B|1, H|1, Lq, Lk) or None
-    empty = masks.has_empty_rows(case)
-    mod = bound.score_mod(case.device)  # None without score mods
-    sink = bound.sink_logits(case.device, case.torch_dtype)  # (H,) learned sinks, or None
-    idx = masks.indices(case, case.device) if mod is not None else None
+    info = {}
+    with prep(info, case.device):  # the dense mask and the index grids: redone when the structure changes
+        bound = masks.bind(case)
+        keep = bound.keep(case.device)  # (B|1, H|1, Lq, Lk) or None
+        empty = masks.has_empty_rows(case)
+        mod = bound.score_mod(case.device)  # None without score mods
+        sink = bound.sink_logits(case.device, case.torch_dtype)  # (H,) learned sinks, or None
+        idx = masks.indices(case, case.device) if mod is not None else None
     group = case.heads // case.kv_heads
     scale = case.scale
 
@@ -42,4 +44,4 @@ def naive(case):
         p = masks.masked_softmax(scores, keep, empty, sink)  # a sink: one more column, dropped after
         return p @ v  # (B, H, Lq, D)
 
-    return Prepared(attention, {"materialised_bytes": passes * scores + copies})
+    return Prepared(attention, {"materialised_bytes": passes * scores + copies, **info})

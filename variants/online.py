@@ -13,7 +13,7 @@ block table (one page per sequence per step), never gathered into a contiguous c
 import torch
 
 from bench import masks
-from bench.registry import Prepared, variant
+from bench.registry import Prepared, prep, variant
 
 BLOCK = 128  # keys per block
 
@@ -25,22 +25,24 @@ BLOCK = 128  # keys per block
 def chunked_online(case):
     if case.ragged:
         return Prepared(masks.per_sequence(case, chunked_online), {"layout": "packed"})
-    bound = masks.bind(case)
-    mod = bound.score_mod(case.device)
-    sink = bound.sink_logits(case.device)  # (H,) float32, or None
-    group, scale, dev = case.heads // case.kv_heads, case.scale, case.device
-    step = case.page_size or BLOCK  # a paged cache: one page a block
-    table = torch.tensor(case.page_table(), device=dev) if case.paged else None
-    blocks = []
-    for s in range(0, case.kv_len, step):
-        e = min(case.kv_len, s + step)
-        keep = bound.keep(dev, kv=(s, e))  # (B|1, H|1, Lq, e - s) or None
-        if keep is not None and not bool(keep.any()):
-            continue  # no query keeps a key of this block
-        if keep is not None and bool(keep.all()):
-            keep = None
-        idx = masks.indices(case, dev, kv=(s, e)) if mod is not None else None
-        blocks.append((s, e, keep, idx))
+    info = {}
+    with prep(info, case.device):  # each key block's mask, built once per structure
+        bound = masks.bind(case)
+        mod = bound.score_mod(case.device)
+        sink = bound.sink_logits(case.device)  # (H,) float32, or None
+        group, scale, dev = case.heads // case.kv_heads, case.scale, case.device
+        step = case.page_size or BLOCK  # a paged cache: one page a block
+        table = torch.tensor(case.page_table(), device=dev) if case.paged else None
+        blocks = []
+        for s in range(0, case.kv_len, step):
+            e = min(case.kv_len, s + step)
+            keep = bound.keep(dev, kv=(s, e))  # (B|1, H|1, Lq, e - s) or None
+            if keep is not None and not bool(keep.any()):
+                continue  # no query keeps a key of this block
+            if keep is not None and bool(keep.all()):
+                keep = None
+            idx = masks.indices(case, dev, kv=(s, e)) if mod is not None else None
+            blocks.append((s, e, keep, idx))
 
     def block(t, s, e):  # keys s..e of every sequence: a slice, or a page fetched from the pool
         if table is None:
@@ -74,4 +76,4 @@ def chunked_online(case):
         out = acc / torch.where(l > 0, l, 1.0)  # a row that kept no key: zeros, as SDPA
         return out.to(q.dtype)
 
-    return attention
+    return Prepared(attention, info)

@@ -20,7 +20,7 @@ from bench import masks
 from bench.case import DTYPES, FP8
 from bench.inputs import gather_pages, make_inputs
 from bench.probe import run_probe
-from bench.registry import Prepared, variant
+from bench.registry import Prepared, prep, variant
 
 BACKENDS = {
     "sdpa": (None, "scaled_dot_product_attention with PyTorch's own backend choice"),
@@ -64,8 +64,9 @@ def _nested(case, backend):
     value heads repeated for GQA: nested SDPA takes no enable_gqa) stays inside the call, as
     the gradients must flow through it; its cost is timed on its own here, as ``layout_ms``,
     and the row says so (``layout_change``)."""
-    lens = case.seq_lengths()
-    offsets = torch.tensor([0, *itertools.accumulate(lens)], device=case.device)
+    lens, prepared = case.seq_lengths(), {}
+    with prep(prepared, case.device):  # the offsets of the sequences: new with every batch's lengths
+        offsets = torch.tensor([0, *itertools.accumulate(lens)], device=case.device)
     extremes = {"min_seqlen": min(lens), "max_seqlen": max(lens)}
     group = case.heads // case.kv_heads
     kwargs = {"scale": case.scale, "is_causal": case.mask == "causal"}
@@ -83,7 +84,7 @@ def _nested(case, backend):
         out = F.scaled_dot_product_attention(*layout(q, k, v), **kwargs)
         return out.transpose(1, 2).values().transpose(0, 1).unsqueeze(0)  # back to (1, heads, total, D)
 
-    info = {"layout": "nested", "layout_ms": _layout_ms(case, layout),
+    info = {"layout": "nested", "layout_ms": _layout_ms(case, layout), **prepared,
             "layout_change": LAYOUT_CHANGE.format(gqa=", k and v repeated per query head (GQA)" if group > 1 else "")}
     if backend is None:
         return Prepared(call, info)
@@ -117,25 +118,26 @@ def _make_factory(backend):
             return _nested(case, backend)
         if case.paged:  # SDPA has no paged form: the pages gathered into a contiguous cache first
             return gather_pages(case, factory)
-        kwargs = {"scale": case.scale}
-        bound = masks.bind(case)
-        if bound.mods:  # additive score mods: one float bias, masked pairs at -inf
-            kwargs["attn_mask"] = bound.bias(case.device, case.torch_dtype)  # (B|1, H|1, Lq, Lk)
-        elif case.mask == "causal" and case.offset:  # bottom-right: PyTorch's own lower-right causal bias
-            from torch.nn.attention.bias import causal_lower_right  # imports dynamo (1.5 s): only when asked
-
-            kwargs["attn_mask"] = causal_lower_right(case.q_len, case.kv_len)
-        elif case.mask == "causal":
-            kwargs["is_causal"] = True  # top-left aligned
-        elif not bound.is_full:
-            kwargs["attn_mask"] = bound.keep(case.device)  # bool (B|1, H|1, Lq, Lk)
+        kwargs, info = {"scale": case.scale}, {}
+        if case.mask == "causal" and case.offset:  # imports dynamo (1.8 s), so only when a case asks it
+            from torch.nn.attention.bias import causal_lower_right
+        with prep(info, case.device):  # the bias or bool mask: rebuilt whenever the structure changes
+            bound = masks.bind(case)
+            if bound.mods:  # additive score mods: one float bias, masked pairs at -inf
+                kwargs["attn_mask"] = bound.bias(case.device, case.torch_dtype)  # (B|1, H|1, Lq, Lk)
+            elif case.mask == "causal" and case.offset:  # bottom-right: PyTorch's own lower-right causal bias
+                kwargs["attn_mask"] = causal_lower_right(case.q_len, case.kv_len)
+            elif case.mask == "causal":
+                kwargs["is_causal"] = True  # top-left aligned
+            elif not bound.is_full:
+                kwargs["attn_mask"] = bound.keep(case.device)  # bool (B|1, H|1, Lq, Lk)
         if case.is_gqa:
             kwargs["enable_gqa"] = True
 
         if backend is None:
             def attention(q, k, v):
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
-            return attention
+            return Prepared(attention, info)
 
         def attention(q, k, v):
             if _pinned(backend):  # inside the harness's scope: no per-call context switch
@@ -143,7 +145,7 @@ def _make_factory(backend):
             with sdpa_kernel([backend]):  # called on its own: still never another backend
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
-        return Prepared(attention, {"backend": DECLARED[backend]}, scope=lambda: sdpa_kernel([backend]))
+        return Prepared(attention, {"backend": DECLARED[backend], **info}, scope=lambda: sdpa_kernel([backend]))
 
     return factory
 

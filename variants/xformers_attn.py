@@ -12,7 +12,7 @@ import logging
 
 from bench import masks
 from bench.probe import run_probe
-from bench.registry import variant
+from bench.registry import Prepared, prep, variant
 
 
 def _xops():
@@ -66,7 +66,9 @@ def _check(case):
 def xformers_mea(case):
     case = case.packed()  # a ragged batch: its sequences packed, one block each (BlockDiagonalMask)
     xops = _xops()
-    bias = _bias(case, xops.fmha)
+    info = {}
+    with prep(info, case.device):  # the attn_bias object: new with every batch's lengths or documents
+        bias = _bias(case, xops.fmha)
     group = case.heads // case.kv_heads
     packed = case.mask == "padding" or _is_document(case)
     B, H, KvH, Lq, Lk, D = case.batch, case.heads, case.kv_heads, case.q_len, case.kv_len, case.head_dim
@@ -86,4 +88,4 @@ def xformers_mea(case):
             attn_bias=bias, scale=case.scale)
         return out.reshape(B, Lq, H, D).transpose(1, 2)  # (B, H, Lq, D)
 
-    return attention
+    return Prepared(attention, info)

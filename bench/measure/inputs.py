@@ -69,15 +69,17 @@ def to_pages(case: Case, t: torch.Tensor) -> torch.Tensor:
 def gather_pages(case: Case, make):
     """A paged cache read the simple way: ``make`` (a factory for a contiguous cache) on the
     pages gathered into one contiguous copy, the gather inside the timed call."""
-    from bench.model.registry import Prepared
+    from bench.model.registry import Prepared, prep
 
     inner = make(case.replace(kv_layout="contiguous"))
     inner = inner if isinstance(inner, Prepared) else Prepared(inner)
-    table = torch.tensor(case.page_table(), device=case.device)  # once, not in the timed call
+    info = dict(inner.info)
+    with prep(info, case.device):  # the block table: once, not in the timed call
+        table = torch.tensor(case.page_table(), device=case.device)
 
     def attention(q, k, v):
         return inner.fn(q, from_pages(case, k, table), from_pages(case, v, table))
-    return Prepared(attention, inner.info | {"kv_read": "gathered"}, scope=inner.scope)
+    return Prepared(attention, info | {"kv_read": "gathered"}, scope=inner.scope)
 
 
 def from_pages(case: Case, pool: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:

@@ -39,6 +39,30 @@ class Prepared:
     scope: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
 
+@contextlib.contextmanager
+def prep(info: dict, device: str = "cpu"):
+    """Time what a factory must redo whenever the inputs' structure changes (a block mask, a bias
+    or a bool mask, a page table, nested-tensor offsets), apart from a compile: the time inside
+    the ``with`` adds to ``info["prep_ms"]``, the row's prep_ms (on a GPU, synchronized)::
+
+        info = {}
+        with prep(info, case.device):
+            keep = masks.bind(case).keep(case.device)
+        return Prepared(attention, info)
+    """
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        yield info
+    finally:
+        if device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        info["prep_ms"] = info.get("prep_ms", 0.0) + (time.perf_counter() - t0) * 1e3
+
+
 @dataclass(frozen=True)
 class Capability:
     """One thing a case may ask that a variant declares it can do (``variant(..., NAME=True)``):
