@@ -40,6 +40,7 @@ def test_each_variant_times_its_structure_apart_from_its_setup(registry, spellin
         assert prep_ms is not None and 0 < prep_ms <= bound.setup_ms, (name, spelling, bound.prepared.info)
 
 
+@pytest.mark.slow
 def test_a_sweep_row_carries_prep_ms(tmp_path):
     from bench.api import build_spec, discover, parse_values, run_sweep
     from reports.frames import load_runs
