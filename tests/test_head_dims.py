@@ -4,6 +4,8 @@ variants that declare value_dim compute it against the float64 reference, the ot
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -72,10 +74,12 @@ def test_a_variant_that_does_not_declare_it_says_why(registry):
 
 
 def test_the_flag_and_the_repro_command(capsys):
-    assert main(["sweep", "--variants", "naive", "--head-dims", "64,24/16,32/32", "--seq-lens", "16",
-                 "--device", "cpu", "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert " 2 cells" in out or "2 cells" in out  # 32/32 is 32: one dim, one cell each
+    counts = []
+    for dims in ("64,24/16", "64,24/16,32", "64,24/16,32/32"):
+        assert main(["sweep", "--variants", "naive", "--head-dims", dims, "--seq-lens", "16", "--device", "cpu",
+                     "--dry-run"]) == 0
+        counts.append(int(re.match(r"(\d+) cells", capsys.readouterr().out).group(1)))
+    assert counts[0] > 0 and counts[1] == counts[2] == counts[0] * 3 // 2  # 32/32 is 32: one dim, its own cells
     for bad, says in (("0/8", "got 0"), ("8/16/32", "got '8/16/32'"), ("a/b", "got 'a'")):
         assert main(["sweep", "--variants", "naive", "--head-dims", bad, "--device", "cpu", "--dry-run"]) == 2
         err = capsys.readouterr().err

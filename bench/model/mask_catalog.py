@@ -199,7 +199,7 @@ def _tree(case: Case, parents: tuple) -> dict:
     return {"anc": anc, "path": path, "base": case.offset}
 
 
-def _tree_intervals(q, case, anc, path, base):
+def _tree_intervals(q, case, anc, path, base, **_):
     node = (q - base).clamp(0, path.shape[0] - 1)
     spans = [(0, torch.minimum(q + 1, torch.tensor(base)))]  # the cache
     for level in range(path.shape[1]):
@@ -208,7 +208,8 @@ def _tree_intervals(q, case, anc, path, base):
     return spans
 
 
-def _tree_keep(q_idx, kv_idx, anc, base):
+def _tree_keep(b, h, q_idx, kv_idx, anc, base, **_):
+    """The one predicate of every tree mask (their parameters only shape ``anc``)."""
     t = anc.shape[0]
     qn, kn = q_idx - base, kv_idx - base
     in_tree = (qn >= 0) & (qn < t) & (kn >= 0) & (kn < t)
@@ -222,37 +223,20 @@ def _tree_of(kind):
     return prepare
 
 
-@mask("tree", params={"parents": ()}, ranges={"parents": f"-1..{MAX_TREE - 1}"},
-      prepare=lambda case, parents: _tree(case, parents),
-      intervals=lambda q, case, parents, anc, path, base: _tree_intervals(q, case, anc, path, base),
-      description="speculative-decoding tree verification: the queries are a draft tree's tokens, "
-                  "parents=p0/p1/... one per query (-1: the last token of the cache; a parent before its "
-                  "children); each sees the cache, its ancestors and itself (use with --align bottom-right)")
-def tree(b, h, q_idx, kv_idx, parents, anc, path, base):
-    return _tree_keep(q_idx, kv_idx, anc, base)
-
-
-@mask("tree_chain", prepare=_tree_of("chain"), intervals=lambda q, case, anc, path, base: _tree_intervals(
-          q, case, anc, path, base),
-      description="a draft chain of q_len tokens (tree with parents -1/0/1/...): bottom-right causal, "
-                  "counted as a tree")
-def tree_chain(b, h, q_idx, kv_idx, anc, path, base):
-    return _tree_keep(q_idx, kv_idx, anc, base)
-
-
-@mask("tree_binary", prepare=_tree_of("branch"),
-      intervals=lambda q, case, anc, path, base: _tree_intervals(q, case, anc, path, base),
-      description="a complete binary draft tree of q_len tokens, breadth-first (q_len 7: depth 3)")
-def tree_binary(b, h, q_idx, kv_idx, anc, path, base):
-    return _tree_keep(q_idx, kv_idx, anc, base)
-
-
-@mask("tree_topk", params={"width": 4}, ranges={"width": f"1..{MAX_TREE}"}, prepare=_tree_of("topk"),
-      intervals=lambda q, case, width, anc, path, base: _tree_intervals(q, case, anc, path, base),
-      description="a top-k draft tree: q_len / width levels of `width` candidates, each level the children "
-                  "of the previous level's first (width 4 at q_len 12: 4 x 3)")
-def tree_topk(b, h, q_idx, kv_idx, width, anc, path, base):
-    return _tree_keep(q_idx, kv_idx, anc, base)
+mask("tree", params={"parents": ()}, ranges={"parents": f"-1..{MAX_TREE - 1}"},
+     prepare=lambda case, parents: _tree(case, parents), intervals=_tree_intervals,
+     description="speculative-decoding tree verification: the queries are a draft tree's tokens, "
+                 "parents=p0/p1/... one per query (-1: the last token of the cache; a parent before its "
+                 "children); each sees the cache, its ancestors and itself (use with --align bottom-right)")(_tree_keep)
+mask("tree_chain", prepare=_tree_of("chain"), intervals=_tree_intervals,
+     description="a draft chain of q_len tokens (tree with parents -1/0/1/...): bottom-right causal, "
+                 "counted as a tree")(_tree_keep)
+mask("tree_binary", prepare=_tree_of("branch"), intervals=_tree_intervals,
+     description="a complete binary draft tree of q_len tokens, breadth-first (q_len 7: depth 3)")(_tree_keep)
+mask("tree_topk", params={"width": 4}, ranges={"width": f"1..{MAX_TREE}"}, prepare=_tree_of("topk"),
+     intervals=_tree_intervals,
+     description="a top-k draft tree: q_len / width levels of `width` candidates, each level the children "
+                 "of the previous level's first (width 4 at q_len 12: 4 x 3)")(_tree_keep)
 
 
 # -- block sparse ----------------------------------------------------------------------------------
