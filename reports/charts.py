@@ -166,7 +166,11 @@ def figure_legend(fig, axes) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
     if seen:
-        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(6, len(seen)), fontsize=8,
+        # as many columns as the figure's width holds at 8 pt (about 0.065 in a character, 0.55 in for the
+        # marker and the gap): a narrow one-panel figure wraps its legend instead of cutting it at the edge
+        per_column = 0.55 + 0.065 * max(len(label) for label in seen)
+        ncol = max(1, min(6, len(seen), int(fig.get_figwidth() / per_column)))
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=ncol, fontsize=8,
                    frameon=False)
 
 

@@ -11,7 +11,7 @@ from bench.model import row
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
 FACET_COLS = ["run", "model", "hardware", "device", "dtype", "direction", "mask", "window", "align", "lengths",
-              "inputs", "kv_layout", "batch", "heads", "kv_heads", "dims", "kv"]
+              "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dims", "kv"]
 NUMERIC = [*row.NUMERIC, "compile_ms", "prep_ms"]  # the row's numeric columns, compile and prep time (extras)
 FLAGS = list(row.FLAGS)
 DECODE_MAX_Q = 16  # a query this short against a longer cache is decode: drawn against the cache length
@@ -64,8 +64,8 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
         df[col] = df[col].fillna(CASE_DEFAULTS[col])
     df["window"] = df["window"].map(lambda w: "-" if pd.isna(w) else str(int(w)))
     # the head dims as --head-dims spells them: 64, or 192/128 with v's apart (MLA)
-    df["dims"] = [f"{int(d)}/{int(v)}" if v is not None and not pd.isna(v) else str(int(d)) if not pd.isna(d) else "-"
-                  for d, v in zip(df["head_dim"], df["head_dim_v"])]
+    df["head_dims"] = ["-" if pd.isna(d) else f"{int(d)}/{int(v)}" if v is not None and not pd.isna(v) else str(int(d))
+                       for d, v in zip(df["head_dim"], df["head_dim_v"])]
     # decode (a few new tokens against a longer KV cache): the cache length is the x-axis, the
     # query length the facet; otherwise n is the query length and a cross-attention kv_len a facet
     decode = (df["q_len"] <= DECODE_MAX_Q) & (df["kv_len"] > df["q_len"])
