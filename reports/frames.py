@@ -11,7 +11,7 @@ from bench.model import row
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
 FACET_COLS = ["run", "model", "hardware", "device", "dtype", "direction", "mask", "window", "align", "lengths",
-              "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dims", "kv"]
+              "mix", "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dims", "kv"]
 NUMERIC = [*row.NUMERIC, "compile_ms", "prep_ms"]  # the row's numeric columns, compile and prep time (extras)
 FLAGS = list(row.FLAGS)
 DECODE_MAX_Q = 16  # a query this short against a longer cache is decode: drawn against the cache length
@@ -68,10 +68,11 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
                        for d, v in zip(df["head_dim"], df["head_dim_v"])]
     # decode (a few new tokens against a longer KV cache): the cache length is the x-axis, the
     # query length the facet; otherwise n is the query length and a cross-attention kv_len a facet
-    decode = (df["q_len"] <= DECODE_MAX_Q) & (df["kv_len"] > df["q_len"])
+    decode = (df["q_len"] <= DECODE_MAX_Q) & (df["kv_len"] > df["q_len"]) & (df["mix"] == "none")
     df["decode"] = decode
     df["kv"] = np.where(decode, "q=" + df["q_len"].astype(str),
-                        np.where(df["kv_len"] == df["q_len"], "self", df["kv_len"].astype(str)))
+                        np.where((df["kv_len"] == df["q_len"]) | (df["mix"] != "none"), "self",
+                                 df["kv_len"].astype(str)))
     df["n"] = np.where(decode, df["kv_len"], df["q_len"]).astype(int)
     # time per real token: a ragged batch of mean length n holds batch x n tokens, as a fixed one does
     df["us_per_token"] = df["median_ms"] * 1e3 / (df["batch"].astype(float) * df["q_len"].astype(float))
@@ -186,7 +187,7 @@ def varying_facets(df: pd.DataFrame) -> list[str]:
 
 
 FACET_DEFAULTS = {"lengths": "fixed", "inputs": "normal", "align": "top-left", "kv_layout": "contiguous",
-                  "model": "-"}  # unsaid
+                  "model": "-", "mix": "none"}  # unsaid
 
 
 def constant_facets(df: pd.DataFrame) -> dict:

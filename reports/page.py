@@ -122,6 +122,12 @@ WORKLOAD_NOTES = {
               "layout says (packed: back to back; nested: a nested jagged tensor). µs per real token is the median "
               "over batch x n tokens; padding waste is what an equal-length kernel would compute on the same batch "
               "padded to its longest sequence, over the real work (1 = none).",
+    "mix": "Mixed batches (--batch-mix): each mix is one packed call of sequences with their own query and key "
+           "lengths, bottom-right within each (a prefill has Q = KV, a chunked prefill continues against its cache, "
+           "a decode step has Q = 1). µs per query token is the median over the mix's new tokens; ns per KV KiB "
+           "read is the median over the keys and values it must read at least (each once), the figure that "
+           "bounds a decode-heavy batch; the FLOPs columns give each phase's share of the work. layout: how the "
+           "variant held the mix (packed, nested jagged tensors, or a dense mask over the packed tokens).",
     "inputs": "Approximation error by input kind (--inputs): the relative Frobenius error of the output against "
               "the float64 reference (1 = the error of answering zeros). i.i.d. normal inputs give nearly uniform "
               "attention, where every approximation fails; clustered, low-rank and outlier inputs give the "
@@ -130,9 +136,13 @@ WORKLOAD_NOTES = {
 
 
 def _workload_html(df) -> list[str]:
-    from reports.tables import error_by_inputs, ragged_table
+    from reports.tables import error_by_inputs, mix_table, ragged_table
 
     parts = []
+    mixes = mix_table(df)
+    if not mixes.empty:
+        parts += ["<h3>Mixed batches</h3>", f"<p class=muted>{html.escape(WORKLOAD_NOTES['mix'])}</p>",
+                  _table_html(mixes, index=False)]
     ragged = ragged_table(df)
     if not ragged.empty:
         parts += ["<h3>Ragged batches</h3>", f"<p class=muted>{html.escape(WORKLOAD_NOTES['ragged'])}</p>",
@@ -311,9 +321,11 @@ def write_markdown(r: ReportParts) -> Path:
             if png:
                 lines += [f"![{key}](charts/{png.name})", ""]
         lines += [masks["table"].to_markdown(index=False), ""]
-    from reports.tables import error_by_inputs, ragged_table
+    from reports.tables import error_by_inputs, mix_table, ragged_table
 
-    ragged, errors = ragged_table(df), error_by_inputs(df)
+    ragged, errors, mixes = ragged_table(df), error_by_inputs(df), mix_table(df)
+    if not mixes.empty:
+        lines += ["## Mixed batches", "", WORKLOAD_NOTES["mix"], "", mixes.to_markdown(index=False), ""]
     if not ragged.empty:
         lines += ["## Ragged batches", "", WORKLOAD_NOTES["ragged"], "", ragged.to_markdown(index=False), ""]
     if not errors.empty and df["inputs"].nunique() > 1:

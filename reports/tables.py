@@ -3,6 +3,7 @@ memory.  A cell that did not run shows its status (OOM, TIMEOUT, ...), never a b
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
@@ -138,6 +139,38 @@ def ragged_table(df: pd.DataFrame) -> pd.DataFrame:
     return t.sort_values(["lengths", "mask", "direction", "mean n", "variant"]).round(4)
 
 
+def mix_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The mixed batches' ok cells (--batch-mix): per mix, each variant's time per query token
+    and per KiB of keys and values read (every key and value once), how it held the batch, and
+    the share of the FLOPs each phase holds (prefill / chunked prefill / decode)."""
+    if "mix" not in df:
+        return pd.DataFrame()
+    ok = df[(df["status"] == "ok") & (df["mix"] != "none")]
+    if ok.empty:
+        return pd.DataFrame()
+    from bench.model.workload import PHASES
+
+    def phase_sum(phases, key):
+        return sum(p.get(key, 0) for p in phases.values()) if isinstance(phases, dict) else np.nan
+
+    def shares(phases):
+        if not isinstance(phases, dict):
+            return "-"
+        total = phase_sum(phases, "flops") or 1
+        return " / ".join(f"{100 * phases.get(p, {}).get('flops', 0) / total:.0f}" for p in PHASES)
+
+    phases = ok["phases"] if "phases" in ok else pd.Series([None] * len(ok), index=ok.index)
+    t = pd.DataFrame({
+        "mix": ok["mix"], "mask": ok["mask"], "direction": ok["direction"], "variant": ok["variant"],
+        "layout": ok["layout"] if "layout" in ok else "-", "median ms": ok["median_ms"],
+        "query tokens": ok["q_len"], "KV tokens": ok["kv_len"],
+        "µs per query token": ok["median_ms"] * 1e3 / ok["q_len"],
+        "ns per KV KiB read": [m * 1e6 / (b / 1024) if b else np.nan
+                               for m, b in zip(ok["median_ms"], (phase_sum(p, "kv_bytes") for p in phases))],
+        "FLOPs % prefill / chunked / decode": [shares(p) for p in phases]})
+    return t.sort_values(["mix", "mask", "direction", "median ms"]).round(4)
+
+
 def error_by_inputs(df: pd.DataFrame) -> pd.DataFrame:
     """Each approximate variant's relative output error by input kind (the median over its
     cells at each n and mask): how the approximation fares where its assumption holds."""
@@ -181,8 +214,8 @@ def summary_table(rows: list[dict]) -> str:
     df = pd.DataFrame(rows)
     if "median_ms" not in df:
         df["median_ms"] = None
-    facets = [c for c in ("device", "dtype", "direction", "mask", "window", "align", "lengths", "inputs", "kv_layout",
-                          "batch", "heads", "kv_heads", "head_dim", "head_dim_v")
+    facets = [c for c in ("device", "dtype", "direction", "mask", "window", "align", "lengths", "mix", "inputs",
+                          "kv_layout", "batch", "heads", "kv_heads", "head_dim", "head_dim_v")
               if c in df and df[c].astype(str).nunique() > 1]
     if (df["kv_len"] != df["q_len"]).any():
         facets.append("kv_len")

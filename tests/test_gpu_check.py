@@ -1,6 +1,7 @@
 """`python -m bench gpu-check`: its refusals, and its steps rehearsed on the CPU."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -31,6 +32,12 @@ def test_gpu_check_dry_run_on_cpu(tmp_path, capsys):
     assert scaled == {("naive", "causal")}  # causal for naive and SDPA, window for the windowed ones
     scaled = {(r["variant"], r["mask"]) for r in read_jsonl(tmp_path / "scaling-window" / "results.jsonl")}
     assert scaled == {("window.chunked", "window")}
+    from bench.engine.store import current_rows
+
+    mixed = current_rows(read_jsonl(tmp_path / "mix" / "results.jsonl"))  # naive takes a mix, window.chunked says why
+    assert {r["mix"] for r in mixed} == {"2x(4/4)+1x(2/16)+8x(1/16)"} and len(mixed) == 12
+    assert {r["status"] for r in mixed if r["variant"] == "naive"} == {"ok"}
+    assert re.search(r"a mixed batch runs through a packed kernel +ok +ok: naive", out)
     assert list(tmp_path.glob("trace_naive_*.json"))
     assert out.strip().splitlines()[-1] == "PASS"
 

@@ -185,6 +185,6 @@ def test_a_new_capability_is_one_declaration(monkeypatch):
     assert made[True].static_reason(case) is None
     assert made[True].capabilities()["windowed"] is True and "windowed" not in dataclasses.asdict(made[True])
     with pytest.raises(RegistryError, match="the capabilities it may declare: cross, gqa, backward, paged, "
-                                            "bottom_right, value_dim, sinks, ragged, windowed"):
+                                            "bottom_right, value_dim, sinks, ragged, mix, windowed"):
         reg.variant("probe.bad", description="x", slidey=True)
     setattr(sys.modules[__name__], reg.MODULE_ATTR, [])  # this test module's registrations go with it

@@ -30,8 +30,13 @@ WITH_MODS = ["causal+softcap:1", "causal+alibi", "document:3:causal=1+rel_bias:1
              "window+learned_sink:mean=1"]
 
 
+# masks whose parameters are a whole batch's shape, which --batch-mix builds: tests/test_mix.py runs every
+# variant on them, at the shapes they describe
+SHAPED = {"varlen"}
+
+
 def _spellings(v) -> list[str]:
-    declared = masks.names("mask") if masks.ANY in v.masks else list(v.masks)
+    declared = [m for m in masks.names("mask") if m not in SHAPED] if masks.ANY in v.masks else list(v.masks)
     out = [SPELLINGS.get(m, m) for m in declared]
     if v.score_mods:  # every variant that takes score mods meets each mod, and its refusals say why
         out += WITH_MODS

@@ -220,14 +220,14 @@ def _prepare(case, flex):
         mask_mod, score_mod = bound.mask_mod(case.device), bound.score_mod(case.device)
         if mask_mod is not None:
             per_batch, per_head = bound.depends
-            shape = case.packed()  # a ragged batch: one packed sequence under a document block mask
+            shape = case.packed()  # a ragged or mixed batch: one packed sequence under a document-like block mask
             block_mask = create_block_mask(mask_mod, shape.batch if per_batch else None,
                                            case.heads if per_head else None, shape.q_len, shape.kv_len,
                                            device=case.device)
     if block_mask is not None:
         info["block_sparsity"] = block_sparsity(block_mask)  # % of blocks skipped
     gqa, scale = case.is_gqa, case.scale
-    if case.ragged:
+    if case.ragged or case.mixed:
         info["layout"] = "packed"
     sink = bound.sink_logits(case.device)  # (H,) float32, or None
 
@@ -252,8 +252,8 @@ def _prepare(case, flex):
     return Prepared(attention, info, scope=_dynamo_limits)
 
 
-variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True, ragged=True, paged=True,
-        bottom_right=True, sinks=True, value_dim=True,
+variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True, ragged=True, mix=True,
+        paged=True, bottom_right=True, sinks=True, value_dim=True,
         dtypes=(*DTYPES, FP8),
         description="FlexAttention: any mask as a block mask from its mask_mod, any score mod; torch.compile'd "
                     "once per shape")(FlexFactory())

@@ -5,12 +5,12 @@ from bench.inputs import gather_pages
 from bench.registry import Prepared, prep, variant
 
 
-@variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True,
+@variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, mix=True, paged=True,
          bottom_right=True, sinks=True, value_dim=True,
          description="textbook QK^T/sqrt(d) -> -inf mask -> softmax -> @V; materialises the scores "
-                     "(a ragged batch: one sequence at a time; a paged cache: gathered first)")
+                     "(a ragged or mixed batch: one sequence at a time; a paged cache: gathered first)")
 def naive(case):
-    if case.ragged:
+    if case.ragged or case.mixed:
         return Prepared(masks.per_sequence(case, naive), {"layout": "packed"})
     if case.paged:
         return gather_pages(case, naive)

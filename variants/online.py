@@ -18,12 +18,12 @@ from bench.registry import Prepared, prep, variant
 BLOCK = 128  # keys per block
 
 
-@variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, paged=True, bottom_right=True,
-         sinks=True, value_dim=True,
+@variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, mix=True, paged=True,
+         bottom_right=True, sinks=True, value_dim=True,
          description="online softmax over key blocks (FlashAttention's algorithm) in plain PyTorch; "
-                     "O(n * block) memory, exact (a ragged batch: one sequence at a time)")
+                     "O(n * block) memory, exact (a ragged or mixed batch: one sequence at a time)")
 def chunked_online(case):
-    if case.ragged:
+    if case.ragged or case.mixed:
         return Prepared(masks.per_sequence(case, chunked_online), {"layout": "packed"})
     info = {}
     with prep(info, case.device):  # each key block's mask, built once per structure

@@ -2,7 +2,9 @@
 per backend pinned with torch.nn.attention.sdpa_kernel (a pinned backend never falls
 back to another: when it cannot take the case it is unavailable with PyTorch's reason).
 Every mask goes in as a dense bool attn_mask (causal as is_causal); score mods that add a
-bias (ALiBi, relative bias) as a float attn_mask; others (softcap) are unsupported.
+bias (ALiBi, relative bias) as a float attn_mask; others (softcap) are unsupported.  A
+ragged batch, and a mixed one without a mask, go in as nested jagged tensors; a mixed batch
+under a mask as its block-diagonal bool mask over the packed tokens.
 
 Entering sdpa_kernel costs about 18 us, as much as a small GPU kernel, so the harness
 holds it open around the timed calls (Prepared.scope) instead of entering it per call."""
@@ -55,8 +57,10 @@ LAYOUT_CHANGE = ("in the timed call: the packed (1, heads, tokens, D) q, k and v
 
 
 def _nested(case, backend):
-    """A ragged batch as a nested jagged tensor (torch.nested, layout=torch.jagged): each
-    sequence its own length, no padding; causal as is_causal, within each sequence.
+    """A ragged batch, or a mixed one without a mask, as nested jagged tensors (torch.nested,
+    layout=torch.jagged): each sequence its own length, no padding, q and k ragged apart for a
+    mix; causal as is_causal, within each sequence (a ragged batch only: q_len == kv_len there,
+    where top-left and bottom-right agree).
 
     The extreme lengths are passed in (``min_seqlen``/``max_seqlen``), so no call asks the
     device for them (an ``.item()`` host sync, and illegal in a CUDA-graph capture).  The
@@ -64,21 +68,25 @@ def _nested(case, backend):
     value heads repeated for GQA: nested SDPA takes no enable_gqa) stays inside the call, as
     the gradients must flow through it; its cost is timed on its own here, as ``layout_ms``,
     and the row says so (``layout_change``)."""
-    lens, prepared = case.seq_lengths(), {}
+    segments, prepared = case.segments(), {}
+    q_lens, kv_lens = [q for q, _ in segments], [kv for _, kv in segments]
     with prep(prepared, case.device):  # the offsets of the sequences: new with every batch's lengths
-        offsets = torch.tensor([0, *itertools.accumulate(lens)], device=case.device)
-    extremes = {"min_seqlen": min(lens), "max_seqlen": max(lens)}
+        q_offsets = torch.tensor([0, *itertools.accumulate(q_lens)], device=case.device)
+        kv_offsets = q_offsets if q_lens == kv_lens else torch.tensor([0, *itertools.accumulate(kv_lens)],
+                                                                      device=case.device)
+    q_side = (q_offsets, {"min_seqlen": min(q_lens), "max_seqlen": max(q_lens)})
+    kv_side = (kv_offsets, {"min_seqlen": min(kv_lens), "max_seqlen": max(kv_lens)})
     group = case.heads // case.kv_heads
     kwargs = {"scale": case.scale, "is_causal": case.mask == "causal"}
 
-    def jagged(t):  # (1, heads, total, D) -> nested (batch, heads, j, D)
+    def jagged(t, side):  # (1, heads, total, D) -> nested (batch, heads, j, D)
         values = t[0].transpose(0, 1).contiguous()
-        return torch.nested.nested_tensor_from_jagged(values, offsets, **extremes).transpose(1, 2)
+        return torch.nested.nested_tensor_from_jagged(values, side[0], **side[1]).transpose(1, 2)
 
     def layout(q, k, v):
         if group > 1:  # nested tensors take no enable_gqa: the key/value heads repeated
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        return jagged(q), jagged(k), jagged(v)
+        return jagged(q, q_side), jagged(k, kv_side), jagged(v, kv_side)
 
     def call(q, k, v):
         out = F.scaled_dot_product_attention(*layout(q, k, v), **kwargs)
@@ -114,20 +122,26 @@ def _layout_ms(case, layout, reps: int = 5) -> float:
 
 def _make_factory(backend):
     def factory(case):
-        if case.ragged:
+        if case.ragged or (case.mixed and case.mask == "none"):
             return _nested(case, backend)
         if case.paged:  # SDPA has no paged form: the pages gathered into a contiguous cache first
             return gather_pages(case, factory)
         kwargs, info = {"scale": case.scale}, {}
-        if case.mask == "causal" and case.offset:  # imports dynamo (1.8 s), so only when a case asks it
+        # a mix under a mask: its block-diagonal bool mask over the packed tokens (nested SDPA refuses is_causal
+        # on the CPU and gives the memory-efficient kernel its top-left mask type: neither places each
+        # sequence's queries at its end)
+        causal = case.mask == "causal" and not case.mixed
+        if case.mixed:
+            info["layout"] = "dense mask"
+        if causal and case.offset:  # imports dynamo (1.8 s), so only when a case asks it
             from torch.nn.attention.bias import causal_lower_right
         with prep(info, case.device):  # the bias or bool mask: rebuilt whenever the structure changes
             bound = masks.bind(case)
             if bound.mods:  # additive score mods: one float bias, masked pairs at -inf
                 kwargs["attn_mask"] = bound.bias(case.device, case.torch_dtype)  # (B|1, H|1, Lq, Lk)
-            elif case.mask == "causal" and case.offset:  # bottom-right: PyTorch's own lower-right causal bias
+            elif causal and case.offset:  # bottom-right: PyTorch's own lower-right causal bias
                 kwargs["attn_mask"] = causal_lower_right(case.q_len, case.kv_len)
-            elif case.mask == "causal":
+            elif causal:
                 kwargs["is_causal"] = True  # top-left aligned
             elif not bound.is_full:
                 kwargs["attn_mask"] = bound.keep(case.device)  # bool (B|1, H|1, Lq, Lk)
@@ -165,7 +179,7 @@ def _check(factory, backend, case):
 
 for _name, (_backend, _desc) in BACKENDS.items():
     _factory = _make_factory(_backend)
-    variant(_name, description=_desc, masks=(masks.ANY,), score_mods=(masks.ADDITIVE,), ragged=True, paged=True,
-            bottom_right=True, value_dim=True,
+    variant(_name, description=_desc, masks=(masks.ANY,), score_mods=(masks.ADDITIVE,), ragged=True, mix=True,
+            paged=True, bottom_right=True, value_dim=True,
             dtypes=(*DTYPES, FP8),
             check=functools.partial(_check, _factory, _backend))(_factory)

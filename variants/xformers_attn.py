@@ -5,10 +5,14 @@ GQA uses its 5-D (B, M, G, H/G, K) form with expanded keys, and padding packs th
 into one row of blocks (BlockDiagonalPaddedKeysMask), which costs a copy of q; document
 packs it too, one block per document (BlockDiagonalMask, or BlockDiagonalCausalMask for
 document:causal=1), exact for q_len == kv_len.  A ragged batch (--lengths) is that packed
-document case: one block per sequence.
+document case: one block per sequence.  A mixed batch (--batch-mix) packs q and k apart, one
+block per sequence of its own query and key lengths, aligned bottom-right within it
+(BlockDiagonalMask, BlockDiagonalCausalFromBottomRightMask and its local-attention form).
 """
 
 import logging
+
+import torch
 
 from bench import masks
 from bench.probe import run_probe
@@ -20,6 +24,22 @@ def _xops():
     import xformers.ops as xops
 
     return xops
+
+
+def mix_bias(ab, segments, mask, window, device="cpu"):
+    """The attn_bias of a mixed batch: one block per sequence, (q_len, kv_len) each, the queries
+    at the end of their keys."""
+    q, kv = [s[0] for s in segments], [s[1] for s in segments]
+    device = torch.device(device)  # (xformers pins host memory unless it is handed the CPU as a torch.device)
+    if mask == "none":
+        return ab.BlockDiagonalMask.from_seqlens(q, kv, device=device)
+    causal = ab.BlockDiagonalCausalFromBottomRightMask.from_seqlens(q, kv, device=device)
+    if mask == "causal":
+        return causal
+    # (make_local_attention would return the top-left local form: the bottom-right one is built from its parts)
+    return ab.BlockDiagonalCausalLocalAttentionFromBottomRightMask(
+        q_seqinfo=causal.q_seqinfo, k_seqinfo=causal.k_seqinfo, _batch_sizes=causal._batch_sizes,
+        _window_size=window)
 
 
 def _bias(case, fmha):
@@ -49,6 +69,8 @@ def _is_document(case):
 
 
 def _check(case):
+    if case.mixed:
+        return run_probe(xformers_mea, case)
     case = case.packed()
     if "+" in case.mask:
         return "xformers takes one mask at a time (one attn_bias), not a union"
@@ -60,15 +82,21 @@ def _check(case):
     return run_probe(xformers_mea, case)
 
 
-@variant("xformers", requires=("xformers",), check=_check, devices=("cuda",), ragged=True, bottom_right=True,
-         masks=("none", "causal", "window", "padding", "document"),
+@variant("xformers", requires=("xformers",), check=_check, devices=("cuda",), ragged=True, mix=True,
+         bottom_right=True, masks=("none", "causal", "window", "padding", "document"),
          description="xformers.ops.memory_efficient_attention with xformers attn_bias types (CUDA kernels only)")
 def xformers_mea(case):
-    case = case.packed()  # a ragged batch: its sequences packed, one block each (BlockDiagonalMask)
     xops = _xops()
     info = {}
     with prep(info, case.device):  # the attn_bias object: new with every batch's lengths or documents
-        bias = _bias(case, xops.fmha)
+        mixed = case.mixed
+        if mixed:
+            bias = mix_bias(xops.fmha.attn_bias, case.segments(), case.mask, case.window, case.device)
+        case = case.packed()  # a ragged batch: its sequences packed, one block each (BlockDiagonalMask)
+        if not mixed:
+            bias = _bias(case, xops.fmha)
+    if mixed:
+        info["layout"] = "packed"
     group = case.heads // case.kv_heads
     packed = case.mask == "padding" or _is_document(case)
     B, H, KvH, Lq, Lk, D = case.batch, case.heads, case.kv_heads, case.q_len, case.kv_len, case.head_dim

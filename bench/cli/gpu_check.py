@@ -2,7 +2,8 @@
 
 Full (for a person with a GPU and time): every variant x mask x fwd/bwd in bf16 and fp16
 (with the reference check, the L2-flushed CUDA-event timer, the memory pass and a profiled
-pass with CUDA activity), a cross-attention/GQA sweep, scaling sweeps (causal for naive and
+pass with CUDA activity), a cross-attention/GQA sweep, a mixed serving batch (--batch-mix, every
+variant that takes one, fwd and bwd), scaling sweeps (causal for naive and
 SDPA, window for the windowed variants), profiler traces, the timer self-check against
 torch.utils.benchmark and triton.testing.do_bench, and the reports.
 
@@ -134,7 +135,8 @@ def _failed_cells(rows: list[dict]) -> list[str]:
 
 
 def full_steps(names: list[str], seq_len: int, device: str) -> list[Step]:
-    """The full check's sweeps: the matrix, cross-attention with GQA, and the scaling sweeps."""
+    """The full check's sweeps: the matrix, cross-attention with GQA, a mixed batch, and the scaling
+    sweeps."""
     small = max(16, seq_len // 2)
     lengths = [seq_len * f // 2 for f in (1, 2, 4, 8, 16)]
     gpu = device == "cuda"
@@ -142,6 +144,11 @@ def full_steps(names: list[str], seq_len: int, device: str) -> list[Step]:
                                  masks=["none", "causal", "window", "padding"], directions=["fwd", "bwd"]), True),
              Step("cross", dict(variants=names, seq_lens=[small], kv_lens=[3 * small], kv_heads=[2], dtypes=["bf16"],
                                 masks=["none", "causal", "padding"], directions=["fwd", "bwd"]), True)]
+    # a mixed serving batch (two prompts, a chunk against a cache, eight decodes) through every variant that takes
+    # one packed (the quick check's five minutes hold no more: tests/test_mix.py checks the same paths on the CPU)
+    mix = f"2x({small // 4}/{small // 4})+1x({max(2, small // 16)}/{small})+8x(1/{small})"
+    steps.append(Step("mix", dict(variants=names, batch_mix=[mix], batch=None, kv_heads=[2], dtypes=["bf16"],
+                                  masks=["none", "causal", "window"], directions=["fwd", "bwd"]), gpu))
     for mask, wanted in SCALING.items():
         chosen = [v for v in wanted if v in names]
         if chosen:  # the CPU rehearsal draws no scaling report: the GPU's is the one
@@ -168,7 +175,7 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     ran, rows = {}, {}
     for step in steps:
         ran[step.folder], rows[step.folder] = step.run(out, registry, common)
-    matrix, cross = rows["matrix"], rows["cross"]
+    matrix, cross, mixed = rows["matrix"], rows["cross"], rows["mix"]
     scaling_rows = [r for step in steps if step.folder.startswith("scaling") for r in rows[step.folder]]
     checks, timer_rows = [], []
     if device == "cuda" and torch.cuda.device_count() > 1:  # one worker per GPU, cases dealt out
@@ -203,9 +210,12 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     print(f"\nstatus and median per cell (b=2, h=8, d=64; n={seq_len}, cross: q={small} kv={3 * small}):")
     print(tabulate(table.reset_index(), headers="keys", showindex=False))
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in df["status"].value_counts().items()))
-    bad = _failed_cells(matrix + cross + scaling_rows)
+    bad = _failed_cells(matrix + cross + mixed + scaling_rows)
     checks.append(("every cell ok, or unsupported with a reason", not bad,
-                   f"{len(bad)} failed: {bad[0]}" if bad else f"{len(df) + len(scaling_rows)} cells"))
+                   f"{len(bad)} failed: {bad[0]}" if bad else f"{len(df) + len(mixed) + len(scaling_rows)} cells"))
+    ok_mixed = sorted({r["variant"] for r in mixed if r["status"] == "ok"})
+    checks.append(("a mixed batch runs through a packed kernel", bool(ok_mixed),
+                   f"ok: {', '.join(ok_mixed)}" if ok_mixed else "no variant ran the mixed batch"))
     stopped = [f for f, ok in ran.items() if not ok]
     checks.append(("every sweep ran to the end", not stopped, "refused: " + ", ".join(stopped) if stopped else
                    ", ".join(ran)))

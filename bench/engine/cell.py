@@ -46,6 +46,8 @@ def base_row(variant: str, case: Case, status: str = "", reason: str = "", kind:
     kind = kind if kind is not None else (default_kind(Status(status)).value if status else "")
     workload = {} if case.unsupported_reason else {**masks.row_columns(case), "flops": flopcount.flops(case),
                                                    "bytes": flopcount.min_bytes(case)}
+    if case.mixed and workload:  # each phase's share of the work
+        workload["phases"] = flopcount.mix_phases(case)
     return {"variant": variant, **case.to_dict(), "status": status, "reason": reason, "reason_kind": kind,
             **workload} | dict.fromkeys(MEASURED)
 
@@ -241,7 +243,7 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         bound = bind_variant(var, case, inputs)
         row["setup_ms"] = bound.setup_ms
         row["extra"] = _extra(bound.prepared.info)
-        if case.ragged:  # how the variant held the ragged batch: packed, nested or padded
+        if case.ragged or case.mixed:  # how the variant held the batch: packed, nested, padded or a dense mask
             row["layout"] = row["extra"].pop("layout", "packed")
         (q, k, v), grad_out = inputs
         if skip_reference:  # timed unchecked: the output's form is still checked, its values cannot be

@@ -11,7 +11,8 @@ from bench.model.case import Case
 
 def pattern(case: Case, size: int = 256) -> torch.Tensor:
     """The keep pattern of batch element 0, head 0 at q_len = kv_len = ``size``: float (size, size)."""
-    small = case.replace(q_len=size, kv_len=size, heads=1, kv_heads=1, lengths="fixed")  # the mask, not the batch
+    small = case.replace(q_len=size, kv_len=size, heads=1, kv_heads=1, lengths="fixed", mix="none")  # the mask,
+    # not the batch
     keep = masks.bind(small).keep("cpu")
     if keep is None:
         return torch.ones(size, size)

@@ -12,19 +12,23 @@ from bench.model.case import CASE_DEFAULTS
 
 def cell_flags(row: dict) -> list[str]:
     """The case of ``row`` as ``sweep`` flags (its default workload fields left out)."""
+    mix = row.get("mix") or CASE_DEFAULTS["mix"]
     flags = ["--variants", row["variant"], "--device", row["device"], "--dtypes", row["dtype"],
-             "--batch", str(row["batch"]), "--heads", str(row["heads"]), "--kv-heads", str(row["kv_heads"]),
-             "--seq-lens", str(row["q_len"]), "--head-dims", dims_text(row), "--masks", row["mask"],
-             "--directions", row["direction"]]
-    if row["kv_len"] != row["q_len"]:
-        flags += ["--kv-lens", str(row["kv_len"])]
+             "--heads", str(row["heads"]), "--kv-heads", str(row["kv_heads"]), "--head-dims", dims_text(row),
+             "--masks", row["mask"], "--directions", row["direction"]]
+    if mix != CASE_DEFAULTS["mix"]:  # the mix is the batch, its lengths and its alignment
+        flags += ["--batch-mix", mix]
+    else:
+        flags[6:6] = ["--batch", str(row["batch"]), "--seq-lens", str(row["q_len"])]
+        if row["kv_len"] != row["q_len"]:
+            flags += ["--kv-lens", str(row["kv_len"])]
     window = row.get("window")
     if window not in (None, "", "-") and window == window:  # a report's frame writes "-" for none
         flags += ["--window", str(int(window))]
     for field, flag in (("lengths", "--lengths"), ("inputs", "--inputs"), ("kv_layout", "--kv-layout"),
                         ("align", "--align")):
         value = row.get(field) or CASE_DEFAULTS[field]
-        if value != CASE_DEFAULTS[field]:
+        if value != CASE_DEFAULTS[field] and not (mix != CASE_DEFAULTS["mix"] and field == "align"):
             flags += [flag, str(value)]
     return flags
 

@@ -43,3 +43,27 @@ def min_bytes(case: Case) -> int:
     fwd = q + o + kv
     bwd = 2 * q + 2 * o + 2 * kv  # q, k, v, o, dO in; dq, dk, dv out
     return e * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[case.direction]
+
+
+def kv_bytes(case: Case) -> int:
+    """The key and value bytes a forward reads at least: every key and value once."""
+    return ELEMENT_BYTES[case.dtype] * case.batch * case.kv_heads * case.kv_len * (case.head_dim + case.dv)
+
+
+def mix_phases(case: Case) -> dict:
+    """A mixed batch's work per phase (prefill, chunked_prefill, decode: ``workload.phase``):
+    its sequences, query and key tokens, FLOPs, minimum bytes and KV bytes read, each phase
+    counted as the batch of its sequences alone (the phases add up to the whole)."""
+    from collections import Counter
+
+    from bench.model.workload import PHASES, phase
+
+    out: dict = {}
+    for (q, kv), count in Counter(case.segments()).items():
+        sub = case.replace(mix="none", batch=count, q_len=q, kv_len=kv)  # bottom-right, as within the mix
+        d = out.setdefault(phase(q, kv), dict.fromkeys(("sequences", "q_tokens", "kv_tokens", "flops", "bytes",
+                                                        "kv_bytes"), 0))
+        for key, value in (("sequences", count), ("q_tokens", count * q), ("kv_tokens", count * kv),
+                           ("flops", flops(sub)), ("bytes", min_bytes(sub)), ("kv_bytes", kv_bytes(sub))):
+            d[key] += value
+    return {p: out[p] for p in PHASES if p in out}

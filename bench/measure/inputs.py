@@ -153,6 +153,12 @@ def probe_case(case: Case, largest: int = 64) -> Case:
         else:
             q += 1
     window = None if case.window is None else max(1, min(case.window, kv))
+    if case.mixed:  # one small sequence of each phase the mix holds, in its order
+        from bench.model.workload import phase
+
+        small = {"prefill": "1x(8/8)", "chunked_prefill": "1x(4/12)", "decode": "1x(1/9)"}
+        phases = dict.fromkeys(phase(q, kv) for q, kv in case.segments())
+        return case.replace(mix="+".join(small[p] for p in phases), window=window and min(window, 8))
     if case.ragged:  # two sequences of different lengths averaging q
         short = max(1, q // 2)
         return case.replace(batch=2, q_len=q, kv_len=q, lengths=f"{short}/{2 * q - short}")

@@ -83,6 +83,10 @@ class Case:
     kv_layout: str = "contiguous"  # the KV cache: contiguous, or paged:PAGE with a block table (bench.model.workload)
     align: str = "top-left"  # query i at position i (top-left), or at kv_len - q_len + i (bottom-right): ALIGNS
     head_dim_v: int | None = None  # v's (and the output's) head dim when it differs from q's and k's (MLA: 192/128)
+    # a mixed serving batch (--batch-mix, bench.model.workload.Mix): sequences of their own query and key
+    # lengths packed into one call, q and k apart; it sets batch 1, q_len and kv_len to the packed totals and
+    # bottom-right alignment (within each sequence)
+    mix: str = "none"
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
@@ -109,6 +113,8 @@ class Case:
         if self.direction not in DIRECTIONS:
             raise CaseError("direction", self.direction, f"valid: {', '.join(DIRECTIONS)}")
         object.__setattr__(self, "align", normalize_align(self.align))
+        if self.mix != "none":
+            self._derive_mix()
         if self.align not in ALIGNS:
             raise CaseError("align", self.align, f"valid: {', '.join(ALIGNS)} (or tl, br)")
         if self.align == "bottom-right" and self.q_len > self.kv_len:
@@ -132,6 +138,20 @@ class Case:
             workload.check_kv_layout(self.kv_layout, self.kv_len)
         except workload.WorkloadError as exc:
             raise CaseError(exc.field, getattr(self, exc.field), str(exc), message=str(exc)) from None
+
+    def _derive_mix(self) -> None:
+        from bench.model import workload
+
+        try:
+            mix = workload.parse_mix(self.mix)
+        except workload.WorkloadError as exc:
+            raise CaseError("mix", self.mix, str(exc), message=str(exc)) from None
+        if self.lengths != "fixed":
+            raise CaseError("lengths", self.lengths, "a mixed batch (--batch-mix) gives each sequence its own "
+                                                     "lengths: --lengths stays fixed")
+        for name, value in (("mix", mix.text()), ("batch", 1), ("q_len", mix.q_tokens), ("kv_len", mix.kv_tokens),
+                            ("align", "bottom-right")):
+            object.__setattr__(self, name, value)
 
     # -- derived -------------------------------------------------------------
     @property
@@ -159,18 +179,40 @@ class Case:
         return self.kv_heads != self.heads
 
     @property
+    def mixed(self) -> bool:
+        """A mixed serving batch (--batch-mix): sequences of their own q and kv lengths, packed."""
+        return self.mix != "none"
+
+    def segments(self) -> list[tuple[int, int]]:
+        """(q_len, kv_len) of each sequence of the batch, in packing order."""
+        if self.mixed:
+            from bench.model import workload
+
+            return workload.parse_mix(self.mix).segments()
+        if self.ragged:
+            return [(n, n) for n in self.seq_lengths()]
+        return [(self.q_len, self.kv_len)] * self.batch
+
+    @property
     def ragged(self) -> bool:
         """A batch of sequences of different lengths, held packed (bench.model.workload)."""
         return self.lengths != "fixed"
 
     def packed(self) -> Case:
         """A ragged batch as the one sequence its tensors hold: batch 1, every token back to back,
-        the mask applied within each sequence (a document mask of the lengths).  The reference,
-        the mask's counts and so the FLOPs are those of this case.  A fixed batch: itself."""
-        if not self.ragged:
+        the mask applied within each sequence (a document mask of the lengths; for a mixed batch
+        the varlen mask of its runs, q and k packed apart).  The reference, the mask's counts and
+        so the FLOPs are those of this case.  A fixed batch: itself."""
+        if not (self.ragged or self.mixed):
             return self
         if self.unsupported_reason:
             raise CaseError("mask", self.mask, self.unsupported_reason)
+        if self.mixed:
+            from bench.model import workload
+
+            runs = "/".join(map(str, workload.parse_mix(self.mix).flat()))
+            mask = f"varlen:runs={runs}:causal={int(self.mask == 'causal')}:window={self.window or 0}"
+            return dataclasses.replace(self, mask=mask, window=None, mix="none", align="top-left")
         lens = "/".join(map(str, self.seq_lengths()))
         mask = f"document:causal={int(self.mask == 'causal')}:window={self.window or 0}:lengths={lens}"
         total = self.batch * self.q_len
@@ -180,6 +222,9 @@ class Case:
     def unsupported_reason(self) -> str | None:
         """Why no variant can run this case whatever it declares (a ragged batch under a mask that
         has no meaning within each sequence), or None."""
+        if self.mixed and self.mask not in RAGGED_MASKS:
+            return (f"a mixed batch (--batch-mix {self.mix}) takes the masks {', '.join(RAGGED_MASKS)}, applied "
+                    f"within each sequence, bottom-right; not {self.mask}")
         if self.ragged and self.mask not in RAGGED_MASKS:
             return (f"a ragged batch (--lengths {self.lengths}) takes the masks {', '.join(RAGGED_MASKS)}, "
                     f"applied within each sequence; not {self.mask}")
@@ -187,6 +232,8 @@ class Case:
             return f"{FP8} is an inference dtype here: forward only"
         if self.paged and self.needs_grad:
             return f"a paged KV cache (--kv-layout {self.kv_layout}) is read by inference: forward only"
+        if self.paged and self.mixed:
+            return "a paged KV cache and a mixed batch together are not modelled: one at a time"
         if self.paged and self.ragged:
             return "a paged KV cache and a ragged batch together are not modelled: one at a time"
         return None
@@ -250,4 +297,4 @@ class Case:
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}  # a row written before a field existed
 # fields later than the first run folders: a row without them was measured with their default
-CASE_ADDED = ("lengths", "inputs", "kv_layout", "align", "head_dim_v")
+CASE_ADDED = ("lengths", "inputs", "kv_layout", "align", "head_dim_v", "mix")

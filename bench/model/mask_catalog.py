@@ -95,10 +95,54 @@ def _document_intervals(q, case, docs, causal, seed, lengths, window, doc, start
                   "`lengths=a/b/c` summing to exactly that; causal=1 adds j <= i; "
                   "window=W a causal sliding window within each document, i - W < j <= i")
 def document(b, h, q_idx, kv_idx, docs, causal, seed, lengths, window, doc, starts, ends):
-    same = doc[q_idx] == doc[kv_idx]
+    return _within(doc[q_idx] == doc[kv_idx], q_idx, kv_idx, causal, window)
+
+
+def _within(same, pos, kv_idx, causal, window):
+    """The keys of a query's own block (``same``), up to its position ``pos`` when causal, and
+    within ``window`` of it when windowed."""
     if window:
-        return same & (kv_idx <= q_idx) & (q_idx - kv_idx < window)
-    return same & (kv_idx <= q_idx) if causal else same
+        return same & (kv_idx <= pos) & (pos - kv_idx < window)
+    return same & (kv_idx <= pos) if causal else same
+
+
+def _varlen(case: Case, runs: tuple, causal: int, window: int) -> dict:
+    if not runs or len(runs) % 3:
+        raise ValueError("varlen:runs takes COUNT/Q/KV triples, e.g. runs=2/512/512/8/1/2048")
+    triples = [runs[i:i + 3] for i in range(0, len(runs), 3)]
+    if any(n < 1 or q < 1 or q > kv for n, q, kv in triples):
+        raise ValueError("varlen:runs needs COUNT >= 1 and 1 <= Q <= KV in every triple")
+    seqs = [(q, kv) for n, q, kv in triples for _ in range(n)]
+    total_q, total_kv = sum(q for q, _ in seqs), sum(kv for _, kv in seqs)
+    if (total_q, total_kv) != (case.q_len, case.kv_len):
+        raise ValueError(f"varlen:runs holds {total_q} query and {total_kv} key tokens, but the case has "
+                         f"q_len {case.q_len} and kv_len {case.kv_len}")
+    ql, kl = torch.tensor([q for q, _ in seqs]), torch.tensor([kv for _, kv in seqs])
+    kv_ends = kl.cumsum(0)
+    kv_starts = kv_ends - kl
+    q_seq = torch.repeat_interleave(torch.arange(len(seqs)), ql)
+    kv_seq = torch.repeat_interleave(torch.arange(len(seqs)), kl)
+    # each query's own position, as a packed key index: the last q tokens of its sequence (bottom-right)
+    q_first = torch.repeat_interleave(kv_ends - ql, ql)
+    q_pos = q_first + torch.arange(total_q) - torch.repeat_interleave(ql.cumsum(0) - ql, ql)
+    return {"q_seq": q_seq, "kv_seq": kv_seq, "q_pos": q_pos, "kv_starts": kv_starts, "kv_ends": kv_ends}
+
+
+def _varlen_intervals(q, case, runs, causal, window, q_seq, kv_seq, q_pos, kv_starts, kv_ends):
+    s, pos = q_seq[q], q_pos[q]
+    hi = pos + 1 if causal or window else kv_ends[s]
+    lo = torch.maximum(kv_starts[s], pos - window + 1) if window else kv_starts[s]
+    return [(lo, hi)]
+
+
+@mask("varlen", params={"runs": (), "causal": 0, "window": 0}, prepare=_varlen, intervals=_varlen_intervals,
+      ranges={"runs": f"1..{MAX_LEN}", "causal": "0..1", "window": f"0..{MAX_LEN}"},
+      description="a mixed serving batch packed (what --batch-mix builds): runs=COUNT/Q/KV/... sequences of Q "
+                  "queries and KV keys each, q and k packed apart; a query sees only its own sequence's keys, "
+                  "aligned bottom-right within it (its queries are its last Q tokens); causal=1 adds j <= its "
+                  "position, window=W a causal sliding window")
+def varlen(b, h, q_idx, kv_idx, runs, causal, window, q_seq, kv_seq, q_pos, kv_starts, kv_ends):
+    return _within(q_seq[q_idx] == kv_seq[kv_idx], q_pos[q_idx], kv_idx, causal, window)
 
 
 # -- causal variations -------------------------------------------------------------------------

@@ -40,6 +40,7 @@ prints it.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -401,20 +402,23 @@ def row_columns(case: Case) -> dict:
 
 
 def per_sequence(case: Case, make: Callable) -> Callable:
-    """A ragged batch computed one sequence at a time: ``make(sub_case)`` builds a fixed-length
-    variant's call (a callable, or a ``Prepared``) for a case of one sequence of each length,
-    and the returned ``fn(q, k, v)`` runs it on each sequence's slice of the packed tensors
-    (1, H, total, D) in turn and joins the outputs.  Gradients flow through the slices."""
-    lens = case.seq_lengths()
+    """A ragged or mixed batch computed one sequence at a time: ``make(sub_case)`` builds a
+    fixed-length variant's call (a callable, or a ``Prepared``) for a case of one sequence of
+    each (q_len, kv_len), bottom-right within it for a mixed batch, and the returned
+    ``fn(q, k, v)`` runs it on each sequence's slices of the packed tensors (1, H, total, D), q
+    and k sliced apart, and joins the outputs.  Gradients flow through the slices."""
+    segments = case.segments()
     calls = {}
-    for n in sorted(set(lens)):
-        out = make(case.replace(batch=1, q_len=n, kv_len=n, lengths="fixed"))
-        calls[n] = getattr(out, "fn", out)
-    starts = [sum(lens[:i]) for i in range(len(lens))]
+    for q_len, kv_len in sorted(set(segments)):
+        out = make(case.replace(batch=1, q_len=q_len, kv_len=kv_len, lengths="fixed", mix="none"))  # a mix's
+        calls[q_len, kv_len] = getattr(out, "fn", out)  # sub-case keeps its bottom-right alignment
+    q_starts = itertools.accumulate((q for q, _ in segments), initial=0)
+    kv_starts = itertools.accumulate((kv for _, kv in segments), initial=0)
+    parts = list(zip(q_starts, kv_starts, segments))
 
     def attention(q, k, v):
-        return torch.cat([calls[n](q[:, :, s:s + n], k[:, :, s:s + n], v[:, :, s:s + n])
-                          for s, n in zip(starts, lens)], dim=2)
+        return torch.cat([calls[n, m](q[:, :, s:s + n], k[:, :, t:t + m], v[:, :, t:t + m])
+                          for s, t, (n, m) in parts], dim=2)
     return attention
 
 

@@ -118,12 +118,13 @@ def mask_spellings(raw, name: str) -> list[str]:
 
 
 def workload_spellings(kind: str):
-    """--lengths or --inputs values, each checked and written in its one canonical form."""
+    """--lengths, --inputs, --kv-layout or --batch-mix values, each checked and written in its one
+    canonical form."""
     def parse(raw, name: str) -> list[str]:
         from bench.model import workload
 
         canonical = {"lengths": workload.canonical_lengths, "inputs": workload.canonical_inputs,
-                     "kv_layout": workload.canonical_kv_layout}[kind]
+                     "kv_layout": workload.canonical_kv_layout, "mix": workload.canonical_mix}[kind]
         try:
             return list(dict.fromkeys(canonical(x) for x in texts(raw, name)))
         except workload.WorkloadError as exc:

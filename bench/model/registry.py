@@ -87,7 +87,7 @@ CAPABILITIES: tuple[Capability, ...] = (
                lambda v, c: f"a paged KV cache (--kv-layout {c.kv_layout}) not supported: {v.name} reads a "
                             f"contiguous cache (the variants that declare paged=True read one)",
                "reads a paged KV cache: k, v a page pool (kv_heads, batch x pages, PAGE, D), case.page_table()"),
-    Capability("bottom_right", False, lambda c: c.offset != 0 and c.mask not in ("none", "padding"),
+    Capability("bottom_right", False, lambda c: c.offset != 0 and c.mask not in ("none", "padding") and not c.mixed,
                lambda v, c: f"bottom-right alignment (--align bottom-right, q_len {c.q_len} < kv_len {c.kv_len}) "
                             f"not supported: {v.name} places query i at key i (the variants that declare "
                             f"bottom_right=True place it at kv_len - q_len + i)",
@@ -106,6 +106,11 @@ CAPABILITIES: tuple[Capability, ...] = (
                lambda v, c: f"ragged batches (--lengths {c.lengths}) not supported: {v.name} takes sequences of one "
                             f"length (the variants that declare ragged=True take them packed)",
                "takes a ragged batch packed: q, k, v (1, H, total tokens, D), case.seq_lengths()"),
+    Capability("mix", False, lambda c: c.mixed,
+               lambda v, c: f"mixed batches (--batch-mix {c.mix}) not supported: {v.name} takes one query length "
+                            f"and one key length per call (the variants that declare mix=True take them packed)",
+               "takes a mixed serving batch packed, q and k apart: q (1, H, total queries, D), k and v (1, KvH, "
+               "total keys, D), case.segments() the (q_len, kv_len) of each sequence, bottom-right within each"),
 )
 
 
@@ -239,6 +244,11 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
     are packed, (1, heads, total tokens, head_dim), ``case.seq_lengths()`` gives the length of
     each sequence, and the mask applies within each one.  It may say how it held them in
     ``Prepared.info["layout"]`` (packed, nested or padded): the row records it.
+
+    ``mix=True`` declares a variant that takes a mixed serving batch (``--batch-mix``): q is
+    (1, heads, total query tokens, head_dim), k and v (1, kv_heads, total key tokens, head_dim),
+    packed apart; ``case.segments()`` gives each sequence's (q_len, kv_len), and within each
+    sequence its queries are its last q_len tokens (bottom-right).
 
     ``paged=True`` declares a variant that reads a paged KV cache (``--kv-layout paged:PAGE``):
     its k and v are a page pool (kv_heads, batch x pages, PAGE, head_dim) and

@@ -69,7 +69,8 @@ class ReasonKind(str, enum.Enum):
 IDENTITY = ("variant", *CASE_FIELDS)
 OUTCOME = ("status", "reason", "reason_kind")
 WORKLOAD = ("mask_params", "density", "flops", "bytes", "approximate", "seq_lengths", "padding_waste",
-            "layout")  # a ragged batch: each sequence's length, padded over real FLOPs, how the variant held it
+            "layout", "phases")  # a ragged batch: each sequence's length, padded over real FLOPs, how the variant
+# held it; a mixed batch: each phase's sequences, tokens, FLOPs and bytes (bench.measure.flops.mix_phases)
 SETTINGS = ("threads", "budget_ms", "precision", "worker")  # worker: where it ran (cpu, cpu:0-3, cuda:1)
 TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth",
           "noisy", "few_samples", "median_confidence", "ci_lo_ms", "ci_hi_ms", "number", "warmup_calls", "timer",

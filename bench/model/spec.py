@@ -123,9 +123,14 @@ class Spec:
                                "chunked prefill, draft verification); tl and br for short",
                                choices("alignment", ALIGNS, normalize_align), default=("top-left",), axis=True,
                                case=True, metavar="ALIGN")
+    batch_mix: list[str] = setting("mixed serving batches, each packed into one call: COUNTx(Q/KV) terms joined by "
+                                   "'+', COUNT sequences of Q new tokens against KV keys, bottom-right within each, "
+                                   "e.g. 2x(512/512)+1x(128/4096)+8x(1/2048) (quote it in a shell); replaces the "
+                                   "lengths, batch and alignment axes", workload_spellings("mix"), axis=True,
+                                   case=True, metavar="MIX")
     device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
                           default="cpu", case=True)
-    preset: str = setting("quick, default, full or decode (default: default); sized per device", text,
+    preset: str = setting("quick, default, full, decode or serving (default: default); sized per device", text,
                           default="default")
     model: str | None = setting("a published model's attention: its heads, KV heads, head dims, masks (alternating "
                                 "layers as two) and dtype over the preset's lengths; flags override "
@@ -205,22 +210,34 @@ class Spec:
                         mask, window = masks.canonical(spelling, size)
                     except masks.MaskError as exc:
                         raise UsageError(f"--masks {spelling}: {exc}") from None
-                    for lengths, inputs, kv_layout, align, q_len in itertools.product(
-                            self.lengths or ["fixed"], self.inputs or ["normal"], self.kv_layout or ["contiguous"],
-                            self.align or ["top-left"], sorted(self.seq_lens)):
-                        batch = batch_given or self.total_tokens // q_len
-                        for kv_len in self.kv_lens or [q_len]:
-                            try:
-                                case = Case(self.device, dtype, batch, heads, kv_heads, q_len, kv_len,
-                                            head_dim, mask, window, direction, lengths, inputs, kv_layout, align,
-                                            head_dim_v)
-                                if not case.unsupported_reason:  # else every variant's row says why
-                                    masks.bind(case).validate()  # parameters that do not fit, definitions that fail
-                            except (CaseError, masks.MaskError) as exc:
-                                raise UsageError(str(exc)) from None
-                            if case not in seen:
-                                seen.add(case)
-                                out.append(case)
+                    for shape in self._shapes(batch_given):
+                        try:
+                            case = Case(self.device, dtype, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                                        mask=mask, window=window, direction=direction, head_dim_v=head_dim_v,
+                                        **shape)
+                            if not case.unsupported_reason:  # else every variant's row says why
+                                masks.bind(case).validate()  # parameters that do not fit, definitions that fail
+                        except (CaseError, masks.MaskError) as exc:
+                            raise UsageError(str(exc)) from None
+                        if case not in seen:
+                            seen.add(case)
+                            out.append(case)
+        return out
+
+    def _shapes(self, batch_given: int | None) -> list[dict]:
+        """The batch shapes of the sweep, small to large n within each workload: a batch and its
+        lengths, inputs, KV layout and alignment; or, with --batch-mix, each mix (its own
+        batch, lengths and alignment) under each input kind and KV layout."""
+        inputs, layouts = self.inputs or ["normal"], self.kv_layout or ["contiguous"]
+        if self.batch_mix:
+            return [{"mix": mix, "inputs": i, "kv_layout": layout}
+                    for i, layout, mix in itertools.product(inputs, layouts, self.batch_mix)]
+        out = []
+        for lengths, i, layout, align, q_len in itertools.product(self.lengths or ["fixed"], inputs, layouts,
+                                                                   self.align or ["top-left"], sorted(self.seq_lens)):
+            batch = batch_given or self.total_tokens // q_len
+            out += [{"batch": batch, "q_len": q_len, "kv_len": kv_len, "lengths": lengths, "inputs": i,
+                     "kv_layout": layout, "align": align} for kv_len in self.kv_lens or [q_len]]
         return out
 
 
@@ -235,7 +252,7 @@ def measured_part(spec: Spec) -> dict:
     out = {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
     for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"]),
                          ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0), ("deterministic", False),
-                         ("model", None), ("total_tokens", None)):
+                         ("model", None), ("total_tokens", None), ("batch_mix", None)):
         # a sweep from before they existed hashes as it did
         if out.get(key) in (default, None):
             out.pop(key, None)
@@ -359,6 +376,11 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
         if merged["total_tokens"] < longest:
             raise UsageError(f"--total-tokens {merged['total_tokens']} is below the longest length {longest}: "
                              f"every length needs at least one sequence (T >= {longest})")
+    if merged.get("batch_mix"):
+        clash = [flag(k) for k in ("batch", "seq_lens", "kv_lens", "lengths", "align", "total_tokens") if k in values]
+        if clash:
+            raise UsageError(f"--batch-mix gives each mix its own sequences, lengths and alignment (bottom-right "
+                             f"within each sequence); give it or {', '.join(clash)}, not both")
     if merged["variants"] is None:
         merged["variants"] = registry.names()
     choices("variant", registry.names())(merged["variants"], "--variants")

@@ -312,3 +312,87 @@ def page_table(batch: int, kv_len: int, page: int, seed: int = 0) -> list[list[i
     order = list(range(batch * pages))
     random.Random(f"pages:{batch}:{kv_len}:{page}:{seed}").shuffle(order)
     return [order[b * pages:(b + 1) * pages] for b in range(batch)]
+
+
+# -- mixed batches: prefill, chunked prefill and decode in one varlen call ----------------------
+
+MAX_MIX_TEXT = 200  # characters of a --batch-mix spelling
+MAX_MIX_SEQUENCES = 4096  # sequences in one mix
+PHASES = ("prefill", "chunked_prefill", "decode")
+MIX_VALID = ("terms joined by '+', each COUNTx(Q/KV): COUNT sequences of Q new query tokens against KV keys "
+             "(their cache and themselves, so 1 <= Q <= KV), e.g. 2x(512/512)+1x(128/4096)+8x(1/2048); "
+             "'COUNTx' may be left out (one sequence) and Q alone is a prefill, Q/Q; at most "
+             f"{MAX_MIX_SEQUENCES} sequences, {MAX_TOKENS} query or key tokens in all and {MAX_MIX_TEXT} "
+             "characters")
+
+
+@dataclass(frozen=True)
+class Mix:
+    """A serving batch: runs of (count, q_len, kv_len), in packing order.  Within each sequence
+    the queries are its last q_len tokens (bottom-right): a prefill has q == kv, a chunked
+    prefill continues against its cache (1 < q < kv), a decode step has q == 1."""
+    runs: tuple  # ((count, q, kv), ...)
+
+    def text(self) -> str:
+        return "+".join(f"{n}x({q}/{kv})" for n, q, kv in self.runs)
+
+    def segments(self) -> list[tuple[int, int]]:
+        """(q_len, kv_len) of each sequence, in packing order."""
+        return [(q, kv) for n, q, kv in self.runs for _ in range(n)]
+
+    @property
+    def sequences(self) -> int:
+        return sum(n for n, _, _ in self.runs)
+
+    @property
+    def q_tokens(self) -> int:
+        return sum(n * q for n, q, _ in self.runs)
+
+    @property
+    def kv_tokens(self) -> int:
+        return sum(n * kv for n, _, kv in self.runs)
+
+    def flat(self) -> tuple[int, ...]:
+        """count/q/kv of every run, flat: the varlen mask's ``runs`` parameter."""
+        return tuple(x for run in self.runs for x in run)
+
+
+def phase(q: int, kv: int) -> str:
+    """prefill (q == kv: the whole prompt), decode (one new token against a cache), or
+    chunked_prefill (a chunk of a prompt, or draft tokens, against a cache)."""
+    if q == kv:
+        return "prefill"
+    return "decode" if q == 1 else "chunked_prefill"
+
+
+def parse_mix(text: str) -> Mix:
+    t = "".join(str(text).split())
+    bad = WorkloadError(f"--batch-mix {str(text).strip()!r} is not valid; valid: {MIX_VALID}", "mix")
+    if not t or len(t) > MAX_MIX_TEXT:
+        raise bad
+    runs = []
+    for term in t.split("+"):
+        count, sep, shape = term.lower().partition("x")
+        if not sep:
+            count, shape = "1", term
+        if shape.startswith("(") and shape.endswith(")"):
+            shape = shape[1:-1]
+        q, _, kv = shape.partition("/")
+        kv = kv or q
+        if not (count.isdigit() and q.isdigit() and kv.isdigit()):
+            raise bad
+        run = (int(count), int(q), int(kv))
+        if min(run) < 1:
+            raise bad
+        if run[1] > run[2]:
+            raise WorkloadError(f"--batch-mix {term}: {run[1]} query tokens against {run[2]} keys; the keys of a "
+                                f"sequence are its cache and its new tokens, so Q <= KV ({MIX_VALID})", "mix")
+        runs.append(run)
+    mix = Mix(tuple(runs))
+    if mix.sequences > MAX_MIX_SEQUENCES or max(mix.q_tokens, mix.kv_tokens) > MAX_TOKENS:
+        raise bad
+    return mix
+
+
+def canonical_mix(text: str) -> str:
+    return parse_mix(text).text()
