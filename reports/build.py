@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reports import frontier
 from reports.accuracy import error_chart, pareto_chart, roofline_chart
 from reports.charts import all_charts, variant_style
 from reports.frames import load_runs, speedups, with_peaks
@@ -14,7 +15,7 @@ from reports.tables import facet_tables, failed_rows, failures, status_counts, w
 
 
 def build_report(run_dirs, out: Path | None = None) -> Path:
-    """Write report/ (index.html, report.md, charts/, CSV tables); returns index.html's path."""
+    """Write report/ (index.html, report.md, charts/, CSV tables, frontier.csv); returns index.html's path."""
     run_dirs = [Path(d) for d in run_dirs]
     df, envs = load_runs(run_dirs)
     df = with_peaks(df, envs)
@@ -51,6 +52,7 @@ def build_report(run_dirs, out: Path | None = None) -> Path:
     scaling.to_csv(folder / "scaling.csv", index=False)
     failed_rows(df).to_csv(folder / "failures.csv", index=False)
     cross.to_csv(folder / "crossovers.csv", index=False)
-    parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks)
+    memory = frontier.write(df, envs, folder, charts_dir)
+    parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks, memory)
     write_markdown(parts)
     return write_page(parts)

@@ -411,3 +411,38 @@ def breakdown_chart(df: pd.DataFrame, out: Path) -> list[Path]:
                  fontsize=12)
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     return save_figure(fig, out)
+
+
+def _duration(ms: float) -> str:
+    if ms >= 60_000:
+        return f"{ms / 60_000:.3g} min"
+    return f"{ms / 1000:.3g} s" if ms >= 1000 else f"{ms:.3g} ms"
+
+
+def frontier_chart(df: pd.DataFrame, out: Path, title: str, predicted: bool = False) -> Path | None:
+    """The memory frontier: the largest size each variant fits in the budget as a bar, its
+    median time at that size written on it (``frontier.csv``'s columns: variant, largest,
+    median_ms_at_largest).  ``predicted``: the bars come from the memory model, not from cells,
+    and are drawn hatched."""
+    rows = df[df["largest"].notna()].sort_values("largest")
+    if rows.empty:
+        return None
+    fig, ax = new_figure(figsize=(7.5, 0.5 + 0.45 * len(rows)))
+    style = variant_style(rows["variant"], None)
+    y = np.arange(len(rows))
+    ax.barh(y, rows["largest"].astype(float), color=[style[v]["color"] for v in rows["variant"]],
+            hatch="//" if predicted else None, alpha=0.6 if predicted else 0.9)
+    for i, (size, ms) in enumerate(zip(rows["largest"], rows["median_ms_at_largest"])):
+        time_ = "" if ms is None or pd.isna(ms) else f"  ({_duration(ms)}{' predicted' if predicted else ''})"
+        note = f" {int(size):,}{time_}"
+        ax.text(float(size), i, note, va="center", fontsize=8)
+    ax.set_yticks(y, list(rows["variant"]), fontsize=8)
+    top, bottom = float(rows["largest"].max()), float(rows["largest"].min())
+    if top > 20 * bottom:  # sizes an order of magnitude apart: each bar readable on a log axis
+        ax.set_xscale("log")
+        ax.set_xlim(max(1.0, bottom / 4), top * 8)
+    else:
+        ax.set_xlim(0, top * 1.45)
+    ax.set_xlabel(("predicted " if predicted else "") + "largest size within the budget", fontsize=9)
+    ax.set_title(title, fontsize=10)
+    return save_figure(fig, out)[0]

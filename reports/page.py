@@ -135,6 +135,15 @@ WORKLOAD_NOTES = {
 }
 
 
+def _memory_html(memory) -> list[str]:
+    if not memory or memory["table"].empty:
+        return []
+    parts = ["<h3 id=memory>Memory model and frontier</h3>", f"<p class=muted>{html.escape(memory['note'])}</p>"]
+    if memory.get("chart"):
+        parts.append(f"<figure>{_img(memory['chart'])}<figcaption class=muted>predicted frontier</figcaption></figure>")
+    return parts + [_table_html(memory["table"], index=False)]
+
+
 def _workload_html(df) -> list[str]:
     from reports.tables import error_by_inputs, mix_table, ragged_table
 
@@ -221,6 +230,7 @@ class ReportParts:
     charts: dict
     baseline: str | None
     masks: dict | None = None
+    memory: dict | None = None  # reports.frontier.write: the memory models, the predicted frontier chart
 
 
 def write_page(r: ReportParts) -> Path:
@@ -250,6 +260,7 @@ def write_page(r: ReportParts) -> Path:
                  "and the n range it covers; none from fewer than 3 lengths (two points always lie on a line). "
                  "For decode, n is the KV cache length.</p>")
     parts.append(_table_html(_fmt_scaling(scaling), index=False) if not scaling.empty else "<p>no ok cells</p>")
+    parts += _memory_html(r.memory)
     parts += _workload_html(df)
     parts.append("<h3>Crossovers</h3>")
     parts.append(_table_html(cross, index=False) if not cross.empty else
@@ -321,6 +332,11 @@ def write_markdown(r: ReportParts) -> Path:
             if png:
                 lines += [f"![{key}](charts/{png.name})", ""]
         lines += [masks["table"].to_markdown(index=False), ""]
+    if r.memory and not r.memory["table"].empty:
+        lines += ["## Memory model and frontier", "", r.memory["note"], ""]
+        if r.memory.get("chart"):
+            lines += [f"![predicted frontier](charts/{r.memory['chart'].name})", ""]
+        lines += [r.memory["table"].to_markdown(index=False), ""]
     from reports.tables import error_by_inputs, mix_table, ragged_table
 
     ragged, errors, mixes = ragged_table(df), error_by_inputs(df), mix_table(df)

@@ -193,6 +193,7 @@ def test_a_mixed_sweep_writes_its_phases_repro_and_table(tmp_path):
     assert main(["sweep", *cmd, "--dry-run"]) == 0
     report = (out / "report" / "report.md").read_text()
     assert "## Mixed batches" in report and "µs per query token" in report and "1x(16/16)+4x(1/64)" in report
+    assert (out / "report" / "frontier.csv").exists()  # every run's (no series of three lengths here: no model)
     env = json.loads((out / "env.json").read_text())
     assert env["spec"]["batch_mix"] == [MIX, "1x(16/16)+4x(1/64)"]
 

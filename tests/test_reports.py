@@ -40,8 +40,10 @@ def test_sweep_writes_report_naming_every_variant(small_run):
         assert (out / "report" / "charts" / f"{chart}.png").stat().st_size > 5000
         assert not (out / "report" / "charts" / f"{chart}.svg").exists()  # SVG on request only (report --svg)
     # self-contained: the four charts, the roofline, the approximation's error and Pareto charts,
-    # the mask pictures and time against density
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 9
+    # the mask pictures, time against density, and the predicted memory frontier
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 10
+    assert (out / "report" / "charts" / "frontier.png").exists() and (out / "report" / "frontier.csv").exists()
+    assert "<h3 id=memory>Memory model and frontier</h3>" in html
     for chart in ("roofline", "error", "pareto"):
         assert (out / "report" / "charts" / f"{chart}.png").exists()
     assert "<h2 id=masks>Masks</h2>" in html and (out / "report" / "charts" / "density.png").exists()
@@ -448,7 +450,7 @@ def open_in_browser(page, width: int = 1400) -> dict:
 def test_the_report_renders_in_a_real_browser_within_1400_px(small_run):
     out, _ = small_run
     seen = open_in_browser(out / "report" / "index.html")
-    assert seen["images"] == 9 and seen["broken"] == [], seen  # every chart decoded and drawn
+    assert seen["images"] == 10 and seen["broken"] == [], seen  # every chart decoded and drawn
     assert seen["errors"] == [], seen["errors"]
     assert {"charts", "masks", "scaling", "tables", "status", "env"} <= set(seen["ids"]), seen["ids"]
     assert seen["scroll_width"] <= seen["width"] == 1400, seen  # no horizontal scroll at 1400 px

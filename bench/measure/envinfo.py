@@ -44,6 +44,13 @@ def _version(module: str) -> str | None:
         return None
 
 
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def fingerprint(device: str) -> dict:
     env = {
         "python": sys.version.split()[0],
@@ -60,6 +67,7 @@ def fingerprint(device: str) -> dict:
         "driver": None,
         "git_commit": _git_commit(),
         "command": " ".join(["python", "-m", "bench"] + sys.argv[1:]),
+        "memory_bytes": _memory_bytes(),  # this machine's memory (the report's predicted frontier)
     }
     if device == "cuda" and torch.cuda.is_available():
         env["device_name"] = torch.cuda.get_device_name()
