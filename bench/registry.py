@@ -1,6 +1,7 @@
 """The plugin API's stable import path for variants (``bench.model.registry`` holds them): the
 ``variant`` decorator, what a factory returns (``Prepared``), timing its structure-dependent
-preparation (``prep``), and availability."""
+preparation (``prep``), whether to compile with dynamic shapes (``compile_dynamic``), and
+availability."""
 
 from bench.model.registry import (
     CAPABILITIES,
@@ -9,9 +10,10 @@ from bench.model.registry import (
     RegistryError,
     Variant,
     available,
+    compile_dynamic,
     prep,
     variant,
 )
 
-__all__ = ["CAPABILITIES", "DuplicateVariantError", "Prepared", "RegistryError", "Variant", "available", "prep",
-           "variant"]
+__all__ = ["CAPABILITIES", "DuplicateVariantError", "Prepared", "RegistryError", "Variant", "available",
+           "compile_dynamic", "prep", "variant"]

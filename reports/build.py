@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports import frontier
+from reports import frontier, steps
 from reports.accuracy import error_chart, pareto_chart, roofline_chart
 from reports.charts import all_charts, variant_style
 from reports.frames import load_runs, speedups, with_peaks
@@ -53,6 +53,12 @@ def build_report(run_dirs, out: Path | None = None) -> Path:
     failed_rows(df).to_csv(folder / "failures.csv", index=False)
     cross.to_csv(folder / "crossovers.csv", index=False)
     memory = frontier.write(df, envs, folder, charts_dir)
-    parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks, memory)
+    step_table = steps.steps_table(df)
+    per_step = {"table": step_table, "note": steps.NOTE,
+                "chart": steps.steps_chart(df, charts_dir / "steps", style) if not step_table.empty else None}
+    if not step_table.empty:
+        step_table.to_csv(folder / "steps.csv", index=False)
+    parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, charts, baseline, masks, memory,
+                        per_step)
     write_markdown(parts)
     return write_page(parts)

@@ -12,7 +12,8 @@ from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
 FACET_COLS = ["run", "model", "hardware", "device", "dtype", "direction", "mask", "window", "align", "lengths",
               "mix", "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dims", "kv"]
-NUMERIC = [*row.NUMERIC, "compile_ms", "prep_ms"]  # the row's numeric columns, compile and prep time (extras)
+NUMERIC = [*row.NUMERIC, "compile_ms", "prep_ms", "compile_warm_ms", "step_median_ms", "step_steady_ms",
+           "step_prep_ms", "recompiles", "steps"]  # the row's numeric columns, and its extras' setup and step figures
 FLAGS = list(row.FLAGS)
 DECODE_MAX_Q = 16  # a query this short against a longer cache is decode: drawn against the cache length
 

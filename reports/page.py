@@ -135,13 +135,23 @@ WORKLOAD_NOTES = {
 }
 
 
-def _memory_html(memory) -> list[str]:
-    if not memory or memory["table"].empty:
+def _section_html(anchor: str, title: str, part: dict | None, caption: str) -> list[str]:
+    """A section of its own note, chart and table (the memory model, the cost per step)."""
+    if not part or part["table"].empty:
         return []
-    parts = ["<h3 id=memory>Memory model and frontier</h3>", f"<p class=muted>{html.escape(memory['note'])}</p>"]
-    if memory.get("chart"):
-        parts.append(f"<figure>{_img(memory['chart'])}<figcaption class=muted>predicted frontier</figcaption></figure>")
-    return parts + [_table_html(memory["table"], index=False)]
+    parts = [f"<h3 id={anchor}>{title}</h3>", f"<p class=muted>{html.escape(part['note'])}</p>"]
+    if part.get("chart"):
+        parts.append(f"<figure>{_img(part['chart'])}<figcaption class=muted>{caption}</figcaption></figure>")
+    return parts + [_table_html(part["table"], index=False)]
+
+
+def _section_md(title: str, part: dict | None, caption: str) -> list[str]:
+    if not part or part["table"].empty:
+        return []
+    lines = [f"## {title}", "", part["note"], ""]
+    if part.get("chart"):
+        lines += [f"![{caption}](charts/{part['chart'].name})", ""]
+    return lines + [part["table"].to_markdown(index=False), ""]
 
 
 def _workload_html(df) -> list[str]:
@@ -231,6 +241,7 @@ class ReportParts:
     baseline: str | None
     masks: dict | None = None
     memory: dict | None = None  # reports.frontier.write: the memory models, the predicted frontier chart
+    steps: dict | None = None  # reports.steps: the cost per step (--steps), its chart
 
 
 def write_page(r: ReportParts) -> Path:
@@ -260,7 +271,8 @@ def write_page(r: ReportParts) -> Path:
                  "and the n range it covers; none from fewer than 3 lengths (two points always lie on a line). "
                  "For decode, n is the KV cache length.</p>")
     parts.append(_table_html(_fmt_scaling(scaling), index=False) if not scaling.empty else "<p>no ok cells</p>")
-    parts += _memory_html(r.memory)
+    parts += _section_html("memory", "Memory model and frontier", r.memory, "predicted frontier")
+    parts += _section_html("steps", "Cost per step", r.steps, "step against kernel")
     parts += _workload_html(df)
     parts.append("<h3>Crossovers</h3>")
     parts.append(_table_html(cross, index=False) if not cross.empty else
@@ -332,11 +344,8 @@ def write_markdown(r: ReportParts) -> Path:
             if png:
                 lines += [f"![{key}](charts/{png.name})", ""]
         lines += [masks["table"].to_markdown(index=False), ""]
-    if r.memory and not r.memory["table"].empty:
-        lines += ["## Memory model and frontier", "", r.memory["note"], ""]
-        if r.memory.get("chart"):
-            lines += [f"![predicted frontier](charts/{r.memory['chart'].name})", ""]
-        lines += [r.memory["table"].to_markdown(index=False), ""]
+    lines += _section_md("Memory model and frontier", r.memory, "predicted frontier")
+    lines += _section_md("Cost per step", r.steps, "step against kernel")
     from reports.tables import error_by_inputs, mix_table, ragged_table
 
     ragged, errors, mixes = ragged_table(df), error_by_inputs(df), mix_table(df)

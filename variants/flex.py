@@ -13,7 +13,7 @@ import torch
 from bench import masks
 from bench.case import DTYPES, FP8
 from bench.inputs import make_grad_out, make_inputs, probe_case
-from bench.registry import Prepared, prep, variant
+from bench.registry import Prepared, compile_dynamic, prep, variant
 
 CACHE_SIZE_LIMIT = 256  # compiled shapes kept per function: a sweep compiles one per case
 
@@ -80,27 +80,40 @@ class FlexFactory:
     case ever runs the unfused fall-back."""
 
     def __init__(self):
-        self._compiled = None
+        self._compiled, self._dynamic = None, False
         self.compiles = 0  # cases compiled since the last reset
         self.resets = 0
 
     def compiled(self):
+        dynamic = compile_dynamic()  # --dynamic: one graph for every length
         if self.compiles >= CACHE_SIZE_LIMIT - 1:  # one more would reach dynamo's limit
             torch._dynamo.reset()
             self._compiled, self.compiles = None, 0
             self.resets += 1
-        if self._compiled is None:
+        if self._compiled is None or dynamic != self._dynamic:
             from torch.nn.attention.flex_attention import flex_attention
 
-            self._compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
+            self._compiled = torch.compile(flex_attention, dynamic=dynamic, fullgraph=True)
+            self._dynamic = dynamic
         self.compiles += 1
         return self._compiled
 
     def __call__(self, case):
         with _dynamo_limits():
             prepared = _prepare(case, self.compiled())
-        prepared.info["compiled"] = f"torch.compile fullgraph; case {self.compiles} since reset {self.resets}"
+        prepared.info["compiled"] = (f"torch.compile fullgraph{', dynamic shapes' if self._dynamic else ''}; case "
+                                     f"{self.compiles} since reset {self.resets}")
         return prepared
+
+
+def _dynamic_blocks(block_mask) -> None:
+    """Mark the block mask's block-count dims dynamic, so that a compile with dynamic shapes does
+    not guard on them at its first call (it would recompile at the first new length)."""
+    for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks", "q_indices",
+                 "full_q_num_blocks", "full_q_indices"):
+        t = getattr(block_mask, name, None)
+        for dim in range(2, t.dim()) if t is not None else ():
+            torch._dynamo.maybe_mark_dynamic(t, dim)
 
 
 def block_sparsity(block_mask) -> float:
@@ -226,6 +239,8 @@ def _prepare(case, flex):
                                            device=case.device)
     if block_mask is not None:
         info["block_sparsity"] = block_sparsity(block_mask)  # % of blocks skipped
+        if compile_dynamic():  # the block counts vary with the length too: dynamic from the first compile
+            _dynamic_blocks(block_mask)
     gqa, scale = case.is_gqa, case.scale
     if case.ragged or case.mixed:
         info["layout"] = "packed"

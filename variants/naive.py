@@ -11,7 +11,8 @@ from bench.registry import Prepared, prep, variant
                      "(a ragged or mixed batch: one sequence at a time; a paged cache: gathered first)")
 def naive(case):
     if case.ragged or case.mixed:
-        return Prepared(masks.per_sequence(case, naive), {"layout": "packed"})
+        fn = masks.per_sequence(case, naive)
+        return Prepared(fn, {"layout": "packed", "prep_ms": fn.prep_ms})
     if case.paged:
         return gather_pages(case, naive)
     info = {}

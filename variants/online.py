@@ -24,7 +24,8 @@ BLOCK = 128  # keys per block
                      "O(n * block) memory, exact (a ragged or mixed batch: one sequence at a time)")
 def chunked_online(case):
     if case.ragged or case.mixed:
-        return Prepared(masks.per_sequence(case, chunked_online), {"layout": "packed"})
+        fn = masks.per_sequence(case, chunked_online)
+        return Prepared(fn, {"layout": "packed", "prep_ms": fn.prep_ms})
     info = {}
     with prep(info, case.device):  # each key block's mask, built once per structure
         bound = masks.bind(case)

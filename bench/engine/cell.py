@@ -25,6 +25,7 @@ from bench.measure.memory import peak_bytes
 from bench.measure.origin import classify
 from bench.measure.reference import check_form, determinism, reference, run_and_check
 from bench.measure.settings import MeasureSettings
+from bench.measure.steps import run_steps
 from bench.measure.timing import (
     GRAPH_CHECK_MS,
     GraphTimer,
@@ -35,7 +36,7 @@ from bench.measure.timing import (
 )
 from bench.model import masks
 from bench.model.case import Case
-from bench.model.registry import Variant, probe_reason
+from bench.model.registry import Variant, compile_dynamic, probe_reason
 from bench.model.row import CONTENTION, GPU_STATE, KERNELS, MEASURED, TIMING, ReasonKind, Status, default_kind
 
 
@@ -199,6 +200,7 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
     WorkerTainted is raised before any other variant runs beside it."""
     cache = cache or ReferenceCache()
     torch.use_deterministic_algorithms(bool(getattr(settings, "deterministic", False)))  # --deterministic
+    compile_dynamic(bool(getattr(settings, "dynamic", False)))  # --dynamic
     if settings.threads is None:  # the rows record the threads the cells ran with
         settings = settings.replace(threads=torch.get_num_threads())
     try:
@@ -342,6 +344,12 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
                 row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
             row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
             row["status"] = Status.OK.value
+            if getattr(settings, "steps", 0):  # --steps: what a step costs beyond the kernel
+                during = "steps (after the timing, kept)"
+                try:
+                    row["extra"].update(run_steps(item.variant, case, settings.steps))
+                except Exception as exc:  # the cell's timing stays; the steps say why they are missing
+                    row["extra"]["steps_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
         except Exception as exc:
             fail(row, exc, during)
         emit(row)

@@ -26,6 +26,8 @@ class MeasureSettings:
     # while its timing stays under this many ms; past it, it keeps what it has and says what they support
     ceiling_ms: float = DEFAULT_CEILING_MS
     deterministic: bool = False  # torch.use_deterministic_algorithms(True) in the worker (--deterministic)
+    steps: int = 0  # after its timing, an ok cell runs this many steps of fresh batches (--steps; bench.measure.steps)
+    dynamic: bool = False  # variants that compile do so with dynamic shapes (--dynamic)
 
     @classmethod
     def from_spec(cls, spec, threads: int | None = None) -> MeasureSettings:
@@ -35,7 +37,8 @@ class MeasureSettings:
         return cls(budget_ms=float(spec.budget_ms), precision=spec.precision / 100.0, rounds=int(spec.rounds),
                    timer=spec.timer or "events", threads=threads if threads is not None else spec.threads,
                    ceiling_ms=max(float(spec.budget_ms), 1e3 * ceiling if ceiling is not None else DEFAULT_CEILING_MS),
-                   deterministic=bool(getattr(spec, "deterministic", False)))
+                   deterministic=bool(getattr(spec, "deterministic", False)), steps=int(getattr(spec, "steps", 0) or 0),
+                   dynamic=bool(getattr(spec, "dynamic", False)))
 
     def replace(self, **changes) -> MeasureSettings:
         return replace(self, **changes)

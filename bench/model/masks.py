@@ -408,10 +408,11 @@ def per_sequence(case: Case, make: Callable) -> Callable:
     ``fn(q, k, v)`` runs it on each sequence's slices of the packed tensors (1, H, total, D), q
     and k sliced apart, and joins the outputs.  Gradients flow through the slices."""
     segments = case.segments()
-    calls = {}
+    calls, prep_ms = {}, 0.0
     for q_len, kv_len in sorted(set(segments)):
         out = make(case.replace(batch=1, q_len=q_len, kv_len=kv_len, lengths="fixed", mix="none"))  # a mix's
         calls[q_len, kv_len] = getattr(out, "fn", out)  # sub-case keeps its bottom-right alignment
+        prep_ms += float(getattr(out, "info", {}).get("prep_ms") or 0.0)
     q_starts = itertools.accumulate((q for q, _ in segments), initial=0)
     kv_starts = itertools.accumulate((kv for _, kv in segments), initial=0)
     parts = list(zip(q_starts, kv_starts, segments))
@@ -419,6 +420,7 @@ def per_sequence(case: Case, make: Callable) -> Callable:
     def attention(q, k, v):
         return torch.cat([calls[n, m](q[:, :, s:s + n], k[:, :, t:t + m], v[:, :, t:t + m])
                           for s, t, (n, m) in parts], dim=2)
+    attention.prep_ms = prep_ms  # what the sequences' preparations took, together (a row's prep_ms)
     return attention
 
 

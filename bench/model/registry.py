@@ -63,6 +63,17 @@ def prep(info: dict, device: str = "cpu"):
         info["prep_ms"] = info.get("prep_ms", 0.0) + (time.perf_counter() - t0) * 1e3
 
 
+_COMPILE = {"dynamic": False}
+
+
+def compile_dynamic(value: bool | None = None) -> bool:
+    """Whether a variant that compiles should compile with dynamic shapes (``--dynamic``: one
+    graph for every length, instead of one per shape); the worker sets it from the sweep."""
+    if value is not None:
+        _COMPILE["dynamic"] = bool(value)
+    return _COMPILE["dynamic"]
+
+
 @dataclass(frozen=True)
 class Capability:
     """One thing a case may ask that a variant declares it can do (``variant(..., NAME=True)``):

@@ -154,6 +154,12 @@ class Spec:
     deterministic: bool = setting("run every cell under torch.use_deterministic_algorithms(True): a variant whose "
                                   "kernel has no deterministic form is unsupported, with PyTorch's reason",
                                   yes_no, default=False, switch=True)
+    steps: int = setting("after its timing, each ok cell runs K steps, each with a freshly drawn batch (a ragged "
+                         "batch's new lengths, its number of tokens varying) set up again and called once: the wall "
+                         "time per step with its preparation and any recompile, and the recompiles (default 0: none)",
+                         number(0, 1000, True), default=0, metavar="K")
+    dynamic: bool = setting("variants that compile (flex) compile with dynamic shapes: one graph for every length "
+                            "instead of one per shape", yes_no, default=False, switch=True)
     ceiling_s: float = setting("CPU: the most seconds a cell's timing may take, past --budget-ms, to collect the 6 "
                                "samples a 95%% interval of its median needs (default 2); beyond it the row says "
                                "what its samples support", number(0.0, 3600.0, False), default=2.0, metavar="S")
@@ -252,7 +258,8 @@ def measured_part(spec: Spec) -> dict:
     out = {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
     for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"]),
                          ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0), ("deterministic", False),
-                         ("model", None), ("total_tokens", None), ("batch_mix", None)):
+                         ("model", None), ("total_tokens", None), ("batch_mix", None), ("steps", 0),
+                         ("dynamic", False)):
         # a sweep from before they existed hashes as it did
         if out.get(key) in (default, None):
             out.pop(key, None)

@@ -183,6 +183,34 @@ def draw_lengths(text: str, batch: int, n: int) -> tuple[int, ...]:
     return tuple(parse_lengths(text).draw(batch, n))
 
 
+def free_lengths(text: str, batch: int, n: int, seed: int) -> list[int]:
+    """A new batch from a ragged distribution whose mean is n in expectation, not held to it (a
+    loader's next batch: its number of tokens varies), its total a multiple of the batch so that
+    its mean is whole; an explicit list, shuffled."""
+    d = parse_lengths(text)
+    rng = random.Random(f"free:{text}:{batch}:{n}:{seed}")
+    if d.kind == "list":
+        out = list(d.params)
+        rng.shuffle(out)
+        return out
+    if d.kind == "uniform":
+        lo, hi = d.params
+        out = [rng.randint(lo, hi) for _ in range(batch)]
+    elif d.kind == "lognormal":
+        (sigma,) = d.params
+        out = [max(1, round(n * math.exp(sigma * rng.gauss(0.0, 1.0) - sigma * sigma / 2))) for _ in range(batch)]
+    elif d.kind == "bimodal":
+        short, long, frac = d.params
+        unit = n / (frac * short + (1 - frac) * long)
+        out = [max(1, round((short if rng.random() < frac else long) * unit)) for _ in range(batch)]
+    else:
+        return [n] * batch
+    out[out.index(max(out))] += (-sum(out)) % batch  # a whole mean
+    if len(set(out)) == 1:  # a ragged batch stays ragged
+        out[0] += batch
+    return out
+
+
 def parse_lengths(text: str) -> Lengths:
     t = str(text).strip()
     name, _, rest = t.partition(":")
