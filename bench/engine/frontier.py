@@ -167,7 +167,7 @@ def _prediction(res: Result, measured, axis: str, make_case, top: int) -> int | 
     if axis == "n":
         a, b, c = memmodel.fit(sizes, [max(p, 1.0) for p in peaks])
     else:  # peak above the inputs grows with the batch: linear
-        a, (b, c) = 0.0, memmodel._solve([float(s) for s in sizes], [max(p, 1.0) for p in peaks], 1)
+        a, (b, c) = 0.0, memmodel.fit_line(sizes, [max(p, 1.0) for p in peaks])
     res.model = (a, b, c)
 
     def footprint(size: int) -> float:

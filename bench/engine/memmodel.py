@@ -15,11 +15,10 @@ its search from.  Plain functions of rows: the reports and the frontier search a
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.measure.flops import ELEMENT_BYTES
-from bench.model.case import MAX_DIM, MAX_LEN, Case
+from bench.model.case import MAX_LEN, Case
 from bench.model.row import current_rows
 
 HELD_OUT_LIMIT = 0.10  # a model is trusted when it predicts its largest measured peak this close
@@ -50,6 +49,12 @@ def _solve(ns: list[float], ys: list[float], degree: int) -> list[float]:
     return [float(c) for c in coef]
 
 
+def fit_line(ns, peaks) -> tuple[float, float]:
+    """(b, c) of b·n + c through the points, by relative residuals (a batch's peak)."""
+    b, c = _solve([float(n) for n in ns], [float(p) for p in peaks], 1)
+    return b, c
+
+
 def fit(ns, peaks) -> tuple[float, float, float]:
     """(a, b, c) of a·n² + b·n + c through the points (n, peak bytes); linear when the
     quadratic term would be negative."""
@@ -72,7 +77,6 @@ class MemoryModel:
     peaks: tuple  # their measured peaks above the inputs
     held_out_n: int | None = None  # the largest n, predicted from the others
     held_out_err: float | None = None  # |predicted - measured| / measured there
-    extra: dict = field(default_factory=dict)
 
     def predict(self, n: float) -> float:
         return self.a * n * n + self.b * n + self.c
@@ -146,23 +150,8 @@ def models(rows) -> list[MemoryModel]:
     return out
 
 
-def largest_batch(model_at, budget: float) -> int | None:
-    """The largest batch whose footprint ``model_at(batch)`` fits ``budget``."""
-    return largest(model_at, budget, MAX_DIM)
-
-
 def budget_of(env: dict, reserve: float = 0.1) -> float | None:
     """The memory a run's machine offers a cell: the GPU's memory, or the CPU's, less a
     reserve (for the runtime, the allocator's fragmentation, other processes); None unknown."""
     total = env.get("gpu_memory_bytes") if env.get("device") == "cuda" else env.get("memory_bytes")
     return None if not total else float(total) * (1 - reserve)
-
-
-def describe(m: MemoryModel) -> str:
-    """One line: the coefficients in the units that read best."""
-    return (f"{m.a:.4g}·n² + {m.b:.4g}·n + {m.c:.4g} B"
-            + ("" if m.held_out_err is None else f"; held out n={m.held_out_n}: {100 * m.held_out_err:.1f}%"))
-
-
-def nan_if_none(x):
-    return math.nan if x is None else x
