@@ -121,10 +121,10 @@ def test_flex_recompiles_for_each_new_length_unless_dynamic_and_a_warm_compile_i
             torch._dynamo.reset()  # cold: nothing compiled in this process, nor in an earlier run's cache
             with temporary_cache_dir(str(tmp_path / f"inductor-{dynamic}")):
                 first = registry["flex"].prepare(case)  # the cell's setup: its first compile
-                out = run_steps(registry["flex"], case, 2)  # its steps, then the same case again, warm
+                out = run_steps(registry["flex"], case, 1)  # a step of a new length, then the same case again, warm
             counts[dynamic] = out["step_recompiles"]
             if not dynamic:
                 assert out["compile_warm_ms"] < first.info["compile_ms"], (out["compile_warm_ms"], first.info)
     finally:
         compile_dynamic(False)
-    assert counts[False] == [1, 1] and counts[True] == [0, 0]
+    assert counts[False] == [1] and counts[True] == [0]  # the first new length: where a guard would fail
