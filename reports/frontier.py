@@ -15,7 +15,8 @@ from bench.engine import memmodel
 
 NOTE = ("Peak memory above the inputs fitted as a·n² + b·n + c per variant and case (dtype, mask, direction, heads, "
         "head dims, batch), minimising relative error. 'held out' refits without the largest n and predicts it: the "
-        "model is trusted within {limit:.0f}%. 'next doubling' predicts 2 x the largest n with that error. The "
+        "model is trusted within {limit:.0f}% (a prediction past it says untrusted; one from three lengths, "
+        "unchecked). 'next doubling' predicts 2 x the largest n with that error. The "
         "predicted frontier is the largest n whose inputs and peak fit {budget}; its time extrapolates the largest ok "
         "cell's with the series' time exponent. `python -m bench frontier --memory-budget SIZE` finds it with real "
         "cells.")
@@ -97,4 +98,12 @@ def _shown(t: pd.DataFrame) -> pd.DataFrame:
                      for n, e in zip(t["held_out_n"], t["held_out_err_pct"])],
         "next doubling": [f"n={int(n)}: {p:.4g} MiB" + (f" ±{e:.0f}%" if e is not None and not pd.isna(e) else "")
                           for n, p, e in zip(t["next_n"], t["next_peak_mib"], t["held_out_err_pct"])],
-        "predicted largest n": t["largest"].map(lambda x: "-" if x is None or pd.isna(x) else f"{int(x):,}")})
+        "predicted largest n": ["-" if x is None or pd.isna(x) else f"{int(x):,}" + _caveat(ok, e)
+                                for x, ok, e in zip(t["largest"], t["trusted"], t["held_out_err_pct"])]})
+
+
+def _caveat(trusted: bool, err) -> str:
+    """What a prediction rests on: nothing to add for a model held within the limit."""
+    if err is None or pd.isna(err):
+        return " (unchecked: 3 lengths)"
+    return "" if trusted else " (untrusted)"
