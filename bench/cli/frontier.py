@@ -9,6 +9,8 @@ from pathlib import Path
 
 from bench.cli.common import add_setting_flags, case_spec
 from bench.errors import UsageError
+from bench.model.case import MAX_LEN
+from bench.model.parsers import number
 
 UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20, "g": 2**30,
          "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
@@ -54,7 +56,7 @@ def command(args) -> int:
     budget, limit, where = _budget(args, spec.device)
     axis = "n" if args.at_n is None else "batch"
     if axis == "batch":
-        n = int(parse_int(args.at_n, "--at-n"))
+        n = number(1, MAX_LEN, True)(args.at_n, "--at-n")
         probes = frontier.PROBES["batch"]
     else:
         gave = args.seq_lens is not None
@@ -75,12 +77,6 @@ def command(args) -> int:
                                        limit=limit, log=lambda s: print("  " + s, flush=True)))
     _write(results, out, base, axis)
     return 0
-
-
-def parse_int(text, flag_: str) -> int:
-    if not str(text).isdigit() or int(text) < 1:
-        raise UsageError(f"{flag_} takes a positive whole number, got {text!r}")
-    return int(text)
 
 
 def _budget(args, device: str) -> tuple[float, float | None, str]:
