@@ -414,6 +414,8 @@ def breakdown_chart(df: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def _duration(ms: float) -> str:
+    if ms >= 3_600_000:
+        return f"{ms / 3_600_000:,.3g} h" if ms < 3.6e8 else f"{ms / 3_600_000:,.0f} h"
     if ms >= 60_000:
         return f"{ms / 60_000:.3g} min"
     return f"{ms / 1000:.3g} s" if ms >= 1000 else f"{ms:.3g} ms"
@@ -436,13 +438,14 @@ def frontier_chart(df: pd.DataFrame, out: Path, title: str, predicted: bool = Fa
         time_ = "" if ms is None or pd.isna(ms) else f"  ({_duration(ms)}{' predicted' if predicted else ''})"
         note = f" {int(size):,}{time_}"
         ax.text(float(size), i, note, va="center", fontsize=8)
-    ax.set_yticks(y, list(rows["variant"]), fontsize=8)
+    untrusted = rows["trusted"].eq(False) if "trusted" in rows else pd.Series(False, index=rows.index)
+    ax.set_yticks(y, [f"{v}\n(untrusted model)" if u else v for v, u in zip(rows["variant"], untrusted)], fontsize=8)
     top, bottom = float(rows["largest"].max()), float(rows["largest"].min())
     if top > 20 * bottom:  # sizes an order of magnitude apart: each bar readable on a log axis
-        ax.set_xscale("log")
-        ax.set_xlim(max(1.0, bottom / 4), top * 8)
+        ax.set_xscale("log")  # room on the right for the longest label: about a decade and a half
+        ax.set_xlim(max(1.0, bottom / 4), top * 60)
     else:
-        ax.set_xlim(0, top * 1.45)
+        ax.set_xlim(0, top * 1.9)
     ax.set_xlabel(("predicted " if predicted else "") + "largest size within the budget", fontsize=9)
     ax.set_title(title, fontsize=10)
     return save_figure(fig, out)[0]

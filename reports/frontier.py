@@ -71,10 +71,15 @@ def write(df: pd.DataFrame, envs: list[dict], folder: Path, charts_dir: Path) ->
     table.to_csv(folder / "frontier.csv", index=False)
     chart = None
     if not table.empty and budget and table["largest"].notna().any():
-        best = table.sort_values("largest").drop_duplicates("variant", keep="last")  # each variant's best case
+        # one case for every bar: the one most variants were fitted on (a variant's bars are not compared across masks)
+        case_cols = ["dtype", "mask", "direction", "heads", "kv_heads", "head_dim", "batch"]
+        drawn = table[table["largest"].notna()]
+        key = drawn.groupby(case_cols, sort=False).size().idxmax()
+        one = drawn[(drawn[case_cols] == pd.Series(key, index=case_cols)).all(axis=1)]
         charts_dir.mkdir(parents=True, exist_ok=True)
-        chart = frontier_chart(best, charts_dir / "frontier", f"Predicted largest n within {budget / 2**30:.3g} GiB "
-                                                              f"(the machine's memory less 10%)", predicted=True)
+        case = "{} {} {} h={}/{} d={} b={}".format(*key)
+        chart = frontier_chart(one, charts_dir / "frontier", f"Predicted largest n within {budget / 2**30:.3g} GiB "
+                                                             f"(the machine's memory less 10%)\n{case}", predicted=True)
     budget_text = f"{budget / 2**30:.3g} GiB (this machine's memory less 10%)" if budget else "the machine's memory"
     return {"table": _shown(table), "chart": chart, "note": NOTE.format(limit=100 * memmodel.HELD_OUT_LIMIT,
                                                                         budget=budget_text)}
