@@ -5,13 +5,14 @@ intensity, under the measured bandwidth and matmul ceilings)."""
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from reports.charts import figure_legend, minor_label, new_figure, save_figure
+from reports.charts import minor_label, new_figure, place_grid, save_figure
 from reports.frames import facet_groups
 
 MAX_PANELS = 12
@@ -19,14 +20,23 @@ PARETO_PANELS = 8  # panels of the Pareto chart, one legend below them
 EXACT_FLOOR = 1e-8  # an exact variant's error is drawn no lower than this (log axis)
 
 
-def _grid(n: int, width: float = 5.2, height: float = 4.2):
+PANEL = (4.4, 3.3)  # inches: three across with the legend at the right fit a 1400 px page
+
+
+def _grid(n: int):
+    """A figure of ``n`` panels, three across, placed by ``finish`` once drawn."""
     cols = min(3, n)
     rows = math.ceil(n / cols)
-    fig, axes = new_figure(rows, cols, figsize=(width * cols, height * rows + 0.9), squeeze=False,
-                             layout="constrained")
+    fig, axes = new_figure(rows, cols, figsize=(10, 10), squeeze=False, layout="none")
     for ax in axes.flat[n:]:
-        ax.set_axis_off()
+        fig.delaxes(ax)
     return fig, list(axes.flat[:n])
+
+
+def finish(fig, axes, out: Path) -> list[Path]:
+    """The panels placed with one legend at the right (charts.place_grid), then saved."""
+    place_grid(fig, axes, min(3, len(axes)), PANEL)
+    return save_figure(fig, out)
 
 
 def _points(ax, v: pd.DataFrame, x: str, y: str, st: dict, label: str | None) -> None:
@@ -52,8 +62,10 @@ def log_ticks(ax) -> None:
     """1-2-5 ticks, every one labelled, across a log y axis's drawn range: a range shorter than
     a decade (an error between 0.3 and 2, say) still reads."""
     lo, hi = ax.get_ylim()
-    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-             for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    ticks = [m * 10.0 ** e for e in decades for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    if len(ticks) < 3:  # a range short of a decade: finer steps, so that no panel reads from one tick
+        ticks = [m * 10.0 ** e for e in decades for m in (1, 1.5, 2, 3, 5, 7) if lo <= m * 10.0 ** e <= hi]
     if len(ticks) > 12:  # many decades: the powers of ten alone
         ticks = [t for t in ticks if f"{t:g}".lstrip("0.").startswith("1")]
     ax.yaxis.set_major_locator(FixedLocator(ticks))
@@ -94,11 +106,10 @@ def error_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         ax.set_xticks(sorted(g["n"].unique()))
         ax.set_xlabel("sequence length n (tokens)", fontsize=9)
         ax.set_ylabel("relative error ||out - ref|| / ||ref||", fontsize=9)
-        ax.set_title(label, fontsize=9)
+        ax.set_title("\n".join(textwrap.wrap(label, 55)[:2]), fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
-    figure_legend(fig, axes)
     fig.suptitle("Approximate variants: output error against the float64 softmax reference", fontsize=11)
-    return save_figure(fig, out)
+    return finish(fig, axes, out)
 
 
 def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
@@ -123,6 +134,11 @@ def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
     fig, axes = _grid(len(panels))
     for ax, (title, g) in zip(axes, panels):
         g = g.assign(err=g["rel_err"].clip(lower=EXACT_FLOOR))
+        # the exact variants side by side in their strip (their errors, 1e-7 against 3e-7, say nothing
+        # between them and would draw them on top of one another)
+        exact = sorted(g.loc[g["err"] < EXACT_BREAK, "variant"].unique())
+        spots = dict(zip(exact, np.geomspace(3 * EXACT_FLOOR, EXACT_BREAK / 3, max(len(exact), 1))))
+        g.loc[g["err"] < EXACT_BREAK, "err"] = g.loc[g["err"] < EXACT_BREAK, "variant"].map(spots)
         for name, v in g.groupby("variant", sort=True):
             _points(ax, v, "err", "median_ms", _style(style, name), name)
         front = g.sort_values(["err", "median_ms"])
@@ -132,14 +148,13 @@ def pareto_chart(df: pd.DataFrame, out: Path, style: dict) -> list[Path]:
         _broken_error_axis(ax, g["err"])
         ax.axvline(1.0, color="#b22222", lw=0.9, ls="--", zorder=1, label="error of answering zeros")
         ax.set_yscale("log")
-        _plain(ax, "y")
-        ax.set_xlabel("relative error (exact variants in the strip at the left)", fontsize=9)
+        log_ticks(ax)  # 1-2-5: a panel whose times span less than a decade still has several labels
+        ax.set_xlabel("relative error\n(exact variants side by side in the shaded strip)", fontsize=9)
         ax.set_ylabel("median time per call (ms)", fontsize=9)
-        ax.set_title(title, fontsize=9)
+        ax.set_title("\n".join(textwrap.wrap(title, 55)[:2]), fontsize=9)
         ax.grid(True, which="major", alpha=0.25)
-    figure_legend(fig, axes)
     fig.suptitle("Speed against error: faster is lower, more exact is further left", fontsize=11)
-    return save_figure(fig, out)
+    return finish(fig, axes, out)
 
 
 EXACT_BREAK = 1e-3  # below this a variant counts as exact: its errors share a narrow strip of the axis
@@ -182,7 +197,7 @@ def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -
               if bandwidth.get(run) and peaks.get(run, {}).get(dtype)]
     if not panels:
         return []
-    fig, axes = _grid(len(panels), width=6.2, height=4.8)
+    fig, axes = _grid(len(panels))
     for ax, ((run, dtype), g) in zip(axes, panels):
         bw, peak = bandwidth[run], peaks[run][dtype]
         lo = min(g["intensity"].min(), 0.1) / 2
@@ -203,12 +218,11 @@ def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -
         ax.set_xscale("log")
         ax.set_yscale("log")
         _plain(ax)
-        ax.set_xlabel("arithmetic intensity (FLOPs per byte moved: minimum traffic, "
-                      "or the variant's own model)", fontsize=9)
+        ax.set_xlabel("arithmetic intensity (FLOPs per byte moved:\nminimum traffic, or the variant's own model)",
+                      fontsize=9)
         ax.set_ylabel("achieved TFLOP/s", fontsize=9)
         ax.set_title(f"{dtype}" + ("" if len({r for (r, _), _ in panels}) == 1 else f", run {run}")
                      + f"; left of the ridge ({ridge:.3g} FLOP/B) memory-bound", fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
-    figure_legend(fig, axes)
     fig.suptitle("Roofline: each ok cell under the measured ceilings", fontsize=11)
-    return save_figure(fig, out)
+    return finish(fig, axes, out)

@@ -3,6 +3,7 @@ colour per variant across every chart, failed cells marked at their n with their
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import textwrap
@@ -18,7 +19,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLo
 
 from bench.model.row import Status
 from reports.frames import constant_facets, facet_groups, ran_here, x_label
-from reports.tables import failed_cells, with_metrics
+from reports.tables import UNTIMED, failed_cells, with_metrics
 
 MARKERS = "osD^v<>phX*"
 FAIL_MARK = {s.value: "UNSUPP." if s is Status.UNSUPPORTED else s.word for s in Status if s is not Status.OK}
@@ -115,12 +116,23 @@ COINCIDE = 0.03  # two variants whose values agree within 3 % at every n they sh
 def coinciding(ok: pd.DataFrame, metric: str) -> list[tuple[str, str]]:
     """Pairs of variants (a, b) whose ``metric`` agrees within COINCIDE at every n both have
     (two n at least): b would hide under a."""
-    wide = ok.pivot_table(index="n", columns="variant", values=metric, aggfunc="first")
-    names, pairs = list(wide.columns), []
+    return _coinciding(_series_by_variant(ok, metric))
+
+
+def _series_by_variant(ok: pd.DataFrame, metric: str) -> dict:
+    """{variant: {n: value}} of a panel's drawable rows (a cell's first row)."""
+    out: dict = {}
+    for name, n, y in zip(ok["variant"], ok["n"], ok[metric]):
+        out.setdefault(name, {}).setdefault(n, y)
+    return out
+
+
+def _coinciding(series: dict) -> list[tuple[str, str]]:
+    names, pairs = sorted(series), []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            both = wide[[a, b]].dropna()
-            if len(both) >= 2 and ((both[b] / both[a] - 1).abs() <= COINCIDE).all():
+            common = set(series[a]) & set(series[b])
+            if len(common) >= 2 and all(abs(series[b][n] / series[a][n] - 1) <= COINCIDE for n in common):
                 pairs.append((a, b))
     return pairs
 
@@ -137,19 +149,6 @@ def _failed_marks(ax, fails: pd.DataFrame, style) -> None:
             ax.annotate(FAIL_MARK.get(r["status"], r["status"]), (r["n"], y), xycoords=trans,
                         xytext=(6, 0), textcoords="offset points", fontsize=7, va="center",
                         color=style[name]["color"])
-
-
-def not_drawn(df: pd.DataFrame) -> str:
-    """The variants of a chart with no cell that ran (every one unsupported), with the first
-    reason of each, shortened: said under the chart, so that no variant vanishes unexplained."""
-    out = []
-    for name, g in df.groupby("variant", sort=True):
-        if (g["status"] == "unsupported").all():
-            reason = str(g["reason"].dropna().iloc[0]) if g["reason"].notna().any() else "no reason"
-            out.append(f"{name} ({textwrap.shorten(reason, 48, placeholder='...')})")
-    if not out:
-        return ""
-    return "\n".join(textwrap.wrap("not drawn, unsupported in every cell: " + "; ".join(out), 190))
 
 
 def new_figure(rows: int = 1, cols: int = 1, *, figsize, layout: str = "constrained", **subplots):
@@ -180,9 +179,10 @@ SVG_ENV = "ATTNBENCH_REPORT_SVG"  # "1": every chart as SVG too (report --svg); 
 def save_figure(fig, out: Path) -> list[Path]:
     """The figure as PNG beside ``out`` (the page embeds it), and as SVG too when asked
     (``report --svg``): each format costs a full render, so the page's one is the default."""
+    out.parent.mkdir(parents=True, exist_ok=True)
     paths = [out.with_suffix(".png")] + ([out.with_suffix(".svg")] if os.environ.get(SVG_ENV) == "1" else [])
     for p in paths:
-        fig.savefig(p, dpi=130)
+        fig.savefig(p, dpi=DPI)
         fig.set_layout_engine("none")  # the layout is done: a second format reuses it
     return paths
 
@@ -200,7 +200,6 @@ def minor_label(y, _pos) -> str:
     return f"{y:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
 
 
-UNTIMED = ("mem_mib",)  # metrics not from the timed samples: drawn filled whatever the timing flags
 
 
 def _x_axis(ax, ns) -> None:
@@ -212,56 +211,180 @@ def _x_axis(ax, ns) -> None:
     ax.set_xticks(ticks, [str(t) for t in ticks], rotation=0 if len(ticks) < 8 else 45)
 
 
+PANEL = (4.6, 3.1)  # inches of one panel: 3 across and the legend fit a 1400 px page at DPI
+DPI = 100
+GAP = (0.3, 0.85)  # between panels: across (the left column alone has y labels), down (title, x ticks)
+
+
+class Layout:
+    """A fixed grid of panels, placed by arithmetic rather than by a layout engine (which
+    measures every text of every panel, twice per save): margins from the title's and notes'
+    lines and the legend's longest label."""
+
+    def __init__(self, panels: int, title_lines: int, note_lines: int, legend_chars: int, own_x: bool):
+        self.cols = _grid_cols(panels)
+        self.rows = math.ceil(panels / self.cols)
+        w, h = PANEL
+        self.left, self.gap_x = 0.85, GAP[0] + (0.45 if own_x else 0.0)
+        self.gap_y = GAP[1] + (0.35 if own_x else 0.0)
+        self.legend = min(3.6, 0.7 + 0.068 * legend_chars)
+        self.top = 0.25 + 0.24 * title_lines
+        self.bottom = 0.75 + 0.17 * note_lines
+        self.width = self.left + self.cols * w + (self.cols - 1) * self.gap_x + 0.2 + self.legend
+        self.height = self.top + self.rows * h + (self.rows - 1) * self.gap_y + self.bottom
+
+    def figure(self, panels: int):
+        fig = Figure(figsize=(self.width, self.height))
+        w, h = PANEL
+        axes = []
+        for i in range(panels):
+            r, c = divmod(i, self.cols)
+            x = self.left + c * (w + self.gap_x)
+            y = self.height - self.top - (r + 1) * h - r * self.gap_y
+            axes.append(fig.add_axes((x / self.width, y / self.height, w / self.width, h / self.height)))
+        return fig, axes
+
+    def legend_anchor(self) -> tuple[float, float]:
+        return 1 - (self.legend + 0.05) / self.width, 0.5
+
+
+def place_grid(fig, axes, cols: int, panel: tuple[float, float]) -> None:
+    """Lay out a figure of panels that each carry their own axis labels, with one legend to the
+    right of them (every label the panels hold, once): the figure sized and each panel placed
+    by arithmetic, as Layout does for the metric charts, rather than by a layout engine."""
+    seen: dict = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    title = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    rows = math.ceil(len(axes) / cols)
+    w, h = panel
+    left, gap_x, gap_y = 0.95, 0.95, 1.05
+    legend = min(3.6, 0.7 + 0.068 * max((len(x) for x in seen), default=0)) if seen else 0.0
+    top, bottom = 0.3 + 0.24 * (title.count("\n") + 1 if title else 0), 0.7
+    width = left + cols * w + (cols - 1) * gap_x + 0.3 + legend
+    height = top + rows * h + (rows - 1) * gap_y + bottom
+    fig.set_layout_engine("none")
+    fig.set_size_inches(width, height)
+    for i, ax in enumerate(axes):
+        r, c = divmod(i, cols)
+        x, y = left + c * (w + gap_x), height - top - (r + 1) * h - r * gap_y
+        ax.set_position((x / width, y / height, w / width, h / height))
+    if title:
+        fig._suptitle.set_y(1 - 0.12 / height)
+        fig._suptitle.set_va("top")
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="center left",
+                   bbox_to_anchor=(1 - (legend + 0.05) / width, 0.5), fontsize=9, frameon=False)
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks over [lo, hi], every one labelled; the powers of ten alone over many decades."""
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    ticks = [m * 10.0 ** e for e in decades for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    if len(ticks) < 3:  # a range short of a decade: finer steps
+        ticks = [m * 10.0 ** e for e in decades for m in (1, 1.5, 2, 3, 5, 7) if lo <= m * 10.0 ** e <= hi]
+    if len(ticks) > 10:
+        ticks = [t for t in ticks if f"{t:g}".lstrip("0.").startswith("1")]
+    if len(ticks) > 10:
+        step = math.ceil(len(ticks) / 8)
+        ticks = ticks[::step]
+    return ticks
+
+
+def _y_range(values, logy: bool) -> tuple[float, float]:
+    v = np.asarray([x for x in values if np.isfinite(x) and (x > 0 or not logy)], dtype=float)
+    if not len(v):
+        return (0.1, 10.0) if logy else (0.0, 1.0)
+    lo, hi = float(v.min()), float(v.max())
+    if logy:
+        span = max(math.log10(hi / lo), 0.3)  # a flat series still shows a range around it
+        pad = 0.06 * span
+        mid = (math.log10(lo) + math.log10(hi)) / 2
+        half = max(math.log10(hi / lo) / 2, 0.15)
+        return 10 ** (mid - half - pad), 10 ** (mid + half + pad)
+    pad = 0.06 * (hi - lo or abs(hi) or 1.0)
+    return lo - pad, hi + pad
+
+
 def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, baseline: str | None,
           out: Path, peaks: dict | None = None, guides: bool = False, band: tuple[str, str] | None = None,
-          logy: bool = True, hline: float | None = None, band_label: str = "IQR band") -> list[Path]:
+          logy: bool = True, hline: float | None = None, band_label: str = "IQR band",
+          exact_only: bool = False) -> list[Path]:
+    """One metric against n, a panel per facet of ``df`` (one report group), a line per variant.
+    ``exact_only``: approximations left out (their speed-up and FLOP rate are not the same work's).
+    A variant with no ok cell in ``df`` is not drawn: the page lists it once, with its reasons."""
+    if exact_only and "approximate" in df:
+        df = df[~df["approximate"].fillna(False).astype(bool)]
+    ran = df.loc[df["status"] == "ok", "variant"].unique()
+    df = df[df["variant"].isin(ran)]
     groups = [(label, with_metrics(ran_here(g), baseline)) for label, g in facet_groups(df)]
     groups = [(label, g) for label, g in groups if not g.empty]
-    measured = [g[(g["status"] == "ok") & g[metric].notna() & ((g[metric] > 0) if logy else True)] for _, g in groups]
-    if not any(len(m) for m in measured):
+    usable = [g[(g["status"] == "ok") & g[metric].notna() & ((g[metric] > 0) if logy else True)] for _, g in groups]
+    if not any(len(m) for m in usable):
         return []  # nothing measured to draw: the failures are listed in the tables
     same_x = len({tuple(sorted(g["n"].unique())) for _, g in groups}) == 1  # else each panel its own n axis
-    fig, axes = _subplots(len(groups))
     all_fails = failed_cells(df)
-    shown, together, peak_labels = set(), set(), set()
+    # the y range every panel shares: the values, their bands, the reference lines
+    values = [x for ok in usable for c in (metric, *(band or ())) if c in ok for x in ok[c].to_numpy(dtype=float)]
+    values += [hline] if hline is not None else []
+    dtypes = set(df["dtype"]) if "dtype" in df else set()
+    peak_values = {d: peaks[d] for d in dtypes if peaks and peaks.get(d)} if len(dtypes) == 1 else {}
+    values += list(peak_values.values())
+    lo, hi = _y_range(values, logy)
+    names = sorted(set(df["variant"]))
+    notes_together: set = set()
+    panel_series = [_series_by_variant(ok, metric) for ok in usable]
+    panel_pairs = [_coinciding(series) for series in panel_series]
+    for pairs in panel_pairs:
+        notes_together.update(f"{b} = {a}" for a, b in pairs)
+    note = ("drawn 3 % to the right, equal within 3 % to the one named: " + ", ".join(sorted(notes_together))
+            if notes_together else "")
+    note_lines = textwrap.wrap(note, 170)
+    subtitle = _subtitle(df)
+    legend_labels = names + ["hollow: shaky (few samples, noisy, contended)"]
+    layout = Layout(len(groups), 1 + subtitle.count("\n") + 1, len(note_lines),
+                    max(len(x) for x in legend_labels), own_x=not same_x)
+    fig, axes = layout.figure(len(groups))
+    shown, peak_labels = set(), set()
     any_fail = any_shaky = False
-    for ax, (label, g) in zip(axes, groups):
-        ok = g[(g["status"] == "ok") & g[metric].notna() & (g[metric] > 0 if logy else True)]
-        keep = [c for c in ("n", metric, "shaky", *(band or ())) if c in ok]  # grouping a wide frame is slow
-        pairs = coinciding(ok, metric)
+    xlabel = x_label(df)
+    has_band = bool(band) and all(c in df for c in band)
+    for i, (ax, (label, g), ok, pairs) in enumerate(zip(axes, groups, usable, panel_pairs)):
         beside = {b for _, b in pairs}  # drawn a step to the right of the one it would hide under
-        together.update(f"{b} = {a}" for a, b in pairs)
-        for name, v in ok.groupby("variant", sort=True):
+        facet_ns: dict = {}
+        for name, n in zip(g["variant"], g["n"]):
+            facet_ns.setdefault(name, set()).add(n)
+        cells: dict = {}  # variant -> n -> (value, shaky, band low, band high): a cell's first row
+        flags = ok["shaky"] if "shaky" in ok and metric not in UNTIMED else pd.Series(False, index=ok.index)
+        lows = ok[band[0]] if has_band else pd.Series(np.nan, index=ok.index)
+        highs = ok[band[1]] if has_band else pd.Series(np.nan, index=ok.index)
+        for name, n, y, sh, b0, b1 in zip(ok["variant"], ok["n"], ok[metric], flags, lows, highs):
+            cells.setdefault(name, {}).setdefault(n, (y, bool(sh) if not pd.isna(sh) else False, b0, b1))
+        for name in sorted(cells):
             # a failed n in between breaks the line instead of being bridged
-            ns = sorted(g.loc[g["variant"] == name, "n"].unique())
-            v = v[keep].groupby("n").first().reindex(ns).reset_index()
-            if name in beside:
-                v["n"] = v["n"] * 1.03
+            ns = sorted(facet_ns[name])
+            pts = [cells[name].get(n, (np.nan, False, np.nan, np.nan)) for n in ns]
+            x = np.asarray(ns, dtype=float) * (1.03 if name in beside else 1.0)
+            y = np.array([p[0] for p in pts], dtype=float)
             st = style[name]
-            ax.plot(v["n"], v[metric], color=st["color"], lw=st["lw"], label=name, zorder=st["z"])
-            shaky = v["shaky"].fillna(False).astype(bool) if "shaky" in v else pd.Series(False, index=v.index)
-            if metric in UNTIMED:  # counted in a pass of its own: contention does not change it
-                shaky = pd.Series(False, index=v.index)
-            for hollow, pts in ((False, v[~shaky]), (True, v[shaky])):
-                if len(pts):
-                    ax.plot(pts["n"], pts[metric], ls="none", marker=st["marker"], ms=5 if hollow else 4.5,
-                            color=st["color"], markerfacecolor="white" if hollow else st["color"],
-                            markeredgewidth=1.3 if hollow else 1.0, zorder=st["z"] + 0.5)
-            any_shaky = any_shaky or bool(shaky.any())
+            ax.plot(x, y, color=st["color"], lw=st["lw"], marker=st["marker"], ms=4.5, zorder=st["z"])
+            shaky = np.array([p[1] for p in pts], dtype=bool)
+            if shaky.any():  # memory is counted in a pass of its own: never shaky (UNTIMED)
+                ax.plot(x[shaky], y[shaky], ls="none", marker=st["marker"], ms=5, color=st["color"],
+                        markerfacecolor="white", markeredgewidth=1.3, zorder=st["z"] + 0.5)
+                any_shaky = True
             shown.add(name)
-            if band and set(band) <= set(v):
-                ax.fill_between(v["n"], v[band[0]], v[band[1]], color=st["color"], alpha=0.18, lw=0,
+            if has_band:
+                ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=st["color"], alpha=0.18, lw=0,
                                 zorder=2)
         if guides and not ok.empty:
-            first = ok[ok["n"] == ok["n"].min()][metric]
-            _guides(ax, g["n"], first)
+            _guides(ax, g["n"], ok[ok["n"] == ok["n"].min()][metric])
         if hline is not None:
             ax.axhline(hline, color="#444444", lw=1, ls=":", zorder=1)
-        if peaks:
-            dtype = g["dtype"].iloc[0]
-            if peaks.get(dtype) and g["dtype"].nunique() == 1:
-                ax.axhline(peaks[dtype], color="#b22222", lw=1.2, ls="-.", zorder=1)
-                peak_labels.add(f"measured {dtype} matmul peak {peaks[dtype]:.3g} TFLOP/s")
+        for dtype, peak in peak_values.items():
+            ax.axhline(peak, color="#b22222", lw=1.2, ls="-.", zorder=1)
+            peak_labels.add(f"measured {dtype} matmul peak {peak:.3g} TFLOP/s")
         # failed cells, and where a drawn variant stops: its unsupported cells (a length it refuses)
         stopped = (g["status"] == "unsupported") & g["variant"].isin(ok["variant"].unique())
         fails = g[(g["status"] != "ok") & (g.index.isin(all_fails.index) | stopped)]
@@ -271,19 +394,27 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
         _x_axis(ax, g["n"])
         if logy:
             ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-            ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))
-        ax.set_title("" if label == "all cells" else "\n".join(textwrap.wrap(label, 60)), fontsize=10)
+            ax.yaxis.set_major_locator(FixedLocator(_log_ticks(lo, hi)))
+            ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.set_ylim(lo, hi)
+        ax.tick_params(labelsize=9)
+        if i % layout.cols:
+            ax.tick_params(axis="y", labelleft=False)
+        else:
+            ax.set_ylabel(ylabel, fontsize=10)
+        lowest = i + layout.cols >= len(groups)
+        if same_x and not lowest:
+            ax.tick_params(axis="x", labelbottom=False)
+        else:
+            ax.set_xlabel(xlabel, fontsize=9)
+        ax.set_title("" if label == "all cells" else "\n".join(textwrap.wrap(label, 58)[:2]), fontsize=10)
         ax.grid(True, which="major", color="#e6e6e6", lw=0.7)
         ax.set_axisbelow(True)
-    _share(axes, x=same_x)
-    cols = _grid_cols(len(axes))
-    for i, ax in enumerate(axes):
-        if i + cols >= len(axes) or not same_x:  # lowest plot of its column, or every plot of its own axis
-            ax.set_xlabel(x_label(df), fontsize=9)
-            ax.tick_params(labelbottom=True)
-        if i % cols == 0:
-            ax.set_ylabel(ylabel, fontsize=9)
+    if same_x:
+        xs = [ax.get_xlim() for ax in axes]
+        for ax in axes:
+            ax.set_xlim(min(a for a, _ in xs), max(b for _, b in xs))
     handles = [Line2D([], [], color=style[n]["color"], marker=style[n]["marker"], lw=1.6, label=n)
                for n in sorted(shown)]
     extra = []
@@ -297,45 +428,46 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
                             label="hollow: shaky (few samples, noisy, contended)"))
     if any_fail:
         extra.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed or stopped (status)"))
-    fig.suptitle(f"{title}\n{_subtitle(df)}", fontsize=12)
-    notes = [n for n in (not_drawn(df), ("drawn 3 % to the right, equal within 3 % to the one named: "
-                                         + ", ".join(sorted(together))) if together else "") if n]
-    if notes:
-        fig.supxlabel("\n".join(notes), fontsize=8, color="#555555")
-    fig.legend(handles=handles + extra, loc="outside right center", ncol=1, fontsize=8, frameon=False)
+    fig.suptitle(f"{title}\n{subtitle}", fontsize=12, y=1 - 0.12 / layout.height, va="top")
+    if note_lines:
+        fig.text(0.5, 0.1 / layout.height, "\n".join(note_lines), ha="center", va="bottom", fontsize=8,
+                 color="#555555")
+    fig.legend(handles=handles + extra, loc="center left", bbox_to_anchor=layout.legend_anchor(), ncol=1,
+               fontsize=9, frameon=False)
     return save_figure(fig, out)
 
 
-def all_charts(df: pd.DataFrame, folder: Path, baseline: str | None, peaks: dict,
-               extra=(), bandwidth: float | None = None) -> dict[str, list[Path]]:
-    """Every chart, drawn in parallel: the metric charts and the breakdown, then ``extra``
-    jobs ``(name, function, first argument, keyword arguments)``; {name: paths} of those drawn."""
-    style = variant_style(df["variant"], baseline)
-    folder.mkdir(parents=True, exist_ok=True)
+def metric_specs(df: pd.DataFrame, baseline: str | None, peaks: dict, bandwidth: float | None) -> dict:
+    """The metric charts of one group: name -> chart()'s keyword arguments."""
     specs = {
         "time": dict(metric="time_ms", ylabel="median time per call (ms)",
                      title="Time vs sequence length (log-log; band = IQR)", guides=True, band=("q1_ms", "q3_ms")),
         "memory": dict(metric="mem_mib", ylabel="peak memory above inputs (MiB)",
                        title="Peak memory vs sequence length (log-log)", guides=True),
         "speedup": dict(metric="speedup", ylabel=f"speedup vs {baseline} (x, higher is faster)",
-                        title=f"Speedup against the baseline ({baseline}), paired per interleaved round",
-                        hline=1.0, band=("speedup_lo", "speedup_hi"), band_label="spread over the rounds"),
+                        title=f"Speedup of the exact variants against the baseline ({baseline}), paired per "
+                              "interleaved round", hline=1.0, band=("speedup_lo", "speedup_hi"),
+                        band_label="spread over the rounds", exact_only=True),
         "tflops": dict(metric="tflops", ylabel="achieved TFLOP/s",
-                       title="Achieved TFLOP/s (exact FLOPs of the kept pairs) vs the measured peak",
-                       peaks=peaks),
+                       title="Achieved TFLOP/s of the exact variants (exact FLOPs of the kept pairs) vs the "
+                             "measured peak", peaks=peaks, exact_only=True),
     }
     if "decode" in df and df["decode"].astype(bool).any():  # decode is memory-bound: its bandwidth, drawn
         specs["bandwidth"] = dict(metric="gbps", ylabel="achieved GB/s (minimum bytes moved)",
                                   title="Bandwidth vs KV cache length (decode reads the whole cache per token"
                                         + (f"; dotted: measured copy bandwidth {bandwidth:.3g} GB/s)" if bandwidth
                                            else ")"), hline=bandwidth)
-    df = df.drop(columns=["samples_ms"], errors="ignore")
+    return specs
+
+
+def chart_jobs(df: pd.DataFrame, folder: Path, style: dict, baseline: str | None, peaks: dict,
+               bandwidth: float | None = None) -> list:
+    """The metric charts and the breakdown of one group as drawing jobs ``(name, function,
+    first argument, keyword arguments)``, written under ``folder``."""
     jobs = [(name, chart, df, dict(style=style, baseline=baseline, out=folder / name, **spec))
-            for name, spec in specs.items()]
+            for name, spec in metric_specs(df, baseline, peaks, bandwidth).items()]
     jobs.append(("breakdown", breakdown_chart, df, dict(out=folder / "breakdown")))
-    jobs += list(extra)
-    results = _draw_all(jobs)
-    return {name: paths for (name, _, _, _), paths in zip(jobs, results) if paths}
+    return jobs
 
 
 def _draw(job) -> list[Path]:
@@ -343,30 +475,130 @@ def _draw(job) -> list[Path]:
     return func(arg, **kw)
 
 
-def _draw_all(jobs) -> list[list[Path]]:
-    """Each chart is independent: draw them on every core (the sweep is over by now), this
-    process and one more per further core; in order, in this process, where a pool cannot start."""
+CACHE = ".drawn.json"  # report/charts/.drawn.json: {chart path: the hash of what it was drawn from}
+
+
+def _code_version() -> str:
+    """A hash of the reports package's source: a change to any drawing code redraws every chart."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def job_key(job, version: str) -> str:
+    """What a chart is drawn from: its function, its frame and its settings (not where it goes)."""
+    import hashlib
+    import pickle
+
+    _name, func, arg, kw = job
+    settings = {k: v for k, v in kw.items() if k != "out"}
+    blob = pickle.dumps((func.__module__, func.__qualname__, arg, sorted(settings.items(), key=str),
+                         os.environ.get(SVG_ENV) == "1", version), protocol=5)
+    return hashlib.sha1(blob).hexdigest()
+
+
+def draw(jobs, folder: Path) -> list[list[Path]]:
+    """Each job's chart files, drawn in parallel (``_draw_all``) but for those whose frame and
+    settings have not changed since the last build of ``folder`` and whose files are still there."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    cache_path = folder / CACHE
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    version = _code_version()
+    keys = [job_key(j, version) for j in jobs]
+    results: dict[int, list[Path]] = {}
+    todo = []
+    for i, (job, key) in enumerate(zip(jobs, keys)):
+        hit = cache.get(str(job[3].get("out")))
+        if hit and hit.get("key") == key and all(Path(p).exists() for p in hit["paths"]):
+            results[i] = [Path(p) for p in hit["paths"]]
+        else:
+            todo.append(i)
+    for i, paths in zip(todo, _draw_all([jobs[i] for i in todo]) if todo else []):
+        results[i] = paths
+    fresh = {str(j[3].get("out")): {"key": k, "paths": [str(p) for p in results[i]]}
+             for i, (j, k) in enumerate(zip(jobs, keys))}
+    cache_path.write_text(json.dumps(fresh))
+    return [results[i] for i in range(len(jobs))]
+
+
+def _start_method() -> str:
+    """fork where this process holds nothing a child could inherit broken (the report command:
+    pandas and matplotlib, no torch), so a drawing process starts at once; spawn after a sweep in
+    this process (torch's thread pools, a CUDA context), at the cost of a fresh import."""
+    import multiprocessing as mp
+    import sys
+
+    return "fork" if "torch" not in sys.modules and "fork" in mp.get_all_start_methods() else "spawn"
+
+
+_POOL = None  # the drawing processes of the report being built (drawing_pool)
+
+
+def _ready() -> bool:
+    return True
+
+
+@contextlib.contextmanager
+def drawing_pool():
+    """The drawing processes, started on entry: a spawned one imports pandas and matplotlib for a
+    second or two, while this process reads the rows and computes the tables; shut on exit."""
+    global _POOL
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
 
     from bench.measure.contention import usable_cpus
 
-    workers = min(len(jobs) - 1, len(usable_cpus()) - 1)  # this process draws too
+    workers = len(usable_cpus()) - 1  # this process draws too
+    pool = None
     if workers >= 1:
         try:
-            with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-                futures = [pool.submit(_draw, job) for job in jobs]
-                results = {}
-                # while the pool starts (imports) and takes jobs from the front, draw from the back
-                # every job it has not started yet
-                for i in reversed(range(len(jobs))):
-                    if futures[i].cancel():
-                        results[i] = _draw(jobs[i])
-                return [results[i] if i in results else futures[i].result() for i in range(len(jobs))]
+            pool = ProcessPoolExecutor(workers, mp_context=mp.get_context(_start_method()))
+            for _ in range(workers):
+                pool.submit(_ready)
+        except OSError:
+            pool = None
+    _POOL = pool
+    try:
+        yield pool
+    finally:
+        _POOL = None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _draw_all(jobs) -> list[list[Path]]:
+    """Each chart is independent: draw them on every core (the sweep is over by now), this
+    process and the drawing pool's; in order, in this process, where a pool cannot start."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    if len(jobs) > 1:
+        try:
+            if _POOL is not None:
+                return _share_out(_POOL, jobs)
+            with drawing_pool() as pool:
+                if pool is not None:
+                    return _share_out(pool, jobs)
         except (OSError, BrokenProcessPool):
             pass
     return [_draw(job) for job in jobs]
+
+
+def _share_out(pool, jobs) -> list[list[Path]]:
+    futures = [pool.submit(_draw, job) for job in jobs]
+    results = {}
+    # while the pool takes jobs from the front, this process draws from the back every job it has not started
+    for i in reversed(range(len(jobs))):
+        if futures[i].cancel():
+            results[i] = _draw(jobs[i])
+    return [results[i] if i in results else futures[i].result() for i in range(len(jobs))]
 
 
 CATEGORY_COLORS = {"matmul": "#4c72b0", "softmax": "#dd8452", "mask_elementwise": "#55a868",

@@ -172,19 +172,32 @@ def speedups(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
         return df
     ok = df[df["status"] == "ok"]
     key = [c for c in ["run", *CASE_FIELDS] if c in df]
-    base = {tuple(r[c] for c in key): r for _, r in ok[ok["variant"] == baseline].iterrows()}
-    for i, r in ok.iterrows():
-        b = base.get(tuple(r[c] for c in key))
+    fields = ["median_ms", "q1_ms", "q3_ms", "round_medians_ms", "interleave_id"]
+    base = ok[ok["variant"] == baseline]
+    # one comparable key per row (window and head_dim_v are NaN for most rows)
+    def keys(frame):
+        return list(zip(*(frame[c].astype(object).where(frame[c].notna(), None) for c in key)))
+
+    by_case = dict(zip(keys(base), base[[f for f in fields if f in base]].to_dict("records")))
+    index, values = [], []
+    for i, k, r in zip(ok.index, keys(ok), ok[[f for f in fields if f in ok]].to_dict("records")):
+        b = by_case.get(k)
         if b is None:
             continue
         # time ratio variant / baseline -> speedup baseline / variant: invert and swap the ends
-        med, lo, hi, _ = paired_ratio(b.to_dict(), r.to_dict())
-        df.loc[i, ["speedup", "speedup_lo", "speedup_hi"]] = [1 / med, 1 / hi, 1 / lo]
+        med, lo, hi, _ = paired_ratio(b, r)
+        index.append(i)
+        values.append((1 / med, 1 / hi, 1 / lo))
+    if index:
+        df.loc[index, ["speedup", "speedup_lo", "speedup_hi"]] = np.array(values, dtype=float)
     return df
 
 
 def varying_facets(df: pd.DataFrame) -> list[str]:
-    return [c for c in FACET_COLS if c in df and df[c].astype(str).nunique() > 1]
+    cols = [c for c in FACET_COLS if c in df and df[c].astype(str).nunique() > 1]
+    if "kv_heads" in cols and "heads" in cols and (df["kv_heads"] == df["heads"]).all():
+        cols.remove("kv_heads")  # plain multi-head attention: kv_heads says what heads says
+    return cols
 
 
 FACET_DEFAULTS = {"lengths": "fixed", "inputs": "normal", "align": "top-left", "kv_layout": "contiguous",
@@ -223,6 +236,23 @@ def facet_groups(df: pd.DataFrame):
     for key, g in sorted(groups, key=lambda kg: tuple(natural(v) for v in kg[0])):
         yield ", ".join(str(v) if c == "kv" and str(v).startswith("q=") else f"{c}={v}"  # decode: q=1
                         for c, v in zip(cols, key) if not (c == "window" and v == "-")), g
+
+
+def facet_labels(df: pd.DataFrame) -> pd.Series:
+    """Each row's facet label, as ``facet_groups`` names its group (without grouping)."""
+    cols = varying_facets(df)
+    if not cols:
+        return pd.Series("all cells", index=df.index)
+    parts = []
+    for c in cols:
+        v = df[c].astype(str)
+        if c == "kv":
+            parts.append(np.where(v.str.startswith("q="), v, "kv=" + v))
+        elif c == "window":
+            parts.append(np.where(v == "-", "", "window=" + v))
+        else:
+            parts.append((c + "=" + v).to_numpy())
+    return pd.Series([", ".join(p for p in row if p) for row in zip(*parts)], index=df.index)
 
 
 def ran_here(g: pd.DataFrame) -> pd.DataFrame:

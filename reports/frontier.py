@@ -30,11 +30,13 @@ def memory_table(df: pd.DataFrame, envs: list[dict]) -> tuple[pd.DataFrame, floa
     if "median_ms" not in df:
         df = df.assign(median_ms=math.nan)
     out = []
+    keys = ["variant", "dtype", "mask", "direction", "heads", "kv_heads", "head_dim", "batch"]
+    ok = df[(df["status"] == "ok") & (df["q_len"] == df["kv_len"])]
+    by_key = {k: g for k, g in ok.groupby(keys, sort=False)} if len(ok) else {}
+    empty = ok.iloc[0:0]
     for m in memmodel.models(rows):
         key = m.key
-        series = df[(df["variant"] == key["variant"]) & (df["status"] == "ok") & (df["q_len"] == df["kv_len"])]
-        for k in ("dtype", "mask", "direction", "heads", "kv_heads", "head_dim", "batch"):
-            series = series[series[k] == key[k]]
+        series = by_key.get(tuple(key[k] for k in keys), empty)
         largest = int(series["q_len"].max()) if len(series) else None
         ms = float(series.loc[series["q_len"].idxmax(), "median_ms"]) if len(series) else math.nan
         exponent = _exponent(series)

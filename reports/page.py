@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +12,7 @@ import pandas as pd
 from bench.engine import judge
 from bench.measure.flops import __doc__ as FLOP_DOC
 from bench.model.row import Status
+from reports.charts import variant_style
 from reports.scaling import crossover_note
 from reports.tables import METRICS, NOTES
 
@@ -22,8 +23,8 @@ h1{font-size:26px;margin:8px 0 4px} h2{font-size:20px;margin:36px 0 8px;border-b
 h3{font-size:15px;margin:20px 0 6px} .muted{color:#666} nav a{margin-right:14px}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0 14px;background:#fff}
 th,td{border:1px solid #e0e0e0;padding:3px 8px;text-align:right;white-space:nowrap}
-td:last-child{white-space:normal;min-width:120px;max-width:560px;text-align:left;overflow-wrap:anywhere}
-td:first-child{white-space:normal;max-width:260px;overflow-wrap:anywhere}
+td:last-child{white-space:normal;min-width:120px;max-width:560px;text-align:left;overflow-wrap:break-word}
+td:first-child{white-space:normal;max-width:260px;overflow-wrap:break-word}
 th{background:#f2f2f4} td:first-child,th:first-child{text-align:left}
 td.bad{color:#b22222;font-weight:600}
 p.trust{font-size:15px;padding:8px 12px;border-left:6px solid;border-radius:3px}
@@ -32,7 +33,23 @@ p.trust.bad{background:#fdecea;border-color:#c62828}
 img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
 details{margin:6px 0} summary{cursor:pointer;font-weight:600} code{background:#f0f0f0;padding:1px 4px;border-radius:3px}
 .grid{display:block} figure{margin:0 0 22px} .tw{overflow-x:auto;max-width:100%}
+.picker{position:sticky;top:0;z-index:5;background:#fafafa;padding:8px 0;border-bottom:1px solid #ddd}
+.picker select{font:inherit;padding:2px 6px;max-width:100%}
+table.winners td.win{color:#fff;font-weight:600;text-align:center;min-width:54px}
+table.winners th{font-weight:normal}
+span.chip{display:inline-block;width:11px;height:11px;margin:0 4px 0 10px;border-radius:2px;vertical-align:middle}
 """
+PICKER_JS = """<script>
+(function () {
+  var sel = document.getElementById('group');
+  if (!sel) return;
+  function show(v) {
+    document.querySelectorAll('[data-group]').forEach(function (e) { e.hidden = e.getAttribute('data-group') !== v; });
+  }
+  sel.addEventListener('change', function () { show(sel.value); });
+  show(sel.value);
+})();
+</script>"""
 FAIL_WORDS = tuple(s.word for s in Status if s is not Status.OK)
 
 
@@ -48,9 +65,10 @@ def _svg_link(paths) -> str:
     return f": <a href='charts/{svg.name}'>SVG</a>" if svg else ""
 
 
-def _img(path: Path) -> str:
+def _img(path: Path, small: bool = False) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+    cls = " class=small" if small else ""
+    return f'<img{cls} alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
 def _fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
@@ -87,16 +105,20 @@ def trust_state(df, envs) -> tuple[str, str, str]:
     return t.state, t.heading, t.reason
 
 
-def trust_line(df, envs) -> str:
+def trust_line(df, envs, lead: bool = True) -> str:
     """One line: can these numbers be trusted?  Counts of ok, noisy and contended cells,
-    and whether every dtype's matmul peak held; the main reason is the trust box's heading."""
+    and whether every dtype's matmul peak held; the main reason is the trust box's heading.
+    ``lead``: open with the verdict; without it (under the box's heading, which says it), open
+    with the remedies alone when there are some."""
     from bench.measure.nvml import SLOWDOWN
 
     t = run_trust(df, envs)
     ok = df[df["status"] == "ok"]
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
                       f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
-    text = (f"{t.verdict}: {t.ok} ok cells, {t.clean} clean, {t.few_samples} with too few samples for an "
+    remedies = "; ".join(judge.REMEDY[f] for f, n in t.counts.items() if n) if t.state == "care" and t.shaky else ""
+    opening = f"{t.verdict}: " if lead else (f"remedies: {remedies}. Counts: " if remedies else "")
+    text = (f"{opening}{t.ok} ok cells, {t.clean} clean, {t.few_samples} with too few samples for an "
             f"interval, {t.noisy} noisy, {t.contended} contended"
             + (f", {t.throttled} throttled (NVML reported {' or '.join(sorted(SLOWDOWN))})" if t.throttled else "")
             + " (shaky cells are hollow in charts and marked * in tables; fits keep the cells whose precision is "
@@ -176,7 +198,7 @@ def _workload_html(df) -> list[str]:
 def _trust_html(df, envs) -> str:
     state, heading, why = trust_state(df, envs)
     return (f"<p class='trust {state}'><b>{heading}: {html.escape(why)}.</b><br>"
-            f"{html.escape(trust_line(df, envs))}</p>")
+            f"{html.escape(trust_line(df, envs, lead=False))}</p>")
 
 
 def worst_contended(ok: pd.DataFrame) -> str:
@@ -242,29 +264,46 @@ class ReportParts:
     masks: dict | None = None
     memory: dict | None = None  # reports.frontier.write: the memory models, the predicted frontier chart
     steps: dict | None = None  # reports.steps: the cost per step (--steps), its chart
+    groups: list = field(default_factory=list)  # reports.build.GroupPart: each group's overview, charts, tables
+    not_run: pd.DataFrame | None = None  # reports.groups.not_run: the variants with no ok cell, listed once
 
 
 def write_page(r: ReportParts) -> Path:
-    folder, df, envs, tables, scaling, cross = r.folder, r.df, r.envs, r.tables, r.scaling, r.cross
+    folder, df, envs, scaling, cross = r.folder, r.df, r.envs, r.scaling, r.cross
     counts, fails, charts, baseline, masks = r.counts, r.fails, r.charts, r.baseline, r.masks
     variants = sorted(df["variant"].unique())
     ran = sorted(df[df["status"] == "ok"]["variant"].unique())
     title = report_title(envs)
     flop_text = " ".join(FLOP_DOC.split())
+    groups = r.groups
+    several = len(groups) > 1
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
              f"<style>{CSS}</style></head><body><main>",
              f"<h1>{html.escape(title)}</h1>",
              _trust_html(df, envs),
              f"<p class=muted>{len(df)} cells, {len(variants)} variants "
-             f"({len(ran)} ran here: {html.escape(', '.join(ran))}); baseline <b>{html.escape(str(baseline))}</b>.</p>",
-             "<nav><a href=#charts>charts</a><a href=#masks>masks</a><a href=#scaling>scaling</a>"
-             "<a href=#tables>tables</a>"
-             "<a href=#status>statuses</a><a href=#env>environment</a></nav>",
-             "<h2 id=charts>Charts</h2><div class=grid>"]
-    for name, paths in charts.items():
+             f"({len(ran)} ran here: {html.escape(', '.join(ran))}); baseline <b>{html.escape(str(baseline))}</b>"
+             + (f"; {len(groups)} groups, one at a time (the selector below)" if several else "") + ".</p>",
+             "<nav><a href=#overview>which to use</a><a href=#charts>charts</a><a href=#masks>masks</a>"
+             "<a href=#scaling>scaling</a><a href=#tables>tables</a>"
+             "<a href=#status>statuses</a><a href=#env>environment</a></nav>"]
+    if several:
+        options = "".join(f"<option value='{html.escape(p.group.slug)}'>{html.escape(p.group.label)}</option>"
+                          for p in groups)
+        parts.append(f"<div class=picker><label>Group: <select id=group>{options}</select></label> "
+                     f"<span class=muted>switches the overview, the charts and the tables</span></div>")
+    parts += _overview_html(groups, r.not_run, variant_style(df["variant"], baseline))
+    parts.append("<h2 id=charts>Charts</h2>")
+    for part in groups:
+        parts.append(_open(part, several))
+        for name, paths in part.charts.items():
+            png = next(p for p in paths if p.suffix == ".png")
+            parts.append(f"<figure>{_img(png)}<figcaption class=muted>{name}{_svg_link(paths)}</figcaption></figure>")
+        parts.append("</div>")
+    for name, paths in charts.items():  # drawn across the groups
         png = next(p for p in paths if p.suffix == ".png")
-        parts.append(f"<figure>{_img(png)}<figcaption class=muted>{name}{_svg_link(paths)}</figcaption></figure>")
-    parts.append("</div>")
+        parts.append(f"<figure>{_img(png)}<figcaption class=muted>{name} (every group){_svg_link(paths)}"
+                     f"</figcaption></figure>")
     parts += _masks_html(masks)
     parts.append("<h2 id=scaling>Scaling</h2><p class=muted>Exponent of the log-log least-squares fit of "
                  "median time and of peak memory against n (2 = quadratic, 1 = linear), with R² "
@@ -281,12 +320,15 @@ def write_page(r: ReportParts) -> Path:
                  "Failed cells show their status. FLOP convention: " + html.escape(flop_text) + "</p>")
     parts.append("<p class=muted>" + "<br>".join(f"{html.escape(k)} {html.escape(v)}" for k, v in NOTES.items())
                  + "</p>")
-    for label, ts in tables:
-        parts.append(f"<h3>{html.escape(label)}</h3>")
-        for metric, t in ts.items():
-            open_attr = " open" if metric == "time_ms" else ""
-            parts.append(f"<details{open_attr}><summary>{html.escape(METRICS[metric][0])}</summary>"
-                         f"{_table_html(t)}</details>")
+    for part in groups:
+        parts.append(_open(part, several))
+        for label, ts in part.tables:
+            parts.append(f"<h3>{html.escape(label)}</h3>")
+            for metric, t in ts.items():
+                open_attr = " open" if metric == "time_ms" else ""
+                parts.append(f"<details{open_attr}><summary>{html.escape(METRICS[metric][0])}</summary>"
+                             f"{_table_html(t)}</details>")
+        parts.append("</div>")
     parts.append("<h2 id=status>Statuses</h2>")
     parts.append(_table_html(counts))
     if not fails.empty:
@@ -298,10 +340,50 @@ def write_page(r: ReportParts) -> Path:
         parts.append("<details><summary>unsupported combinations (first reason per variant)</summary>"
                      + _table_html(unsupported, index=False) + "</details>")
     parts.append("<h2 id=env>Environment</h2>" + _table_html(env_summary(envs)))
-    parts.append("</main></body></html>")
+    parts.append("</main>" + (PICKER_JS if several else "") + "</body></html>")
     path = folder / "index.html"
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
+
+
+OVERVIEW_NOTE = ("Per facet and n, the fastest exact variant (least median time; approximations are left out), its "
+                 "time and peak memory, the runner-up, and the margin: the runner-up's time over the fastest's, the "
+                 "median over the rounds the two were timed in together with its spread (min-max over the rounds), "
+                 "or from their quartiles when they were not. A spread that reaches 1x does not tell the two apart. "
+                 "overview.csv holds every group.")
+
+
+OVERVIEW_OPEN = 24  # rows up to which the overview's full table is shown open (else the grid above says it)
+
+
+def _open(part, several: bool) -> str:
+    """A block of one group: switched by the selector when there are several."""
+    if not several:
+        return "<div>"
+    return f"<div class=group data-group='{html.escape(part.group.slug)}'><h3>{html.escape(part.group.label)}</h3>"
+
+
+def _overview_html(groups, not_run, style: dict) -> list[str]:
+    from reports.groups import overview_display, winner_grid
+
+    parts = ["<h2 id=overview>Which to use</h2>", f"<p class=muted>{html.escape(OVERVIEW_NOTE)}</p>"]
+    if not_run is not None and not not_run.empty:
+        parts.append("<h3>Not run here</h3><p class=muted>Variants with no ok cell in this report, each listed "
+                     "once with its status and first reason (the charts leave them out; failures.csv lists every "
+                     "cell)</p>" + _table_html(not_run, index=False))
+    several = len(groups) > 1
+    for part in groups:
+        parts.append(_open(part, several))
+        shown = overview_display(part.overview)
+        if shown.empty:
+            parts.append("<p class=muted>no exact variant ran in this group</p>")
+        else:
+            parts.append(winner_grid(part.overview, style))
+            opened = " open" if len(shown) <= OVERVIEW_OPEN else ""
+            parts.append(f"<details{opened}><summary>every facet and n: the fastest's time and memory, the runner-up, "
+                         f"the margin ({len(shown)} rows)</summary>{_table_html(shown, index=False)}</details>")
+        parts.append("</div>")
+    return parts
 
 
 MASKS_NOTE = ("Each mask is one predicate (bench/model/masks.py); its density is the fraction of (query, key) pairs it "
@@ -329,20 +411,39 @@ def report_title(envs: list[dict]) -> str:
 
 
 def write_markdown(r: ReportParts) -> Path:
-    folder, df, envs, tables, scaling, cross = r.folder, r.df, r.envs, r.tables, r.scaling, r.cross
+    from reports.groups import overview_display
+
+    folder, df, envs, scaling, cross = r.folder, r.df, r.envs, r.scaling, r.cross
     counts, fails, charts, masks = r.counts, r.fails, r.charts, r.masks
     state = trust_state(df, envs)
     lines = ["# " + report_title(envs), "",
-             f"**Trust: {state[1]}: {state[2]}.** " + trust_line(df, envs), ""]
+             f"**Trust: {state[1]}: {state[2]}.** " + trust_line(df, envs, lead=False), "",
+             "## Which to use", "", OVERVIEW_NOTE, ""]
+    if r.not_run is not None and not r.not_run.empty:
+        lines += ["### Not run here", "", r.not_run.to_markdown(index=False), ""]
+
+    def rel(path: Path) -> str:
+        return path.relative_to(folder).as_posix()
+
+    several = len(r.groups) > 1
+    for part in r.groups:
+        if several:
+            lines += [f"## {part.group.label}", ""]
+        shown = overview_display(part.overview)
+        if not shown.empty:
+            lines += [shown.to_markdown(index=False), ""]
+        for name, paths in part.charts.items():
+            png = next(p for p in paths if p.suffix == ".png")
+            lines += [f"![{name}]({rel(png)})", ""]
     for name, paths in charts.items():
         png = next(p for p in paths if p.suffix == ".png")
-        lines += [f"![{name}](charts/{png.name})", ""]
+        lines += [f"![{name}]({rel(png)})", ""]
     if masks and not masks["table"].empty:
         lines += ["## Masks", "", MASKS_NOTE, ""]
-        for key in ("patterns", "density"):
+        for key in ("patterns",):
             png = next((p for p in masks.get(key) or [] if p.suffix == ".png"), None)
             if png:
-                lines += [f"![{key}](charts/{png.name})", ""]
+                lines += [f"![{key}]({rel(png)})", ""]
         lines += [masks["table"].to_markdown(index=False), ""]
     lines += _section_md("Memory model and frontier", r.memory, "predicted frontier")
     lines += _section_md("Cost per step", r.steps, "step against kernel")
@@ -361,7 +462,7 @@ def write_markdown(r: ReportParts) -> Path:
               "", "### Crossovers", "", crossings, ""]
     lines += ["## Tables", "", "FLOP convention: " + " ".join(FLOP_DOC.split()), ""]
     lines += [f"{k} {v}  " for k, v in NOTES.items()] + [""]
-    for label, ts in tables:
+    for label, ts in r.tables:
         lines += [f"### {label}", ""]
         for metric, t in ts.items():
             lines += [f"**{METRICS[metric][0]}**", "", t.to_markdown(), ""]

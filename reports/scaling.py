@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from bench.engine import judge
-from reports.frames import facet_groups, paired_ratio
+from reports.frames import facet_groups, facet_labels, paired_ratio
 
 MIN_FIT_POINTS = 3  # two points always lie on a line: an exponent from them would say nothing about its fit
 
@@ -34,29 +34,42 @@ def fit_exponent(n, y, sigma=None) -> dict:
             "n_max": float(n.max())}
 
 
+def _series(df: pd.DataFrame, keep: pd.Series | None = None):
+    """(facet label, variant, that series' rows as records, n ascending) in facet_groups' order,
+    variants sorted: one pass over the frame however many facets it has.  ``keep``: only these
+    rows, under the facets of the whole frame."""
+    if df.empty:
+        return
+    label = facet_labels(df)
+    order = {name: i for i, (name, _) in enumerate(facet_groups(df))}
+    if keep is not None:
+        df, label = df[keep], label[keep]
+    records = df.to_dict("records")
+    index = df.groupby([label, df["variant"]], sort=False).indices
+    for (name, variant), rows in sorted(index.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        yield name, variant, sorted((records[i] for i in rows), key=lambda r: r["n"])
+
+
 def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per facet and variant: time and memory exponents, R^2, n range, largest n that ran,
     and the first failure above it."""
     out = []
-    for label, g in facet_groups(df):
-        for variant, v in g.groupby("variant", sort=True):
-            okv = v[v["status"] == "ok"]
-            if okv.empty:
-                continue
-            records = okv.to_dict("records")
-            sigma = [judge.fit_sigma(r) for r in records]  # every cell whose precision is known, weighed by it
-            kept = [s is not None for s in sigma]
-            trusted = okv[kept]
-            t = fit_exponent(trusted["n"], trusted["median_ms"], [s for s in sigma if s is not None])
-            m = fit_exponent(okv["n"], okv["peak_mem_bytes"])  # memory is counted, not timed: every ok cell
-            largest = int(okv["n"].max())
-            above = v[(v["n"] > largest) & (v["status"] != "ok")].sort_values("n")
-            fail = f"{above['status'].iloc[0]} at n={int(above['n'].iloc[0])}" if len(above) else ""
-            out.append({"facet": label, "variant": variant, "time_exp": t["exponent"], "time_r2": t["r2"],
-                        "mem_exp": m["exponent"], "mem_r2": m["r2"],
-                        "n_range": f"{int(t['n_min'])}-{int(t['n_max'])}" if t["points"] else "",
-                        "points": t["points"], "left_out": judge.left_out(records),
-                        "largest_ok_n": largest, "first_failure": fail})
+    for label, variant, rows in _series(df):
+        ok = [r for r in rows if r["status"] == "ok"]
+        if not ok:
+            continue
+        sigma = [judge.fit_sigma(r) for r in ok]  # every cell whose precision is known, weighed by it
+        kept = [(r, s) for r, s in zip(ok, sigma) if s is not None]
+        t = fit_exponent([r["n"] for r, _ in kept], [r["median_ms"] for r, _ in kept], [s for _, s in kept])
+        m = fit_exponent([r["n"] for r in ok], [r["peak_mem_bytes"] for r in ok])  # counted, not timed: every ok cell
+        largest = int(max(r["n"] for r in ok))
+        above = [r for r in rows if r["n"] > largest and r["status"] != "ok"]
+        fail = f"{above[0]['status']} at n={int(above[0]['n'])}" if above else ""
+        out.append({"facet": label, "variant": variant, "time_exp": t["exponent"], "time_r2": t["r2"],
+                    "mem_exp": m["exponent"], "mem_r2": m["r2"],
+                    "n_range": f"{int(t['n_min'])}-{int(t['n_max'])}" if t["points"] else "",
+                    "points": t["points"], "left_out": judge.left_out(ok),
+                    "largest_ok_n": largest, "first_failure": fail})
     return pd.DataFrame(out)
 
 
@@ -91,12 +104,13 @@ def crossovers(df: pd.DataFrame) -> pd.DataFrame:
     crossing length is where the log-log interpolation of the paired time ratios between
     those two n crosses 1."""
     out = []
-    for label, g in facet_groups(df):
-        ok = g[g["status"] == "ok"]
-        if "shaky" in ok:
-            ok = ok[~ok["shaky"]]
-        stats = {name: {int(r["n"]): r.to_dict() for _, r in v.sort_values("n").iterrows()}
-                 for name, v in ok.groupby("variant")}
+    keep = df["status"] == "ok"
+    if "shaky" in df:
+        keep &= ~df["shaky"].fillna(False).astype(bool)
+    facets: dict = {}
+    for label, variant, rows in _series(df.drop(columns=["samples_ms"], errors="ignore"), keep):
+        facets.setdefault(label, {})[variant] = {int(r["n"]): r for r in rows}
+    for label, stats in facets.items():
         names = sorted(stats)
         for i, a in enumerate(names):
             for b in names[i + 1:]:

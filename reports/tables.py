@@ -9,22 +9,29 @@ from tabulate import tabulate
 
 from bench.engine import judge
 from bench.model.row import FLAGS, Status
-from reports.frames import facet_groups, ran_here
+from reports.frames import facet_groups
+
+
+def figures(x: float) -> str:
+    """Three significant figures without an exponent: 0.0123, 4.56, 789, 2,820, 1,234,567."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
 
 METRICS = {  # name: (title, formatter)
-    "time_ms": ("median time (ms)", lambda x: f"{x:.3g}"),
+    "time_ms": ("median time (ms)", figures),
     "speedup": ("speedup vs baseline (x)", lambda x: f"{x:.2f}"),
-    "tflops": ("achieved TFLOP/s", lambda x: f"{x:.3g}"),
+    "tflops": ("achieved TFLOP/s", figures),
     "pct_peak": ("% of measured matmul peak", lambda x: f"{x:.1f}"),
-    "gbps": ("achieved GB/s (minimum bytes moved: inputs read once, outputs written once)", lambda x: f"{x:.3g}"),
+    "gbps": ("achieved GB/s (minimum bytes moved: inputs read once, outputs written once)", figures),
     "pct_bw": ("% of measured copy bandwidth (minimum bytes moved)", lambda x: f"{x:.1f}"),
     "pct_roof": ("% of the roofline: of whichever ceiling binds at the cell's intensity (mem: bandwidth, "
                  "comp: matmul peak)", lambda x: f"{x:.1f}"),
-    "mem_mib": ("peak memory above inputs (MiB)", lambda x: f"{x:.3g}"),
+    "mem_mib": ("peak memory above inputs (MiB)", figures),
     "rel_err": ("relative error against the float64 reference (||out - ref|| / ||ref||)", lambda x: f"{x:.2g}"),
 }
 
 
+UNTIMED = ("mem_mib",)  # counted in a pass of its own, not timed: never starred (the charts draw it filled)
 SHAKY_MARK = "*"  # shaky (bench.engine.judge): kept and flagged
 PEAK_MARK = "†"  # % of a peak that a cell exceeded: that peak is not reliable
 NOTES = {SHAKY_MARK: "noisy (the median's 95% CI reaches beyond +-5% of it) or contended (timed while the CPU "
@@ -39,6 +46,8 @@ def with_metrics(g: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     carry rounds; see frames.speedups)."""
     from reports.frames import speedups
 
+    if {"time_ms", "mem_mib", "speedup"} <= set(g):  # computed once for the whole report (reports.build)
+        return g
     g = g.copy()
     g["time_ms"] = g["median_ms"]
     g["mem_mib"] = g["peak_mem_bytes"] / 2**20
@@ -47,24 +56,39 @@ def with_metrics(g: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     return g
 
 
+def _true(x) -> bool:
+    return not pd.isna(x) and bool(x)
+
+
+def cell_texts(g: pd.DataFrame, metric: str) -> list[str]:
+    """Each row's table text for ``metric``: the formatted value (starred when shaky, with the
+    peak's dagger or the binding roof), or the status word in capitals where not ok."""
+    fmt = METRICS[metric][1]
+    words = {s.value: s.word for s in Status}
+    shaky = g["shaky"] if "shaky" in g else pd.Series(False, index=g.index)
+    unreliable = g["peak_unreliable"] if "peak_unreliable" in g else pd.Series(False, index=g.index)
+    bound = g["bound"] if "bound" in g else pd.Series("", index=g.index)
+    out = []
+    for status, x, sh, bad, bd in zip(g["status"], g[metric], shaky, unreliable, bound):
+        if status != "ok":
+            out.append(words.get(status, str(status).upper()))
+            continue
+        if pd.isna(x):
+            out.append("n/a")
+            continue
+        text = fmt(x) + (SHAKY_MARK if _true(sh) and metric not in UNTIMED else "")
+        if metric == "pct_peak" and _true(bad):
+            text += PEAK_MARK
+        if metric == "pct_roof" and isinstance(bd, str) and bd:
+            text += " " + {"memory": "mem", "compute": "comp"}[bd]
+        out.append(text)
+    return out
+
+
 def pivot(g: pd.DataFrame, metric: str) -> pd.DataFrame:
     """variant x n with formatted values, or the status word in capitals where not ok."""
-    fmt = METRICS[metric][1]
-    cells = []
-    for _, r in g.iterrows():
-        if r["status"] != "ok":
-            text = Status(r["status"]).word
-        elif pd.isna(r[metric]):
-            text = "n/a"
-        else:
-            text = fmt(r[metric]) + (SHAKY_MARK if r.get("shaky") else "")
-            if metric == "pct_peak" and r.get("peak_unreliable"):
-                text += PEAK_MARK
-            if metric == "pct_roof" and r.get("bound"):
-                text += " " + {"memory": "mem", "compute": "comp"}[r["bound"]]
-        cells.append((r["variant"], int(r["n"]), text))
-    return cell_pivot(pd.DataFrame(cells, columns=["variant", "n", "v"]), ["variant"], "n", "v", empty="-",
-                      label="n={}")
+    cells = pd.DataFrame({"variant": g["variant"], "n": g["n"].astype(int), "v": cell_texts(g, metric)})
+    return cell_pivot(cells, ["variant"], "n", "v", empty="-", label="n={}")
 
 
 def cell_pivot(df: pd.DataFrame, index: list[str], columns: str, values: str, empty: str = "",
@@ -77,13 +101,35 @@ def cell_pivot(df: pd.DataFrame, index: list[str], columns: str, values: str, em
 
 
 def facet_tables(df: pd.DataFrame, baseline: str | None) -> list[tuple[str, dict[str, pd.DataFrame]]]:
-    out = []
-    for label, g in facet_groups(df):
-        g = with_metrics(ran_here(g), baseline)
-        if g.empty:
+    """Per facet (in facet_groups' order), per metric that has a value there: variant x n."""
+    from reports.frames import facet_labels
+
+    if df.empty:
+        return []
+    df = with_metrics(df, baseline)
+    label = facet_labels(df)
+    ran = (df["status"] != "unsupported").groupby([label, df["variant"]]).transform("any")
+    df, label = df[ran], label[ran]  # ran_here, per facet
+    order = [name for name, _ in facet_groups(df)]
+    tables: dict = {name: {} for name in order}
+    facets, variants, ns = label.tolist(), df["variant"].tolist(), df["n"].astype(int).tolist()
+    for metric in METRICS:
+        if metric not in df:
             continue
-        out.append((label, {m: pivot(g, m) for m in METRICS if m in g and g[m].notna().any()}))
-    return out
+        has = set(label[df[metric].notna()])
+        nested: dict = {}  # facet -> variant -> n -> text (a cell's first row)
+        for f, v, n, text in zip(facets, variants, ns, cell_texts(df, metric)):
+            nested.setdefault(f, {}).setdefault(v, {}).setdefault(n, text)
+        for name in order:
+            if name not in has:
+                continue
+            rows = nested[name]
+            cols = sorted({n for cells in rows.values() for n in cells})
+            names = sorted(rows)
+            tables[name][metric] = pd.DataFrame([[rows[v].get(n, "-") for n in cols] for v in names],
+                                                index=pd.Index(names, name="variant"),
+                                                columns=[f"n={n}" for n in cols])
+    return [(name, ts) for name, ts in tables.items() if ts]
 
 
 def status_counts(df: pd.DataFrame) -> pd.DataFrame:
@@ -115,8 +161,19 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
             parts.append(", ".join(sorted(map(str, g[col].unique()))))
         return "; ".join(parts)
 
-    out = [{"variant": v, "status": st, "cells": len(g), "where": where(g), "reason": reason}
-           for (v, st, reason), g in cells.groupby(["variant", "status", "reason"], sort=True)]
+    # one line per kind of reason (bench.model.row.ReasonKind), not per wording: reasons that differ
+    # only in a figure (an error of 2.2 or of 2.4) are one line; rows without a kind group by their reason
+    kind = cells["reason_kind"].fillna("") if "reason_kind" in cells else pd.Series("", index=cells.index)
+    cells = cells.assign(_kind=kind.where(kind != "", "reason: " + cells["reason"]))
+
+    def reason(g: pd.DataFrame) -> str:
+        counts = g["reason"].value_counts()
+        others = len(counts) - 1
+        return counts.index[0] + (f" (and {others} other wording{'s' * (others > 1)}; failures.csv lists each)"
+                                  if others else "")
+
+    out = [{"variant": v, "status": st, "cells": len(g), "where": where(g), "reason": reason(g)}
+           for (v, st, _), g in cells.groupby(["variant", "status", "_kind"], sort=True)]
     return pd.DataFrame(out).sort_values(["cells", "variant"], ascending=[False, True], kind="stable")
 
 
@@ -220,7 +277,7 @@ def summary_table(rows: list[dict]) -> str:
     if (df["kv_len"] != df["q_len"]).any():
         facets.append("kv_len")
     shaky = shaky_mask(df)
-    df["cell"] = [(f"{m:.3g}" + ("*" if f else "")) if s == "ok" else s
+    df["cell"] = [(figures(m) + ("*" if f else "")) if s == "ok" else s
                   for m, s, f in zip(df["median_ms"], df["status"], shaky)]
     never = df.groupby("variant")["status"].agg(lambda s: (s == "unsupported").all())
     skipped = df[df["variant"].isin(never[never].index)]

@@ -1,16 +1,20 @@
 """The run folder's ``masks.json``: each mask of a sweep as its terms, parameters, definitions
-and keep pattern at a small size, written by the sweep and drawn by the report."""
+and keep pattern at a small size, written by the sweep and drawn by the report.  Reading it
+(``label``, ``unpack``) needs no torch: the report draws without importing it."""
 
 from __future__ import annotations
 
-import torch
+import numpy as np
 
-from bench.model import masks
 from bench.model.case import Case
 
 
-def pattern(case: Case, size: int = 256) -> torch.Tensor:
+def pattern(case: Case, size: int = 256):
     """The keep pattern of batch element 0, head 0 at q_len = kv_len = ``size``: float (size, size)."""
+    import torch
+
+    from bench.model import masks
+
     small = case.replace(q_len=size, kv_len=size, heads=1, kv_heads=1, lengths="fixed", mix="none")  # the mask,
     # not the batch
     keep = masks.bind(small).keep("cpu")
@@ -28,6 +32,10 @@ def picture(case: Case, size: int = 256) -> dict:
     """What masks.json keeps of a case's mask: the definitions and parameters of its terms, its
     density at q_len = kv_len = ``size``, and that keep pattern (batch element 0, head 0) as one
     hex string per query row (bit j of a row: key j kept)."""
+    import torch
+
+    from bench.model import masks
+
     try:
         keep = pattern(case, size).bool()
     except masks.MaskError as exc:
@@ -43,7 +51,7 @@ def picture(case: Case, size: int = 256) -> dict:
             "rows": rows}
 
 
-def unpack(rows: list[str]) -> torch.Tensor:
-    """A picture's hex rows back to a bool (size, size) tensor."""
+def unpack(rows: list[str]) -> np.ndarray:
+    """A picture's hex rows back to a bool (size, size) array."""
     bits = [[(int(c, 16) >> (3 - i)) & 1 for c in r for i in range(4)] for r in rows]
-    return torch.tensor(bits, dtype=torch.bool)
+    return np.array(bits, dtype=bool)

@@ -12,7 +12,6 @@ in, dq, dk, dv out).
 
 from __future__ import annotations
 
-from bench.model import masks
 from bench.model.case import Case
 
 DIRECTION_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
@@ -21,10 +20,14 @@ ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
 
 def kept_pairs(case: Case) -> int:
     """(query, key) pairs the mask keeps, summed over the batch, for one head (exact)."""
+    from bench.model import masks  # torch, on first use: reading the constants needs none (the report)
+
     return masks.kept_pairs(case)
 
 
 def flops(case: Case) -> float:
+    from bench.model import masks
+
     fwd = 2 * masks.bind(case).counts[0] * (case.head_dim + case.dv)  # pairs summed over batch and heads
     return fwd * DIRECTION_FACTOR[case.direction]
 
