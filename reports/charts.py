@@ -206,9 +206,11 @@ def _x_axis(ax, ns) -> None:
     ax.set_xscale("log", base=2)
     ticks = sorted(set(int(n) for n in ns))
     ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:.0f}"))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xticks(ticks, [str(t) for t in ticks], rotation=0 if len(ticks) < 8 else 45)
+    if len(ticks) >= 8:
+        ax.tick_params(axis="x", labelrotation=45)
 
 
 PANEL = (4.6, 3.1)  # inches of one panel: 3 across and the legend fit a 1400 px page at DPI

@@ -25,8 +25,12 @@ NOTE = ("Peak memory above the inputs fitted as a·n² + b·n + c per variant an
 def memory_table(df: pd.DataFrame, envs: list[dict]) -> tuple[pd.DataFrame, float | None]:
     """One row per memory model, and the budget the predicted frontier is taken at."""
     budget = next((b for e in envs if (b := memmodel.budget_of(e))), None)
+    from bench.model.case import CASE_FIELDS
+
+    cols = [c for c in ("variant", *CASE_FIELDS, "status", "peak_mem_bytes") if c in df]
+    usable = df[(df["status"] == "ok") & (df["q_len"] == df["kv_len"])] if len(df) else df
     rows = [r | {"window": _whole(r.get("window")), "head_dim_v": _whole(r.get("head_dim_v"))}  # the frame's "-"
-            for r in df.to_dict("records")]  # and NaN back to the rows' None
+            for r in usable[cols].to_dict("records")]  # and NaN back to the rows' None
     if "median_ms" not in df:
         df = df.assign(median_ms=math.nan)
     out = []

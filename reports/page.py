@@ -53,11 +53,40 @@ PICKER_JS = """<script>
 FAIL_WORDS = tuple(s.word for s in Status if s is not Status.OK)
 
 
+def _cell(x) -> str:
+    """A table cell's text: '-' for a missing value, six figures for a float."""
+    if x is None or (isinstance(x, float) and x != x):
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return html.escape(str(x))
+
+
 def _table_html(t: pd.DataFrame, index: bool = True) -> str:
-    raw = t.to_html(index=index, escape=True, border=0, na_rep="-")
-    for w in FAIL_WORDS:
-        raw = raw.replace(f"<td>{w}</td>", f'<td class="bad">{w}</td>')
-    return f'<div class="tw">{raw}</div>'
+    """A frame as an HTML table, written directly (a report holds a thousand of them, and
+    pandas' writer formats each cell through its display machinery); a failed cell's status in red."""
+    bad = set(FAIL_WORDS)
+    head = ([f"<th>{_cell(t.index.name or '')}</th>"] if index else []) + [f"<th>{_cell(c)}</th>" for c in t.columns]
+    rows = []
+    for key, values in zip(t.index, t.itertuples(index=False, name=None)):
+        cells = [f"<th>{_cell(key)}</th>"] if index else []
+        cells += [f'<td class="bad">{v}</td>' if isinstance(v, str) and v in bad else f"<td>{_cell(v)}</td>"
+                  for v in values]
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return (f'<div class="tw"><table class="dataframe"><thead><tr>{"".join(head)}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _md(t: pd.DataFrame, index: bool = True, text: bool = False) -> str:
+    """A frame as a Markdown table.  ``text``: its cells are already formatted (the per-facet
+    tables, a thousand of them in a large report): written as they are, without tabulate's
+    parsing of every cell as a number."""
+    if not text:
+        return t.to_markdown(index=index)
+    head = ([str(t.index.name or "")] if index else []) + [str(c) for c in t.columns]
+    body = [([str(k)] if index else []) + [str(v) for v in values]
+            for k, values in zip(t.index, t.itertuples(index=False, name=None))]
+    return "\n".join("| " + " | ".join(row) + " |" for row in [head, ["---"] * len(head), *body])
 
 
 def _svg_link(paths) -> str:
@@ -173,7 +202,7 @@ def _section_md(title: str, part: dict | None, caption: str) -> list[str]:
     lines = [f"## {title}", "", part["note"], ""]
     if part.get("chart"):
         lines += [f"![{caption}](charts/{part['chart'].name})", ""]
-    return lines + [part["table"].to_markdown(index=False), ""]
+    return lines + [_md(part["table"], index=False), ""]
 
 
 def _workload_html(df) -> list[str]:
@@ -420,7 +449,7 @@ def write_markdown(r: ReportParts) -> Path:
              f"**Trust: {state[1]}: {state[2]}.** " + trust_line(df, envs, lead=False), "",
              "## Which to use", "", OVERVIEW_NOTE, ""]
     if r.not_run is not None and not r.not_run.empty:
-        lines += ["### Not run here", "", r.not_run.to_markdown(index=False), ""]
+        lines += ["### Not run here", "", _md(r.not_run, index=False), ""]
 
     def rel(path: Path) -> str:
         return path.relative_to(folder).as_posix()
@@ -431,7 +460,7 @@ def write_markdown(r: ReportParts) -> Path:
             lines += [f"## {part.group.label}", ""]
         shown = overview_display(part.overview)
         if not shown.empty:
-            lines += [shown.to_markdown(index=False), ""]
+            lines += [_md(shown, index=False), ""]
         for name, paths in part.charts.items():
             png = next(p for p in paths if p.suffix == ".png")
             lines += [f"![{name}]({rel(png)})", ""]
@@ -444,32 +473,32 @@ def write_markdown(r: ReportParts) -> Path:
             png = next((p for p in masks.get(key) or [] if p.suffix == ".png"), None)
             if png:
                 lines += [f"![{key}]({rel(png)})", ""]
-        lines += [masks["table"].to_markdown(index=False), ""]
+        lines += [_md(masks["table"], index=False), ""]
     lines += _section_md("Memory model and frontier", r.memory, "predicted frontier")
     lines += _section_md("Cost per step", r.steps, "step against kernel")
     from reports.tables import error_by_inputs, mix_table, ragged_table
 
     ragged, errors, mixes = ragged_table(df), error_by_inputs(df), mix_table(df)
     if not mixes.empty:
-        lines += ["## Mixed batches", "", WORKLOAD_NOTES["mix"], "", mixes.to_markdown(index=False), ""]
+        lines += ["## Mixed batches", "", WORKLOAD_NOTES["mix"], "", _md(mixes, index=False), ""]
     if not ragged.empty:
-        lines += ["## Ragged batches", "", WORKLOAD_NOTES["ragged"], "", ragged.to_markdown(index=False), ""]
+        lines += ["## Ragged batches", "", WORKLOAD_NOTES["ragged"], "", _md(ragged, index=False), ""]
     if not errors.empty and df["inputs"].nunique() > 1:
         lines += ["## Approximation error by input kind", "", WORKLOAD_NOTES["inputs"], "",
-                  errors.to_markdown(index=False), ""]
-    crossings = cross.to_markdown(index=False) if not cross.empty else crossover_note(df, cross)
-    lines += ["## Scaling", "", _fmt_scaling(scaling).to_markdown(index=False) if not scaling.empty else "none",
+                  _md(errors, index=False), ""]
+    crossings = _md(cross, index=False) if not cross.empty else crossover_note(df, cross)
+    lines += ["## Scaling", "", _md(_fmt_scaling(scaling), index=False) if not scaling.empty else "none",
               "", "### Crossovers", "", crossings, ""]
     lines += ["## Tables", "", "FLOP convention: " + " ".join(FLOP_DOC.split()), ""]
     lines += [f"{k} {v}  " for k, v in NOTES.items()] + [""]
     for label, ts in r.tables:
         lines += [f"### {label}", ""]
         for metric, t in ts.items():
-            lines += [f"**{METRICS[metric][0]}**", "", t.to_markdown(), ""]
-    lines += ["## Statuses", "", counts.to_markdown(), ""]
+            lines += [f"**{METRICS[metric][0]}**", "", _md(t, text=True), ""]
+    lines += ["## Statuses", "", _md(counts), ""]
     if not fails.empty:
-        lines += [fails.to_markdown(index=False), ""]
-    lines += ["## Environment", "", env_summary(envs).to_markdown(), ""]
+        lines += [_md(fails, index=False), ""]
+    lines += ["## Environment", "", _md(env_summary(envs)), ""]
     path = folder / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
