@@ -181,10 +181,26 @@ def save_figure(fig, out: Path) -> list[Path]:
     (``report --svg``): each format costs a full render, so the page's one is the default."""
     out.parent.mkdir(parents=True, exist_ok=True)
     paths = [out.with_suffix(".png")] + ([out.with_suffix(".svg")] if os.environ.get(SVG_ENV) == "1" else [])
-    for p in paths:
+    _png(fig, paths[0])
+    fig.set_layout_engine("none")  # the layout is done: the SVG reuses it
+    for p in paths[1:]:
         fig.savefig(p, dpi=DPI)
-        fig.set_layout_engine("none")  # the layout is done: a second format reuses it
     return paths
+
+
+def _png(fig, path: Path) -> None:
+    """Render with Agg and write the pixels as a 256-colour PNG: a chart holds a few dozen
+    colours and their antialiased edges, which a palette keeps, at a quarter of the bytes of
+    true colour (the page embeds every chart, so its size follows)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+
+    fig.set_dpi(DPI)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    width, height = canvas.get_width_height()
+    rgba = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    rgba.convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE).save(path)
 
 
 def _subtitle(df: pd.DataFrame) -> str:
@@ -229,8 +245,8 @@ class Layout:
         w, h = PANEL
         self.left, self.gap_x = 0.85, GAP[0] + (0.45 if own_x else 0.0)
         self.gap_y = GAP[1] + (0.35 if own_x else 0.0)
-        self.legend = min(3.6, 0.7 + 0.068 * legend_chars)
-        self.top = 0.25 + 0.24 * title_lines
+        self.legend = min(4.0, 0.75 + 0.076 * legend_chars)  # at 10 pt
+        self.top = 0.3 + 0.26 * title_lines
         self.bottom = 0.75 + 0.17 * note_lines
         self.width = self.left + self.cols * w + (self.cols - 1) * self.gap_x + 0.2 + self.legend
         self.height = self.top + self.rows * h + (self.rows - 1) * self.gap_y + self.bottom
@@ -400,17 +416,17 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
             ax.yaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
         ax.set_ylim(lo, hi)
-        ax.tick_params(labelsize=9)
+        ax.tick_params(labelsize=10)
         if i % layout.cols:
             ax.tick_params(axis="y", labelleft=False)
         else:
-            ax.set_ylabel(ylabel, fontsize=10)
+            ax.set_ylabel(ylabel, fontsize=11)
         lowest = i + layout.cols >= len(groups)
         if same_x and not lowest:
             ax.tick_params(axis="x", labelbottom=False)
         else:
-            ax.set_xlabel(xlabel, fontsize=9)
-        ax.set_title("" if label == "all cells" else "\n".join(textwrap.wrap(label, 58)[:2]), fontsize=10)
+            ax.set_xlabel(xlabel, fontsize=10)
+        ax.set_title("" if label == "all cells" else "\n".join(textwrap.wrap(label, 52)[:2]), fontsize=11)
         ax.grid(True, which="major", color="#e6e6e6", lw=0.7)
         ax.set_axisbelow(True)
     if same_x:
@@ -430,12 +446,12 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
                             label="hollow: shaky (few samples, noisy, contended)"))
     if any_fail:
         extra.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed or stopped (status)"))
-    fig.suptitle(f"{title}\n{subtitle}", fontsize=12, y=1 - 0.12 / layout.height, va="top")
+    fig.suptitle(f"{title}\n{subtitle}", fontsize=13, y=1 - 0.12 / layout.height, va="top")
     if note_lines:
         fig.text(0.5, 0.1 / layout.height, "\n".join(note_lines), ha="center", va="bottom", fontsize=8,
                  color="#555555")
     fig.legend(handles=handles + extra, loc="center left", bbox_to_anchor=layout.legend_anchor(), ncol=1,
-               fontsize=9, frameon=False)
+               fontsize=10, frameon=False)
     return save_figure(fig, out)
 
 
