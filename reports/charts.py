@@ -218,6 +218,9 @@ def minor_label(y, _pos) -> str:
 
 
 
+ROTATE_AT = 8  # lengths on one axis from which their labels are turned 45 degrees
+
+
 def _x_axis(ax, ns) -> None:
     ax.set_xscale("log", base=2)
     ticks = sorted(set(int(n) for n in ns))
@@ -225,7 +228,7 @@ def _x_axis(ax, ns) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:.0f}"))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
-    if len(ticks) >= 8:
+    if len(ticks) >= ROTATE_AT:
         ax.tick_params(axis="x", labelrotation=45)
 
 
@@ -239,15 +242,17 @@ class Layout:
     measures every text of every panel, twice per save): margins from the title's and notes'
     lines and the legend's longest label."""
 
-    def __init__(self, panels: int, title_lines: int, note_lines: int, legend_chars: int, own_x: bool):
+    def __init__(self, panels: int, title_lines: int, note_lines: int, legend_chars: int, own_x: bool,
+                 rotated: bool = False):
         self.cols = _grid_cols(panels)
         self.rows = math.ceil(panels / self.cols)
         w, h = PANEL
         self.left, self.gap_x = 0.85, GAP[0] + (0.45 if own_x else 0.0)
-        self.gap_y = GAP[1] + (0.35 if own_x else 0.0)
+        turn = 0.35 if rotated else 0.0  # x tick labels at 45 degrees take more height
+        self.gap_y = GAP[1] + (0.35 + turn if own_x else 0.0)
         self.legend = min(4.0, 0.75 + 0.076 * legend_chars)  # at 10 pt
         self.top = 0.3 + 0.26 * title_lines
-        self.bottom = 0.75 + 0.17 * note_lines
+        self.bottom = 0.75 + turn + 0.17 * note_lines
         self.width = self.left + self.cols * w + (self.cols - 1) * self.gap_x + 0.2 + self.legend
         self.height = self.top + self.rows * h + (self.rows - 1) * self.gap_y + self.bottom
 
@@ -362,7 +367,8 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     subtitle = _subtitle(df)
     legend_labels = names + ["hollow: shaky (few samples, noisy, contended)"]
     layout = Layout(len(groups), 1 + subtitle.count("\n") + 1, len(note_lines),
-                    max(len(x) for x in legend_labels), own_x=not same_x)
+                    max(len(x) for x in legend_labels), own_x=not same_x,
+                    rotated=any(g["n"].nunique() >= ROTATE_AT for _, g in groups))
     fig, axes = layout.figure(len(groups))
     shown, peak_labels = set(), set()
     any_fail = any_shaky = False
