@@ -113,7 +113,7 @@ def _remove_stale(charts_dir: Path, kept: set) -> None:
     with nothing left to draw): removed, so the folder holds this report's charts alone."""
     kept = {Path(p).resolve() for p in kept}
     for path in list(charts_dir.rglob("*")):
-        if path.suffix in (".png", ".svg") and path.resolve() not in kept and path.stem not in ("frontier",):
+        if path.suffix in (".png", ".svg") and path.resolve() not in kept:
             path.unlink()
     for sub in sorted((p for p in charts_dir.rglob("*") if p.is_dir()), reverse=True):
         if not any(sub.iterdir()):

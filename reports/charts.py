@@ -113,12 +113,6 @@ def _guides(ax, ns, ys) -> None:
 COINCIDE = 0.03  # two variants whose values agree within 3 % at every n they share are drawn apart
 
 
-def coinciding(ok: pd.DataFrame, metric: str) -> list[tuple[str, str]]:
-    """Pairs of variants (a, b) whose ``metric`` agrees within COINCIDE at every n both have
-    (two n at least): b would hide under a."""
-    return _coinciding(_series_by_variant(ok, metric))
-
-
 def _series_by_variant(ok: pd.DataFrame, metric: str) -> dict:
     """{variant: {n: value}} of a panel's drawable rows (a cell's first row)."""
     out: dict = {}
@@ -128,6 +122,8 @@ def _series_by_variant(ok: pd.DataFrame, metric: str) -> dict:
 
 
 def _coinciding(series: dict) -> list[tuple[str, str]]:
+    """Pairs of variants (a, b) whose values agree within COINCIDE at every n both have (two n at
+    least): b would hide under a."""
     names, pairs = sorted(series), []
     for i, a in enumerate(names):
         for b in names[i + 1:]:

@@ -32,7 +32,7 @@ p.trust.clean{background:#eef7ee;border-color:#2e7d32} p.trust.care{background:#
 p.trust.bad{background:#fdecea;border-color:#c62828}
 img{max-width:100%;background:#fff;border:1px solid #e6e6e6;border-radius:4px}
 details{margin:6px 0} summary{cursor:pointer;font-weight:600} code{background:#f0f0f0;padding:1px 4px;border-radius:3px}
-.grid{display:block} figure{margin:0 0 22px} .tw{overflow-x:auto;max-width:100%}
+figure{margin:0 0 22px} .tw{overflow-x:auto;max-width:100%}
 .picker{position:sticky;top:0;z-index:5;background:#fafafa;padding:8px 0;border-bottom:1px solid #ddd}
 .picker select{font:inherit;padding:2px 6px;max-width:100%}
 table.winners td.win{color:#fff;font-weight:600;text-align:center;min-width:54px}
@@ -94,10 +94,9 @@ def _svg_link(paths) -> str:
     return f": <a href='charts/{svg.name}'>SVG</a>" if svg else ""
 
 
-def _img(path: Path, small: bool = False) -> str:
+def _img(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
-    cls = " class=small" if small else ""
-    return f'<img{cls} alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
 def _fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:

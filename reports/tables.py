@@ -85,12 +85,6 @@ def cell_texts(g: pd.DataFrame, metric: str) -> list[str]:
     return out
 
 
-def pivot(g: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """variant x n with formatted values, or the status word in capitals where not ok."""
-    cells = pd.DataFrame({"variant": g["variant"], "n": g["n"].astype(int), "v": cell_texts(g, metric)})
-    return cell_pivot(cells, ["variant"], "n", "v", empty="-", label="n={}")
-
-
 def cell_pivot(df: pd.DataFrame, index: list[str], columns: str, values: str, empty: str = "",
                label: str = "{}") -> pd.DataFrame:
     """The one pivot behind every table of cells: ``index`` x ``columns``, each cell's
