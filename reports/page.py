@@ -198,7 +198,7 @@ def _section_html(anchor: str, title: str, part: dict | None, caption: str) -> l
 def _section_md(title: str, part: dict | None, caption: str) -> list[str]:
     if not part or part["table"].empty:
         return []
-    lines = [f"## {title}", "", part["note"], ""]
+    lines = [f"### {title}", "", part["note"], ""]
     if part.get("chart"):
         lines += [f"![{caption}](charts/{part['chart'].name})", ""]
     return lines + [_md(part["table"], index=False), ""]
@@ -454,40 +454,43 @@ def write_markdown(r: ReportParts) -> Path:
         return path.relative_to(folder).as_posix()
 
     several = len(r.groups) > 1
+    for part in r.groups:  # the sections in the page's order; each group in turn where the page switches
+        if several:
+            lines += [f"### {part.group.label}", ""]
+        shown = overview_display(part.overview)
+        lines += [_md(shown, index=False) if not shown.empty else "no exact variant ran in this group", ""]
+    lines += ["## Charts", ""]
     for part in r.groups:
         if several:
-            lines += [f"## {part.group.label}", ""]
-        shown = overview_display(part.overview)
-        if not shown.empty:
-            lines += [_md(shown, index=False), ""]
+            lines += [f"### {part.group.label}", ""]
         for name, paths in part.charts.items():
             png = next(p for p in paths if p.suffix == ".png")
             lines += [f"![{name}]({rel(png)})", ""]
     for name, paths in charts.items():
         png = next(p for p in paths if p.suffix == ".png")
-        lines += [f"![{name}]({rel(png)})", ""]
+        lines += [f"![{name} (every group)]({rel(png)})", ""]
     if masks and not masks["table"].empty:
         lines += ["## Masks", "", MASKS_NOTE, ""]
-        for key in ("patterns",):
+        for key in ("patterns", "density"):
             png = next((p for p in masks.get(key) or [] if p.suffix == ".png"), None)
             if png:
                 lines += [f"![{key}]({rel(png)})", ""]
         lines += [_md(masks["table"], index=False), ""]
+    lines += ["## Scaling", "", _md(_fmt_scaling(scaling), index=False) if not scaling.empty else "none", ""]
     lines += _section_md("Memory model and frontier", r.memory, "predicted frontier")
     lines += _section_md("Cost per step", r.steps, "step against kernel")
     from reports.tables import error_by_inputs, mix_table, ragged_table
 
     ragged, errors, mixes = ragged_table(df), error_by_inputs(df), mix_table(df)
     if not mixes.empty:
-        lines += ["## Mixed batches", "", WORKLOAD_NOTES["mix"], "", _md(mixes, index=False), ""]
+        lines += ["### Mixed batches", "", WORKLOAD_NOTES["mix"], "", _md(mixes, index=False), ""]
     if not ragged.empty:
-        lines += ["## Ragged batches", "", WORKLOAD_NOTES["ragged"], "", _md(ragged, index=False), ""]
+        lines += ["### Ragged batches", "", WORKLOAD_NOTES["ragged"], "", _md(ragged, index=False), ""]
     if not errors.empty and df["inputs"].nunique() > 1:
-        lines += ["## Approximation error by input kind", "", WORKLOAD_NOTES["inputs"], "",
+        lines += ["### Approximation error by input kind", "", WORKLOAD_NOTES["inputs"], "",
                   _md(errors, index=False), ""]
     crossings = _md(cross, index=False) if not cross.empty else crossover_note(df, cross)
-    lines += ["## Scaling", "", _md(_fmt_scaling(scaling), index=False) if not scaling.empty else "none",
-              "", "### Crossovers", "", crossings, ""]
+    lines += ["### Crossovers", "", crossings, ""]
     lines += ["## Tables", "", "FLOP convention: " + " ".join(FLOP_DOC.split()), ""]
     lines += [f"{k} {v}  " for k, v in NOTES.items()] + [""]
     for label, ts in r.tables:

@@ -245,3 +245,20 @@ def test_a_large_report_switches_groups_in_the_browser_and_fits_1400_px(large_ru
     assert overview_csv["group"].nunique() == 12 and set(overview_csv["fastest"]) <= {"naive", "sdpa"}
     drawn = json.loads((run / "report" / "charts" / ".drawn.json").read_text())
     assert sum(1 for k in drawn if k.endswith("/time")) == 12
+
+
+@pytest.mark.slow
+def test_the_page_and_report_md_give_their_sections_in_one_order(large_run):
+    run, page = large_run
+    names = {"overview": "Which to use", "charts": "Charts", "masks": "Masks", "scaling": "Scaling",
+             "tables": "Tables", "status": "Statuses", "env": "Environment"}
+    html_order = [names[i] for i in re.findall(r"<h2 id=(\w+)>", page.read_text())]
+    md = (run / "report" / "report.md").read_text()
+    md_order = [h for h in re.findall(r"^## (.+)$", md, re.M) if h in names.values()]
+    assert html_order == md_order == list(names.values())
+    # each group's overview and charts, in the page's group order, in both
+    labels = re.findall(r"<option value='[^']+'>([^<]+)</option>", page.read_text())
+    sections = md.split("\n## ")
+    for title in ("Which to use", "Charts"):
+        body = next(s for s in sections if s.startswith(title))
+        assert re.findall(r"^### (.+)$", body, re.M)[-len(labels):] == labels
