@@ -10,8 +10,9 @@ from reports.accuracy import error_chart, pareto_chart, roofline_chart
 from reports.charts import chart_jobs, draw, drawing_pool, variant_style
 from reports.frames import load_runs, speedups, with_peaks
 from reports.groups import Group, not_run, overview, split
+from reports.markdown import write_markdown
 from reports.masks import density_chart, mask_table, pattern_chart, pictures, with_labels
-from reports.page import ReportParts, write_markdown, write_page
+from reports.page import ReportParts, write_page
 from reports.scaling import crossovers, scaling_table
 from reports.tables import facet_tables, failed_rows, failures, status_counts, with_metrics, write_csvs
 

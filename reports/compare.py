@@ -117,7 +117,7 @@ def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None, margin: f
     ``fail_pct``: a percentage (the median rule) or (metric, percentage) with metric
     'median' (B's q1 over A's q3, beyond noise) or 'min' (B's fastest sample over A's).  A
     cell shaky in either run is never a regression: its verdict is 'shaky'."""
-    from reports.page import trust_line
+    from reports.trust import trust_line
 
     da, (env_a,) = load_runs([run_a])
     db, (env_b,) = load_runs([run_b])

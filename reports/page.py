@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.engine import judge
 from bench.measure.flops import __doc__ as FLOP_DOC
 from bench.model.row import Status
 from reports.charts import variant_style
 from reports.scaling import crossover_note
 from reports.tables import METRICS, NOTES
+from reports.trust import trust_line, trust_state
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -77,18 +77,6 @@ def _table_html(t: pd.DataFrame, index: bool = True) -> str:
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
-def _md(t: pd.DataFrame, index: bool = True, text: bool = False) -> str:
-    """A frame as a Markdown table.  ``text``: its cells are already formatted (the per-facet
-    tables, a thousand of them in a large report): written as they are, without tabulate's
-    parsing of every cell as a number."""
-    if not text:
-        return t.to_markdown(index=index)
-    head = ([str(t.index.name or "")] if index else []) + [str(c) for c in t.columns]
-    body = [([str(k)] if index else []) + [str(v) for v in values]
-            for k, values in zip(t.index, t.itertuples(index=False, name=None))]
-    return "\n".join("| " + " | ".join(row) + " |" for row in [head, ["---"] * len(head), *body])
-
-
 def _svg_link(paths) -> str:
     svg = next((p for p in paths if p.suffix == ".svg"), None)
     return f": <a href='charts/{svg.name}'>SVG</a>" if svg else ""
@@ -99,7 +87,7 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
-def _fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
+def fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
     if s.empty:
         return s
     s = s.copy()
@@ -110,61 +98,6 @@ def _fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
     return s.rename(columns={"time_exp": "time exponent", "time_r2": "time R²", "mem_exp": "memory exponent",
                              "mem_r2": "memory R²", "n_range": "n range", "largest_ok_n": "largest n ok",
                              "left_out": "left out of the time fit", "first_failure": "first failure above"})
-
-
-def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
-    """The dtypes whose matmul peak a cell exceeded (frames.with_peaks marks them)."""
-    if "peak_unreliable" not in ok:
-        return []
-    return sorted(set(ok.loc[ok["peak_unreliable"].fillna(False).astype(bool), "dtype"]))
-
-
-def run_trust(df, envs) -> judge.Trust:
-    """The trust state of the report's rows (``bench.engine.judge.trust``: the one place it is decided)."""
-    ok = df[df["status"] == "ok"]
-    cols = [c for c in ("status", *judge.SHAKY, "reference_skipped", "median_ms", "samples", "number") if c in df]
-    return judge.trust(df[cols].to_dict("records"), [e["run"] for e in envs if e.get("mixed_env")],
-                       _unreliable_peaks(ok))
-
-
-def trust_state(df, envs) -> tuple[str, str, str]:
-    """(css class, heading, main reason) of the trust box: clean, read with care, or do not use."""
-    t = run_trust(df, envs)
-    return t.state, t.heading, t.reason
-
-
-def trust_line(df, envs, lead: bool = True) -> str:
-    """One line: can these numbers be trusted?  Counts of ok, noisy and contended cells,
-    and whether every dtype's matmul peak held; the main reason is the trust box's heading.
-    ``lead``: open with the verdict; without it (under the box's heading, which says it), open
-    with the remedies alone when there are some."""
-    from bench.measure.nvml import SLOWDOWN
-
-    t = run_trust(df, envs)
-    ok = df[df["status"] == "ok"]
-    loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
-                      f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
-    remedies = "; ".join(judge.REMEDY[f] for f, n in t.counts.items() if n) if t.state == "care" and t.shaky else ""
-    opening = f"{t.verdict}: " if lead else (f"remedies: {remedies}. Counts: " if remedies else "")
-    text = (f"{opening}{t.ok} ok cells, {t.clean} clean, {t.few_samples} with too few samples for an "
-            f"interval, {t.noisy} noisy, {t.contended} contended"
-            + (f", {t.throttled} throttled (NVML reported {' or '.join(sorted(SLOWDOWN))})" if t.throttled else "")
-            + " (shaky cells are hollow in charts and marked * in tables; fits keep the cells whose precision is "
-              "known, by their weight)")
-    worst = worst_contended(ok)
-    if worst:
-        text += f"; worst: {worst}"
-    if t.unchecked:
-        text += (f"; {t.unchecked} ok cells timed unchecked (their float64 reference could not be computed: "
-                 f"reference_skipped says why)")
-    bad_peaks = _unreliable_peaks(ok)
-    if bad_peaks:
-        text += f"; the matmul peak is unreliable for {', '.join(bad_peaks)} (marked † in % of peak)"
-    mixed = [f"{e['run']}: {', '.join(e['mixed_env'])}" for e in envs if e.get("mixed_env")]
-    if mixed:
-        text += "; MIXED RUN, resumed on a machine that differs (" + "; ".join(mixed) + ")"
-    history = "; ".join(h for e in envs if (h := invocations(e)))
-    return text + (f"; {history}" if history else f"; {loads}" if loads else "") + "."
 
 
 WORKLOAD_NOTES = {
@@ -195,15 +128,6 @@ def _section_html(anchor: str, title: str, part: dict | None, caption: str) -> l
     return parts + [_table_html(part["table"], index=False)]
 
 
-def _section_md(title: str, part: dict | None, caption: str) -> list[str]:
-    if not part or part["table"].empty:
-        return []
-    lines = [f"### {title}", "", part["note"], ""]
-    if part.get("chart"):
-        lines += [f"![{caption}](charts/{part['chart'].name})", ""]
-    return lines + [_md(part["table"], index=False), ""]
-
-
 def _workload_html(df) -> list[str]:
     from reports.tables import error_by_inputs, mix_table, ragged_table
 
@@ -227,42 +151,6 @@ def _trust_html(df, envs) -> str:
     state, heading, why = trust_state(df, envs)
     return (f"<p class='trust {state}'><b>{heading}: {html.escape(why)}.</b><br>"
             f"{html.escape(trust_line(df, envs, lead=False))}</p>")
-
-
-def worst_contended(ok: pd.DataFrame) -> str:
-    """The contended cell timed with the smallest share of its cores, and what it measured."""
-    from bench.measure.contention import severity
-
-    bad = ok[ok["contended"]] if "contended" in ok else ok.iloc[0:0]
-    if bad.empty:
-        return ""
-    rows = bad.to_dict("records")
-    r = min(rows, key=severity)
-    return f"{r['variant']} at n={int(r['n'])} ({r.get('contended_why') or 'contended'})"
-
-
-CONDITIONS_DIFFER = (1.0, 0.2)  # load averages further apart than this, or peaks by more than this share
-
-
-def invocations(env: dict) -> str:
-    """A run folder made by several invocations (a resume, a retry): each one's load and
-    peak, and whether the folder mixes conditions; '' for a folder of one invocation."""
-    history = [h for h in env.get("history") or [] if isinstance(h, dict)]
-    if len(history) < 2:
-        return ""
-    parts, loads, peaks = [], [], []
-    for i, h in enumerate(history, start=1):
-        start, end = (h.get("loadavg_start") or [None])[0], (h.get("loadavg_end") or [None])[0]
-        peak = h.get("peaks_end") or {}
-        parts.append(f"#{i} load {start if start is not None else '?'}->{end if end is not None else '?'}"
-                     + (", peak " + ", ".join(f"{d} {v:.3g}" for d, v in peak.items()) if peak else ""))
-        loads += [x for x in (start, end) if x is not None]
-        peaks += [v for v in peak.values() if v]
-    text = f"{env.get('run', 'this run')}: {len(history)} invocations ({'; '.join(parts)})"
-    load_gap, peak_gap = CONDITIONS_DIFFER
-    if (loads and max(loads) - min(loads) > load_gap) or (peaks and max(peaks) > (1 + peak_gap) * min(peaks)):
-        text += ", which ran under different conditions: the folder mixes them"
-    return text
 
 
 def env_summary(envs: list[dict]) -> pd.DataFrame:
@@ -337,7 +225,7 @@ def write_page(r: ReportParts) -> Path:
                  "median time and of peak memory against n (2 = quadratic, 1 = linear), with R² "
                  "and the n range it covers; none from fewer than 3 lengths (two points always lie on a line). "
                  "For decode, n is the KV cache length.</p>")
-    parts.append(_table_html(_fmt_scaling(scaling), index=False) if not scaling.empty else "<p>no ok cells</p>")
+    parts.append(_table_html(fmt_scaling(scaling), index=False) if not scaling.empty else "<p>no ok cells</p>")
     parts += _section_html("memory", "Memory model and frontier", r.memory, "predicted frontier")
     parts += _section_html("steps", "Cost per step", r.steps, "step against kernel")
     parts += _workload_html(df)
@@ -436,71 +324,3 @@ def report_title(envs: list[dict]) -> str:
     """The runs, and the models their shapes are (sweep --model)."""
     models = list(dict.fromkeys(m for e in envs if (m := (e.get("spec") or {}).get("model"))))
     return "attnbench report: " + ", ".join(e["run"] for e in envs) + (f" ({', '.join(models)})" if models else "")
-
-
-def write_markdown(r: ReportParts) -> Path:
-    from reports.groups import overview_display
-
-    folder, df, envs, scaling, cross = r.folder, r.df, r.envs, r.scaling, r.cross
-    counts, fails, charts, masks = r.counts, r.fails, r.charts, r.masks
-    state = trust_state(df, envs)
-    lines = ["# " + report_title(envs), "",
-             f"**Trust: {state[1]}: {state[2]}.** " + trust_line(df, envs, lead=False), "",
-             "## Which to use", "", OVERVIEW_NOTE, ""]
-    if r.not_run is not None and not r.not_run.empty:
-        lines += ["### Not run here", "", _md(r.not_run, index=False), ""]
-
-    def rel(path: Path) -> str:
-        return path.relative_to(folder).as_posix()
-
-    several = len(r.groups) > 1
-    for part in r.groups:  # the sections in the page's order; each group in turn where the page switches
-        if several:
-            lines += [f"### {part.group.label}", ""]
-        shown = overview_display(part.overview)
-        lines += [_md(shown, index=False) if not shown.empty else "no exact variant ran in this group", ""]
-    lines += ["## Charts", ""]
-    for part in r.groups:
-        if several:
-            lines += [f"### {part.group.label}", ""]
-        for name, paths in part.charts.items():
-            png = next(p for p in paths if p.suffix == ".png")
-            lines += [f"![{name}]({rel(png)})", ""]
-    for name, paths in charts.items():
-        png = next(p for p in paths if p.suffix == ".png")
-        lines += [f"![{name} (every group)]({rel(png)})", ""]
-    if masks and not masks["table"].empty:
-        lines += ["## Masks", "", MASKS_NOTE, ""]
-        for key in ("patterns", "density"):
-            png = next((p for p in masks.get(key) or [] if p.suffix == ".png"), None)
-            if png:
-                lines += [f"![{key}]({rel(png)})", ""]
-        lines += [_md(masks["table"], index=False), ""]
-    lines += ["## Scaling", "", _md(_fmt_scaling(scaling), index=False) if not scaling.empty else "none", ""]
-    lines += _section_md("Memory model and frontier", r.memory, "predicted frontier")
-    lines += _section_md("Cost per step", r.steps, "step against kernel")
-    from reports.tables import error_by_inputs, mix_table, ragged_table
-
-    ragged, errors, mixes = ragged_table(df), error_by_inputs(df), mix_table(df)
-    if not mixes.empty:
-        lines += ["### Mixed batches", "", WORKLOAD_NOTES["mix"], "", _md(mixes, index=False), ""]
-    if not ragged.empty:
-        lines += ["### Ragged batches", "", WORKLOAD_NOTES["ragged"], "", _md(ragged, index=False), ""]
-    if not errors.empty and df["inputs"].nunique() > 1:
-        lines += ["### Approximation error by input kind", "", WORKLOAD_NOTES["inputs"], "",
-                  _md(errors, index=False), ""]
-    crossings = _md(cross, index=False) if not cross.empty else crossover_note(df, cross)
-    lines += ["### Crossovers", "", crossings, ""]
-    lines += ["## Tables", "", "FLOP convention: " + " ".join(FLOP_DOC.split()), ""]
-    lines += [f"{k} {v}  " for k, v in NOTES.items()] + [""]
-    for label, ts in r.tables:
-        lines += [f"### {label}", ""]
-        for metric, t in ts.items():
-            lines += [f"**{METRICS[metric][0]}**", "", _md(t, text=True), ""]
-    lines += ["## Statuses", "", _md(counts), ""]
-    if not fails.empty:
-        lines += [_md(fails, index=False), ""]
-    lines += ["## Environment", "", _md(env_summary(envs)), ""]
-    path = folder / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path

@@ -46,8 +46,8 @@ def _surfaces(rows):
     from bench.cli.gpu_check import _failed_cells
     from bench.cli.sweep import shaky_count
     from reports.frames import tidy
-    from reports.page import trust_state
     from reports.tables import failed_cells
+    from reports.trust import trust_state
 
     df = tidy(pd.DataFrame(rows)).assign(run="r", peak_unreliable=False)
     return (list(df["shaky"]), sorted(zip(failed_cells(df)["variant"], failed_cells(df)["q_len"])),

@@ -75,7 +75,7 @@ def test_compare_counts_shaky_cells_apart_and_strict_trust_fails_on_them(capsys,
 
 
 def test_the_trust_line_names_each_invocation_and_says_when_conditions_differ():
-    from reports.page import trust_line
+    from reports.trust import trust_line
 
     df = tidy(pd.DataFrame(_timed_rows("naive", 1.0, 0.03))).assign(run="r", peak_unreliable=False)
     one = {"run": "r", "history": [{"loadavg_start": [0.1], "loadavg_end": [0.2], "peaks_end": {"float32": 0.2}}]}

@@ -521,7 +521,7 @@ def test_facets_sort_numbers_as_numbers():
 
 @pytest.mark.parametrize("noisy,contended,state", [(0, 0, "clean"), (3, 0, "care"), (8, 0, "care"), (0, 6, "bad")])
 def test_the_trust_box_says_clean_read_with_care_or_do_not_use(noisy, contended, state):
-    from reports.page import trust_state
+    from reports.trust import trust_state
 
     rows = _timed_rows("naive", 1.0, 0.02, ns=tuple(range(64, 64 + 10 * 8, 8)))
     for i, r in enumerate(rows):

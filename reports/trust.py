@@ -1,0 +1,100 @@
+"""Whether a report's numbers can be trusted: the trust box's state and its line, the worst
+contended cell, and what a folder made by several invocations says about its conditions.  The
+decision itself is ``bench.engine.judge.trust``; this module words it for the report."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.engine import judge
+
+
+def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
+    """The dtypes whose matmul peak a cell exceeded (frames.with_peaks marks them)."""
+    if "peak_unreliable" not in ok:
+        return []
+    return sorted(set(ok.loc[ok["peak_unreliable"].fillna(False).astype(bool), "dtype"]))
+
+
+def run_trust(df, envs) -> judge.Trust:
+    """The trust state of the report's rows (``bench.engine.judge.trust``: the one place it is decided)."""
+    ok = df[df["status"] == "ok"]
+    cols = [c for c in ("status", *judge.SHAKY, "reference_skipped", "median_ms", "samples", "number") if c in df]
+    return judge.trust(df[cols].to_dict("records"), [e["run"] for e in envs if e.get("mixed_env")],
+                       _unreliable_peaks(ok))
+
+
+def trust_state(df, envs) -> tuple[str, str, str]:
+    """(css class, heading, main reason) of the trust box: clean, read with care, or do not use."""
+    t = run_trust(df, envs)
+    return t.state, t.heading, t.reason
+
+
+def trust_line(df, envs, lead: bool = True) -> str:
+    """One line: can these numbers be trusted?  Counts of ok, noisy and contended cells,
+    and whether every dtype's matmul peak held; the main reason is the trust box's heading.
+    ``lead``: open with the verdict; without it (under the box's heading, which says it), open
+    with the remedies alone when there are some."""
+    from bench.measure.nvml import SLOWDOWN
+
+    t = run_trust(df, envs)
+    ok = df[df["status"] == "ok"]
+    loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
+                      f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
+    remedies = "; ".join(judge.REMEDY[f] for f, n in t.counts.items() if n) if t.state == "care" and t.shaky else ""
+    opening = f"{t.verdict}: " if lead else (f"remedies: {remedies}. Counts: " if remedies else "")
+    text = (f"{opening}{t.ok} ok cells, {t.clean} clean, {t.few_samples} with too few samples for an "
+            f"interval, {t.noisy} noisy, {t.contended} contended"
+            + (f", {t.throttled} throttled (NVML reported {' or '.join(sorted(SLOWDOWN))})" if t.throttled else "")
+            + " (shaky cells are hollow in charts and marked * in tables; fits keep the cells whose precision is "
+              "known, by their weight)")
+    worst = worst_contended(ok)
+    if worst:
+        text += f"; worst: {worst}"
+    if t.unchecked:
+        text += (f"; {t.unchecked} ok cells timed unchecked (their float64 reference could not be computed: "
+                 f"reference_skipped says why)")
+    bad_peaks = _unreliable_peaks(ok)
+    if bad_peaks:
+        text += f"; the matmul peak is unreliable for {', '.join(bad_peaks)} (marked † in % of peak)"
+    mixed = [f"{e['run']}: {', '.join(e['mixed_env'])}" for e in envs if e.get("mixed_env")]
+    if mixed:
+        text += "; MIXED RUN, resumed on a machine that differs (" + "; ".join(mixed) + ")"
+    history = "; ".join(h for e in envs if (h := invocations(e)))
+    return text + (f"; {history}" if history else f"; {loads}" if loads else "") + "."
+
+
+def worst_contended(ok: pd.DataFrame) -> str:
+    """The contended cell timed with the smallest share of its cores, and what it measured."""
+    from bench.measure.contention import severity
+
+    bad = ok[ok["contended"]] if "contended" in ok else ok.iloc[0:0]
+    if bad.empty:
+        return ""
+    rows = bad.to_dict("records")
+    r = min(rows, key=severity)
+    return f"{r['variant']} at n={int(r['n'])} ({r.get('contended_why') or 'contended'})"
+
+
+CONDITIONS_DIFFER = (1.0, 0.2)  # load averages further apart than this, or peaks by more than this share
+
+
+def invocations(env: dict) -> str:
+    """A run folder made by several invocations (a resume, a retry): each one's load and
+    peak, and whether the folder mixes conditions; '' for a folder of one invocation."""
+    history = [h for h in env.get("history") or [] if isinstance(h, dict)]
+    if len(history) < 2:
+        return ""
+    parts, loads, peaks = [], [], []
+    for i, h in enumerate(history, start=1):
+        start, end = (h.get("loadavg_start") or [None])[0], (h.get("loadavg_end") or [None])[0]
+        peak = h.get("peaks_end") or {}
+        parts.append(f"#{i} load {start if start is not None else '?'}->{end if end is not None else '?'}"
+                     + (", peak " + ", ".join(f"{d} {v:.3g}" for d, v in peak.items()) if peak else ""))
+        loads += [x for x in (start, end) if x is not None]
+        peaks += [v for v in peak.values() if v]
+    text = f"{env.get('run', 'this run')}: {len(history)} invocations ({'; '.join(parts)})"
+    load_gap, peak_gap = CONDITIONS_DIFFER
+    if (loads and max(loads) - min(loads) > load_gap) or (peaks and max(peaks) > (1 + peak_gap) * min(peaks)):
+        text += ", which ran under different conditions: the folder mixes them"
+    return text
