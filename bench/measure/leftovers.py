@@ -17,7 +17,8 @@ import os
 import time
 
 SETTLE_S = 0.02  # OpenMP threads spin for a moment after a parallel region: let them settle first
-WINDOW_S = 0.05
+WINDOWS_S = (0.05, 0.25)  # a busy thread on a loaded machine can get under a quarter of a core in 50 ms:
+# a longer look before new threads are taken as the new normal (only ever paid when threads were added)
 BUSY_CORES = 0.25  # CPU time over the window, in cores, beyond which what is left is busy
 
 
@@ -90,14 +91,11 @@ class Leftovers:
         if threads <= self.threads and children <= self.children:
             return ""
         self.sleep(SETTLE_S)
-        t0, own0, tasks0 = self.clock(), self.cpu(), _task_cpu()
-        kids0 = {pid: _cpu_s(pid) for pid in children - self.children}
-        self.sleep(WINDOW_S)
-        span = max(1e-6, self.clock() - t0)
-        own = (self.cpu() - own0) / span
-        busy = sum(1 for tid, s in _task_cpu().items() if (s - tasks0.get(tid, s)) / span >= BUSY_CORES / 2)
-        kids = sum(_cpu_s(pid) - c for pid, c in kids0.items()) / span
-        if own < BUSY_CORES and kids < BUSY_CORES:  # idle: a pool that stays, and the new normal
+        for window in WINDOWS_S:
+            own, busy, kids, kids0 = self._look(window, children - self.children)
+            if own >= BUSY_CORES or kids >= BUSY_CORES:
+                break
+        else:  # idle in every window: a pool that stays, and the new normal
             self.threads, self.children = threads, children
             return ""
         parts = []
@@ -106,3 +104,15 @@ class Leftovers:
         if kids >= BUSY_CORES:
             parts.append(f"{len(kids0)} child process(es) using {kids:.2f} cores")
         return " and ".join(parts)
+
+    def _look(self, window: float, new_children) -> tuple[float, int, float, dict]:
+        """Over ``window`` seconds: this process's CPU in cores, its threads busy on their own, the
+        new children's CPU in cores, and those children."""
+        t0, own0, tasks0 = self.clock(), self.cpu(), _task_cpu()
+        kids0 = {pid: _cpu_s(pid) for pid in new_children}
+        self.sleep(window)
+        span = max(1e-6, self.clock() - t0)
+        own = (self.cpu() - own0) / span
+        busy = sum(1 for tid, s in _task_cpu().items() if (s - tasks0.get(tid, s)) / span >= BUSY_CORES / 2)
+        kids = sum(_cpu_s(pid) - c for pid, c in kids0.items()) / span
+        return own, busy, kids, kids0
