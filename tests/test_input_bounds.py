@@ -277,15 +277,13 @@ def test_the_leftover_check_reports_a_busy_thread_and_forgets_an_idle_one():
     assert said.startswith("1 busy thread(s) in the worker using") and said.endswith("cores")
 
 
-def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one():
+def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one(monkeypatch):
     """On a loaded machine a spinning thread can get under a quarter of a core in 50 ms: the check
-    looks again, longer, before it takes a new thread as the new normal (fake clocks: 0.2 cores in
-    the first window, 0.6 in the second)."""
-    import threading
-
+    looks again, longer, before it takes a new thread as the new normal (fake clocks and thread
+    counts: 0.2 cores in the first window, 0.6 in the second)."""
     from bench.measure import leftovers
 
-    now = {"t": 0.0, "cpu": 0.0}
+    now = {"t": 0.0, "cpu": 0.0, "threads": 4}
     shares = iter([0.2, 0.6])  # cores used in each window
 
     def sleep(s):
@@ -293,25 +291,19 @@ def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one():
             now["cpu"] += next(shares) * s
         now["t"] += s
 
+    monkeypatch.setattr(leftovers, "_threads", lambda: now["threads"])  # this process's, whatever else runs
+    monkeypatch.setattr(leftovers, "_children", lambda: set())
     guard = leftovers.Leftovers(sleep=sleep, cpu=lambda: now["cpu"], clock=lambda: now["t"])
-    idle = threading.Event()
-    threading.Thread(target=idle.wait, daemon=True).start()  # a new thread, so the check looks
-    try:
-        said = guard.check()
-    finally:
-        idle.set()
+    now["threads"] = 5  # one new thread, so the check looks
+    said = guard.check()
     assert said.startswith("1 busy thread(s) in the worker using 0.60 cores"), said
     assert now["t"] == pytest.approx(leftovers.SETTLE_S + sum(leftovers.WINDOWS_S))
-    # idle in both looks: the thread is the new normal, and the next check does not look at all
+    # idle in both looks: the threads are the new normal, and the next check does not look at all
     shares = iter([0.0, 0.0])
-    idle2 = threading.Event()
-    threading.Thread(target=idle2.wait, daemon=True).start()
-    try:
-        assert guard.check() == ""
-        before = now["t"]
-        assert guard.check() == "" and now["t"] == before
-    finally:
-        idle2.set()
+    now["threads"] = 6
+    assert guard.check() == ""
+    before = now["t"]
+    assert guard.check() == "" and now["t"] == before
 
 
 # -- warnings are said once, by the folder they belong to --------------------------------------------------------
