@@ -250,15 +250,32 @@ def test_a_variant_that_leaves_a_busy_thread_is_marked_and_nothing_is_timed_besi
     assert rows["pidprobe"]["pid"] != spin["pid"]  # timed in a fresh worker, never beside the spinning thread
 
 
-def test_the_leftover_check_reports_a_busy_thread_and_forgets_an_idle_one():
+def test_the_leftover_check_reports_a_busy_thread_and_forgets_an_idle_one(monkeypatch):
+    """Real threads, counted among this test's own: the pytest process holds threads of earlier
+    tests, which may end (the count would not grow) or spin (they would be counted) meanwhile."""
     import threading
 
-    from bench.measure.leftovers import Leftovers
+    from bench.measure import leftovers
 
-    guard = Leftovers()
+    mine: set[int] = set()
+    real_task_cpu = leftovers._task_cpu
+    monkeypatch.setattr(leftovers, "_threads", lambda: 100 + len(mine))
+    monkeypatch.setattr(leftovers, "_task_cpu", lambda: {t: c for t, c in real_task_cpu().items() if int(t) in mine})
+
+    def started(target) -> None:
+        up = threading.Event()
+
+        def run():
+            mine.add(threading.get_native_id())
+            up.set()
+            target()
+
+        threading.Thread(target=run, daemon=True).start()
+        up.wait()
+
+    guard = leftovers.Leftovers()
     idle = threading.Event()
-    pool = threading.Thread(target=idle.wait, daemon=True)  # a pool thread that waits: the new normal
-    pool.start()
+    started(idle.wait)  # a pool thread that waits: the new normal
     assert guard.check() == ""
     stop = threading.Event()
 
@@ -266,15 +283,14 @@ def test_the_leftover_check_reports_a_busy_thread_and_forgets_an_idle_one():
         while not stop.is_set():
             pass
 
-    busy = threading.Thread(target=spin, daemon=True)
-    busy.start()
-    threading.Thread(target=idle.wait, daemon=True).start()  # an idle one started beside it is not counted
+    started(spin)
+    started(idle.wait)  # an idle one started beside it is not counted
     try:
         said = guard.check()
     finally:
         stop.set()
         idle.set()
-    assert said.startswith("1 busy thread(s) in the worker using") and said.endswith("cores")
+    assert said.startswith("1 busy thread(s) in the worker using") and said.endswith("cores"), said
 
 
 def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one(monkeypatch):
