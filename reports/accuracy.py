@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from reports.charts import minor_label, new_figure, place_grid, save_figure
+from reports.charts import log_tick_values, minor_label, new_figure, place_grid, save_figure
 from reports.frames import facet_groups
 
 MAX_PANELS = 12
@@ -61,13 +61,7 @@ def _plain(ax, axis: str = "both") -> None:
 def log_ticks(ax) -> None:
     """1-2-5 ticks, every one labelled, across a log y axis's drawn range: a range shorter than
     a decade (an error between 0.3 and 2, say) still reads."""
-    lo, hi = ax.get_ylim()
-    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-    ticks = [m * 10.0 ** e for e in decades for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
-    if len(ticks) < 3:  # a range short of a decade: finer steps, so that no panel reads from one tick
-        ticks = [m * 10.0 ** e for e in decades for m in (1, 1.5, 2, 3, 5, 7) if lo <= m * 10.0 ** e <= hi]
-    if len(ticks) > 12:  # many decades: the powers of ten alone
-        ticks = [t for t in ticks if f"{t:g}".lstrip("0.").startswith("1")]
+    ticks = log_tick_values(*ax.get_ylim())
     ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}"))
     ax.yaxis.set_minor_locator(NullLocator())

@@ -154,12 +154,18 @@ def new_figure(rows: int = 1, cols: int = 1, *, figsize, layout: str = "constrai
     return fig, fig.subplots(rows, cols, **subplots)
 
 
-def figure_legend(fig, axes) -> None:
-    """One legend for the figure, below the panels: no legend box covers a point."""
+def legend_entries(axes) -> dict:
+    """{label: handle} of every labelled artist of the panels, each label once."""
     seen: dict = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
+    return seen
+
+
+def figure_legend(fig, axes) -> None:
+    """One legend for the figure, below the panels: no legend box covers a point."""
+    seen = legend_entries(axes)
     if seen:
         # as many columns as the figure's width holds at 8 pt (about 0.065 in a character, 0.55 in for the
         # marker and the gap): a narrow one-panel figure wraps its legend instead of cutting it at the edge
@@ -271,10 +277,7 @@ def place_grid(fig, axes, cols: int, panel: tuple[float, float]) -> None:
     """Lay out a figure of panels that each carry their own axis labels, with one legend to the
     right of them (every label the panels hold, once): the figure sized and each panel placed
     by arithmetic, as Layout does for the metric charts, rather than by a layout engine."""
-    seen: dict = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(label, handle)
+    seen = legend_entries(axes)
     title = fig._suptitle.get_text() if fig._suptitle is not None else ""
     rows = math.ceil(len(axes) / cols)
     w, h = panel
@@ -297,8 +300,9 @@ def place_grid(fig, axes, cols: int, panel: tuple[float, float]) -> None:
                    bbox_to_anchor=(1 - (legend + 0.05) / width, 0.5), fontsize=9, frameon=False)
 
 
-def _log_ticks(lo: float, hi: float) -> list[float]:
-    """1-2-5 ticks over [lo, hi], every one labelled; the powers of ten alone over many decades."""
+def log_tick_values(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks over [lo, hi], every one labelled: finer steps over less than a decade (no panel
+    reads from one tick), the powers of ten alone over many decades, and at most ten."""
     decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
     ticks = [m * 10.0 ** e for e in decades for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
     if len(ticks) < 3:  # a range short of a decade: finer steps
@@ -414,7 +418,7 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
         _x_axis(ax, g["n"])
         if logy:
             ax.set_yscale("log")
-            ax.yaxis.set_major_locator(FixedLocator(_log_ticks(lo, hi)))
+            ax.yaxis.set_major_locator(FixedLocator(log_tick_values(lo, hi)))
             ax.yaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
         ax.set_ylim(lo, hi)
