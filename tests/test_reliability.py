@@ -256,3 +256,77 @@ def test_numbers_and_help(capsys, argv, words, code_wanted):
     out = capsys.readouterr()
     assert words in out.out + out.err
     assert code == code_wanted
+
+
+# -- how a worker starts: forked from the fork server, or spawned -----------------------------------------
+
+ENV_PROBE = """
+import os
+
+import torch.nn.functional as F
+from bench.registry import Prepared, variant
+
+@variant("envprobe", description="reports its process and environment", devices=("cpu",), dtypes=("float32",),
+         masks=("none",), backward=False)
+def envprobe(case):
+    return Prepared(F.scaled_dot_product_attention,
+                    {"probe_var": os.environ.get("PROBE_VAR", "unset"), "worker_pid": os.getpid(),
+                     "worker_ppid": os.getppid(), "teardown_cupti": os.environ.get("TEARDOWN_CUPTI", "unset")})
+"""
+
+
+def _probe(worker):
+    from bench.model.case import Case
+
+    rows = []
+    tag, why = worker.run_group(["envprobe"], Case(batch=1, heads=1, kv_heads=1, q_len=8, kv_len=8, head_dim=8),
+                                60.0, rows.append)
+    assert tag == "done" and rows[0]["status"] == "ok", (tag, why, rows and rows[0]["reason"])
+    return rows[0]["extra"]
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_worker_takes_the_sweeps_environment_as_it_is_when_it_starts(tmp_path, monkeypatch, method):
+    """Forked from the fork server (started with the first worker, under the environment of that
+    moment) or spawned: a worker sees the sweep's environment as it is when the worker starts, and
+    a worker started again after its first one died sees a fresh process."""
+    from bench.engine import runner
+    from bench.measure.settings import MeasureSettings
+
+    if method not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip(f"no {method} on this platform")
+    monkeypatch.setattr(runner, "start_method", lambda: method)
+    plugin = write_plugin(tmp_path, "envprobe", ENV_PROBE)
+    worker = runner.Worker(runner.WorkerSettings(MeasureSettings(budget_ms=5.0, rounds=1), plugins=[str(plugin)]))
+    try:
+        monkeypatch.setenv("PROBE_VAR", "first")
+        first = _probe(worker)
+        worker.kill()  # the next job starts a fresh worker
+        monkeypatch.setenv("PROBE_VAR", "second")
+        second = _probe(worker)
+    finally:
+        worker.stop()
+    assert (first["probe_var"], second["probe_var"]) == ("first", "second")
+    assert first["worker_pid"] != second["worker_pid"] and worker.restarts == 1
+    assert first["teardown_cupti"] == second["teardown_cupti"] == "1"
+    forked = first["worker_ppid"] != os.getpid()  # a fork server's child, not this process's
+    assert forked == (method == "forkserver")
+    assert second["worker_ppid"] == first["worker_ppid"]  # the same server, or this process, again
+
+
+def test_workers_are_spawned_where_a_gpu_driver_is_present(tmp_path, monkeypatch):
+    """A fork server imports torch before any worker exists; where a GPU may be used, workers are
+    spawned instead, so that none inherits anything of CUDA's."""
+    from bench.engine import runner
+
+    driver = tmp_path / "nvidiactl"
+    driver.touch()
+    monkeypatch.setattr(runner, "GPU_DRIVER_FILES", (str(driver),))
+    runner.start_method.cache_clear()
+    try:
+        assert runner.start_method() == "spawn"
+        monkeypatch.setattr(runner, "GPU_DRIVER_FILES", (str(tmp_path / "absent"),))
+        runner.start_method.cache_clear()
+        assert runner.start_method() == ("forkserver" if sys.platform == "linux" else "spawn")
+    finally:
+        runner.start_method.cache_clear()

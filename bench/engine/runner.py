@@ -5,8 +5,11 @@ cell gets its row (crash / timeout), and a fresh worker takes the next cell."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing as mp
+import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +30,38 @@ class WorkerSettings:
     cpus: tuple = ()  # the cores this worker may use (its affinity); empty: any
 
 
+# How a worker process starts.  Where no GPU driver is present: forked from a fork server that
+# imported torch, dynamo and the worker's own modules once, so that a worker is ready in a tenth of
+# a second instead of the ~5 s of CPU those imports take (a second worker, and every restart after a
+# crash or a timeout, no longer pays them).  Where a GPU may be used: spawned, a fresh interpreter
+# with no CUDA state inherited from anyone.
+FORKSERVER_PRELOAD = ("torch", "torch._dynamo", "bench.engine.cell", "bench.engine.discovery")
+GPU_DRIVER_FILES = ("/dev/nvidiactl", "/dev/kfd", "/proc/driver/nvidia")
+
+
+@functools.cache
+def start_method() -> str:
+    """'forkserver' on Linux with no GPU driver, else 'spawn'."""
+    if sys.platform != "linux" or "forkserver" not in mp.get_all_start_methods():
+        return "spawn"
+    if any(os.path.exists(p) for p in GPU_DRIVER_FILES):
+        return "spawn"
+    return "forkserver"
+
+
+def _context():
+    ctx = mp.get_context(start_method())
+    if start_method() == "forkserver":
+        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))  # read when the server starts (the first worker)
+    return ctx
+
+
+def _parent_env() -> dict | None:
+    """The environment a forked worker takes over (a spawned one inherits it): the sweep's as it is
+    now, not the fork server's from when it started."""
+    return dict(os.environ) if start_method() == "forkserver" else None
+
+
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this worker when its parent dies (prctl PR_SET_PDEATHSIG)."""
     try:
@@ -39,8 +74,6 @@ def _die_with_parent() -> None:
 
 def _pin(settings: WorkerSettings) -> None:
     """The worker's place (bench.engine.placement): its environment and its cores."""
-    import os
-
     os.environ.update(settings.env)
     if settings.cpus:
         try:
@@ -117,9 +150,45 @@ class Restart:
 WORKER_ENV = {"TEARDOWN_CUPTI": "1"}
 
 
-def _worker_main(conn, settings: WorkerSettings | None) -> None:
-    import os
+def _launch(ctx, settings: WorkerSettings | None):
+    """Start a worker process: (process, its connection, its lifeline).  The sweep holds the
+    lifeline's sending end and never sends on it: when the sweep dies, however it dies, the
+    worker sees the end of the lifeline and takes its process group down with it."""
+    parent, child = ctx.Pipe()
+    lifeline_r, lifeline_w = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_worker_main, args=(child, settings, _parent_env(), lifeline_r), daemon=True)
+    try:
+        proc.start()
+    finally:
+        child.close()
+        lifeline_r.close()
+    return proc, parent, lifeline_w
 
+
+def _hold_lifeline(lifeline) -> None:
+    """Die with the sweep.  A forked worker's parent is the fork server, which lives as long as
+    its children do, so the parent-death signal alone would leave it running: a thread blocked
+    on the lifeline (no CPU, no wake-ups) kills the worker's process group when the sweep's end
+    of it closes."""
+    def wait() -> None:
+        try:
+            lifeline.recv()
+        except (EOFError, OSError):
+            pass
+        try:
+            if os.getpgid(0) == os.getpid():  # its own group (setpgid): what the variant spawned goes too
+                os.killpg(os.getpid(), signal.SIGKILL)
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait, daemon=True, name="bench-lifeline").start()
+
+
+def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = None, lifeline=None) -> None:
+    if environ is not None:  # forked from the fork server: the sweep's environment, not the server's
+        os.environ.clear()
+        os.environ.update(environ)
     for key, value in WORKER_ENV.items():  # before torch is imported, here or by a prestarted worker
         os.environ.setdefault(key, value)
     _die_with_parent()
@@ -129,6 +198,8 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
         os.setpgid(0, 0)  # its own process group: a timeout kills whatever the variant spawned too
     except OSError:
         pass
+    if lifeline is not None:
+        _hold_lifeline(lifeline)
     import torch
 
     if settings is None:  # started ahead (prestart), beside the sweep's own start-up
@@ -189,8 +260,6 @@ def _worker_main(conn, settings: WorkerSettings | None) -> None:
 
 
 def _log_to(path: str) -> None:
-    import os
-
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -234,8 +303,6 @@ def _death(exitcode, kills_before: int | None = None) -> tuple[str, str]:
 
 
 def _kill_group(pid: int) -> None:
-    import os
-
     try:
         if os.getpgid(pid) == pid:  # the worker leads its own group
             os.killpg(pid, signal.SIGKILL)
@@ -243,24 +310,47 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-_PRESTARTED: list = []  # [process, connection, imported] of workers spawned ahead of their settings
+_PRESTARTED: list = []  # [process, connection, imported, lifeline] of workers started ahead of their settings
 # the workers of a sweep start from their own threads: one at a time reads a prestarted worker's
 # pipe and takes it (two readers of one pipe would leave one waiting for ever)
 _PRESTART_LOCK = threading.RLock()
 
 
+_STARTERS: list = []  # threads starting prestarted workers through the fork server (its start blocks)
+
+
 def prestart(n: int = 1) -> None:
-    """Spawn ``n`` workers now, before the sweep knows its settings, so that their imports
+    """Start ``n`` workers now, before the sweep knows its settings, so that their imports
     (torch, dynamo) run beside the sweep's own start-up instead of after it.  Each Worker
     that starts without an environment to set takes one over; call ``wait_prestarted``
-    before measuring anything."""
-    ctx = mp.get_context("spawn")
-    while len(_PRESTARTED) < n:
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main, args=(child, None), daemon=True)
-        proc.start()
-        child.close()
-        _PRESTARTED.append([proc, parent, False])
+    before measuring anything.  Through the fork server, the starts wait for its imports:
+    they run in a thread of their own, and this returns at once."""
+    ctx = _context()
+
+    def start(count: int) -> None:
+        for _ in range(count):
+            try:
+                proc, parent, lifeline = _launch(ctx, None)
+            except OSError:  # no fork server here: workers are started the ordinary way when needed
+                return
+            _PRESTARTED.append([proc, parent, False, lifeline])  # no lock: its holder may be joining this thread
+
+    with _PRESTART_LOCK:
+        _join_starters()
+        count = n - len(_PRESTARTED)
+    if count <= 0:
+        return
+    if start_method() == "spawn":
+        start(count)
+        return
+    thread = threading.Thread(target=start, args=(count,), daemon=True, name="bench-prestart")
+    thread.start()
+    _STARTERS.append(thread)
+
+
+def _join_starters() -> None:
+    while _STARTERS:
+        _STARTERS.pop().join()
 
 
 def wait_prestarted(timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
@@ -271,9 +361,10 @@ def wait_prestarted(timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
 
 
 def _wait_prestarted(timeout_s: float) -> None:
+    _join_starters()
     deadline = time.monotonic() + timeout_s
     for item in list(_PRESTARTED):
-        proc, conn, imported = item
+        proc, conn, imported, _ = item
         if imported:
             continue
         try:
@@ -291,9 +382,9 @@ def _take_prestarted():
     with _PRESTART_LOCK:
         _wait_prestarted(WORKER_START_TIMEOUT_S)
         while _PRESTARTED:
-            proc, conn, _ = _PRESTARTED.pop()
+            proc, conn, _, lifeline = _PRESTARTED.pop()
             if proc.is_alive():
-                return proc, conn
+                return proc, conn, lifeline
         return None
 
 
@@ -304,8 +395,9 @@ def release_prestarted() -> None:
 
 
 def _release_prestarted() -> None:
+    _join_starters()
     while _PRESTARTED:
-        proc, conn, imported = _PRESTARTED.pop()
+        proc, conn, imported, _ = _PRESTARTED.pop()
         if imported:  # idle, waiting for its settings: told to stop
             try:
                 conn.send(None)
@@ -358,9 +450,10 @@ class Worker:
 
     def __init__(self, settings: WorkerSettings):
         self.settings = settings
-        self._ctx = mp.get_context("spawn")  # no inherited CUDA or thread state
+        self._ctx = _context()  # no inherited CUDA or thread state (start_method)
         self._proc = None
         self._conn = None
+        self._lifeline = None  # held while the process lives (_launch)
         self.restarts = 0
         self.last_started: str | None = None  # the variant that ran when the worker died or hung
         self.device_name: str | None = None  # what it measures on, once started
@@ -368,13 +461,10 @@ class Worker:
     def _start(self) -> None:
         ahead = _take_prestarted() if not self.settings.env else None
         if ahead is not None:  # its imports are done: it only needs the settings
-            self._proc, parent = ahead
+            self._proc, parent, self._lifeline = ahead
             parent.send(self.settings)
         else:
-            parent, child = self._ctx.Pipe()
-            self._proc = self._ctx.Process(target=_worker_main, args=(child, self.settings), daemon=True)
-            self._proc.start()
-            child.close()
+            self._proc, parent, self._lifeline = _launch(self._ctx, self.settings)
         self._conn = parent
         if not parent.poll(WORKER_START_TIMEOUT_S):
             self.stop()
@@ -463,6 +553,14 @@ class Worker:
             self._proc.join()
             self._proc = None
             self.restarts += 1
+
+    def ask_to_stop(self) -> None:
+        """Tell the worker to exit, without waiting (``stop`` then waits): several exit at once."""
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.is_alive():

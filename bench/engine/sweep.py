@@ -323,6 +323,9 @@ class WorkerPool:
             _profile_pass(self.workers[0], self.run_dir, self.measured, self.spec.timeout, self.options.progress)
 
     def close(self) -> None:
+        if not self.options.keep_workers:
+            for w in self.workers:  # all at once: each takes a moment to exit
+                w.ask_to_stop()
         for w in self.workers:
             if self.options.keep_workers:  # idle for the next sweep of this process (gpu-check's steps)
                 park(w)
