@@ -139,16 +139,68 @@ def test_the_projection_learns_from_what_earlier_sweeps_took(tmp_path, registry)
     spec = build_spec(parse_values(SETTINGS), registry)
     cells = [("naive", c) for c in spec.cases()]
     plain = plan.project(cells, registry, spec, history=plan.History.empty(), report=False)
+    quiet = {"others_cores_start": 0.1, "contended_share": 0.0}
     _run_folder(tmp_path / "runs" / "earlier", _timed_rows("other", 1.0, 0.01),
-                env={"history": [{"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 30.0},
-                                 {"spec": {"device": "cuda"}, "model_rest_s": 10.0, "measured_rest_s": 1.0}]})
+                env={"history": [{"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 30.0} | quiet,
+                                 {"spec": {"device": "cuda"}, "model_rest_s": 10.0, "measured_rest_s": 1.0} | quiet,
+                                 # not learnt from: a busy start, mostly contended cells, or a load not recorded
+                                 {"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 72.4,
+                                  "others_cores_start": 1.8, "contended_share": 0.0},
+                                 {"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 72.4,
+                                  "others_cores_start": 0.0, "contended_share": 0.7},
+                                 {"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 72.4}]})
     history = plan.load_history(tmp_path / "runs", "cpu")
-    assert history.wall_factor == pytest.approx(3.0) and history.factor_runs == 1  # cpu sweeps only
+    assert history.wall_factor == pytest.approx(3.0) and history.factor_runs == 1  # clean cpu sweeps only
     learnt = plan.project(cells, registry, spec, history=history, report=False)
     setup = sum(g.setup_s for g in plan.groups(cells, registry, spec.budget_ms))
     assert learnt.cells_s == pytest.approx(setup + 3 * (plain.cells_s - setup))  # setups are not scaled
     assert learnt.model_rest_s == pytest.approx(plain.model_rest_s)  # what a sweep is compared with
     assert "x3.00 learnt from 1 earlier sweep(s)" in learnt.lines()[0]
+
+
+def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
+    """Two cores, other processes using 1.8 of them: --threads auto takes 1 thread, which gets
+    2 x 1 / (1 + 1.8) of the cores against the quiet sweep's 2 threads on 2 (2.8x slower), and
+    every cell, contended, is measured again at the end after a wait for quiet."""
+    from bench.engine.remeasure import QUIET_WAIT_S
+    from bench.measure import contention
+
+    monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
+    spec = build_spec(parse_values(SETTINGS | {"remeasure": 1}), registry)
+    cells = [("naive", c) for c in spec.cases()]
+    quiet = plan.project(cells, registry, spec, history=plan.History.empty(), report=False, others=0.2)
+    loaded = plan.project(cells, registry, spec, history=plan.History.empty(), report=False, others=1.8)
+    assert quiet.busy is None and not any("busy" in line for line in quiet.lines())
+    assert loaded.busy.threads == 1 and loaded.busy.slowdown == pytest.approx(2 / (2 / 2.8))
+    cells_s = loaded.busy.slowdown * quiet.per_worker_s[0]
+    assert loaded.remeasure_s == pytest.approx(QUIET_WAIT_S + cells_s)
+    assert loaded.wall_s == pytest.approx(loaded.busy.slowdown * quiet.wall_s + loaded.remeasure_s)
+    assert loaded.model_rest_s == pytest.approx(quiet.model_rest_s)  # what the sweep is later compared with
+    said = " ".join(loaded.lines())
+    assert "busy machine: other processes use 1.8 of the 2 cores" in said and "2.8x slower" in said
+    assert "1 thread(s) per worker" in said and "assuming the load stays" in said
+    # one thread of its own beside one busy core: a free core each, nothing to wait for, nothing re-measured
+    own = plan.project(cells, registry, spec.replace(threads=1), history=plan.History.empty(), report=False,
+                       others=1.0)
+    assert own.busy.slowdown == 1.0 and own.remeasure_s == 0.0
+    # two workers of one thread beside one busy core: 2 x 2 / 3 of the cores for their 2 threads
+    two = plan.busy(1.0, 2, 1, workers=2)
+    assert two.threads == 1 and two.slowdown == pytest.approx(1.5)
+
+
+def test_the_plan_line_of_a_sweep_started_beside_a_busy_process(monkeypatch, capsys):
+    """The CLI measures the others' load before it projects (its own workers, importing, are not
+    others) and prints the busy projection; env.json's history keeps the load for the next plans."""
+    from bench.measure import contention
+
+    seen = []
+    monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(contention, "others_busy", lambda window_s=0.25, tree=False: seen.append(tree) or 1.6)
+    assert main(["sweep", "--variants", "naive", "--seq-lens", "16", "--heads", "2", "--head-dims", "8",
+                 "--masks", "none", "--directions", "fwd", "--device", "cpu", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert seen == [True]
+    assert "busy machine: other processes use 1.6 of the 2 cores" in out and "assuming the load stays" in out
 
 
 def test_a_compiled_variants_setup_is_learnt_from_its_warmest_run(tmp_path, registry):
@@ -192,6 +244,7 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
     history = json.loads((tmp_path / "run" / "env.json").read_text())["history"][-1]
     assert history["cells_wall_s"] > 0 and history["loadavg_start"] and history["peaks_end"]["float32"] > 0
     assert history["measured_rest_s"] <= history["cells_wall_s"]
+    assert history["contended_share"] > plan.CLEAN_SHARE and not plan.clean(history)  # the next plans ignore it
 
 
 def _plain_run(path):

@@ -71,6 +71,7 @@ def _command(args) -> int:
     from bench.engine import peaks, plan
     from bench.engine.request import sweep_spec
     from bench.engine.sweep import SweepOptions, run_sweep, worker_slots
+    from bench.measure import contention
     from bench.model import masks
 
     flags = given_settings(args)
@@ -86,9 +87,10 @@ def _command(args) -> int:
     resumed = resume is not None or (spec.shard is not None and (target / store.ENV).exists())
     retry = frozenset(_retry_statuses(args.retry, resume))
     cells = _cells_left(spec, registry, target if resumed else None, retry)
+    others = contention.others_busy(tree=True) if spec.device == "cpu" else None  # its own workers are not others
     projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)),
                               history=plan.load_history(store.DEFAULT_ROOT, spec.device), report=not args.no_report,
-                              peaks_cached=peaks.all_cached(spec))
+                              peaks_cached=peaks.all_cached(spec), others=others)
     if retry and not cells:
         print(f"--retry {args.retry}: no cell of {resume} is {' or '.join(sorted(retry))} (by its newest row), and "
               f"none is missing: nothing to measure")
@@ -101,7 +103,8 @@ def _command(args) -> int:
     options = SweepOptions(resume=resumed, retry=retry, allow_env_change=args.allow_env_change, profile=args.profile,
                            progress=not args.quiet, given=given,
                            command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]),
-                           projected_s=projection.wall_s, model_rest_s=projection.model_rest_s)
+                           projected_s=projection.wall_s, model_rest_s=projection.model_rest_s,
+                           others_cores_start=others)
     summary = run_sweep(spec, run_dir, options)
     return _finish(summary, spec, args, projection.wall_s)
 

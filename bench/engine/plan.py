@@ -15,7 +15,15 @@ rows of earlier runs on this machine, when there are any (a compiled variant's s
 its warmest run: the compiler caches), and scales the cells' cost but their setups by the
 median ratio of measured to modelled time of the earlier sweeps on this device (env.json
 records both for each invocation): what the model leaves out, the harness's own cost per
-cell on this machine, is learnt rather than guessed.
+cell on this machine, is learnt rather than guessed.  Only clean sweeps teach it: one that
+started beside other processes, or whose cells were mostly contended, measured the load,
+not the model's error.
+
+On a busy machine (other processes using cores when the sweep starts, measured as the
+contention check measures) the projection says so and scales: the scheduler shares the
+cores among the runnable threads, so the sweep's threads get cores x T / (T + others) of
+them when there are not enough for all (``--threads auto`` takes the free cores), and its
+contended cells are measured again at its end (``--remeasure``), assuming the load stays.
 
 The split is longest-processing-time first: groups in decreasing cost (ties by their order
 in the spec), each to the least loaded bin.  It is deterministic, and no bin exceeds the
@@ -45,6 +53,8 @@ PEAK_MEASURE_S = 1.5  # per dtype, at the start and at the end
 REPORT_S = 12.0
 MIN_CALLS = 3  # a timer takes at least a few calls, whatever its budget
 MAX_FACTOR = 10.0  # the learnt correction of the cells' cost is kept within 1/10x to 10x
+BUSY_CORES = 0.5  # other processes using this many cores' worth at the start: a busy machine
+CLEAN_SHARE = 0.1  # a sweep with more of its ok cells contended than this teaches no correction
 
 
 @dataclass(frozen=True)
@@ -88,8 +98,8 @@ def load_history(root: Path, device: str, limit: int = 30) -> History:
             invocations = store.read_env(folder).get("history") or []
         except Exception:  # an unreadable env.json: its rows still teach the rates
             invocations = []
-        for h in invocations:  # what each earlier sweep modelled for its cells, and what they took
-            if isinstance(h, dict) and (h.get("spec") or {}).get("device") == device and \
+        for h in invocations:  # what each earlier clean sweep modelled for its cells, and what they took
+            if isinstance(h, dict) and (h.get("spec") or {}).get("device") == device and clean(h) and \
                     (h.get("model_rest_s") or 0) > 0 and (h.get("measured_rest_s") or 0) > 0:
                 factors.append(h["measured_rest_s"] / h["model_rest_s"])
         mine: dict = {}
@@ -106,6 +116,43 @@ def load_history(root: Path, device: str, limit: int = 30) -> History:
     factor = min(MAX_FACTOR, max(1 / MAX_FACTOR, statistics.median(factors))) if factors else 1.0
     return History({k: min(v) for k, v in setups.items()},
                    {k: statistics.median(v) for k, v in rates.items()}, factor, len(factors))
+
+
+def clean(invocation: dict) -> bool:
+    """Whether an invocation of env.json's history ran on a quiet machine: it started with other
+    processes using under BUSY_CORES and at most CLEAN_SHARE of its ok cells were contended.  One
+    that did not record both is not known to be clean."""
+    others, share = invocation.get("others_cores_start"), invocation.get("contended_share")
+    return others is not None and share is not None and others < BUSY_CORES and share <= CLEAN_SHARE
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A busy start: what other processes use, and what it does to the sweep."""
+    others: float  # cores' worth of CPU other processes used at the start
+    cores: int  # of the cores this process may use
+    threads: int  # each worker's threads under that load (--threads auto takes the free cores)
+    slowdown: float  # the cells' time against a quiet machine's
+
+    @property
+    def contended(self) -> bool:
+        """Whether the sweep's threads must wait for cores (its cells will be flagged contended)."""
+        return self.slowdown > 1.0
+
+
+def busy(others: float | None, cores: int, threads: int | None, workers: int = 1) -> Busy | None:
+    """The load ``others`` (cores' worth of other processes' CPU) as it bears on a sweep of
+    ``workers`` workers of ``threads`` threads (None: auto) on ``cores`` cores, or None on a
+    quiet machine.  A quiet sweep runs ``quiet`` threads per worker; under the load each gets
+    its share of the cores the runnable threads divide among them."""
+    if others is None or others < BUSY_CORES or cores < 1:
+        return None
+    w = max(1, workers)
+    quiet = threads or max(1, cores // w)
+    mine_each = quiet if threads or w > 1 else max(1, min(cores, int(cores - others + 0.5)))
+    mine = mine_each * w
+    share = mine if mine + others <= cores else cores * mine / (mine + others)  # cores the sweep's threads get
+    return Busy(others, cores, mine_each, max(1.0, quiet * w / share))
 
 
 def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
@@ -188,6 +235,8 @@ class Projection:
     factor: float = 1.0  # the correction learnt from earlier sweeps' modelled and measured times
     factor_runs: int = 0
     setup_s: float = 0.0  # of the cells' time, the setups (compiles), per worker
+    busy: Busy | None = None  # the load at the start, when the machine was busy
+    remeasure_s: float = 0.0  # of the wall time, the end-of-sweep re-measurement of contended cells
 
     @property
     def wall_s(self) -> float:
@@ -197,7 +246,8 @@ class Projection:
     def model_rest_s(self) -> float:
         """The cells' time less their setup, as the cost model gives it before the learnt
         correction: what a measured sweep is compared with (``load_history``)."""
-        return max(0.0, self.wall_s - self.fixed_s - self.setup_s) / self.factor
+        slowdown = self.busy.slowdown if self.busy else 1.0
+        return max(0.0, (self.wall_s - self.remeasure_s) / slowdown - self.fixed_s - self.setup_s) / self.factor
 
     def lines(self) -> list[str]:
         learnt = (f"; x{self.factor:.2f} learnt from {self.factor_runs} earlier sweep(s)" if self.factor_runs else "")
@@ -208,6 +258,12 @@ class Projection:
             out.append("per shard: " + ", ".join(f"{i + 1}: {_fmt(s)}" for i, s in enumerate(self.per_shard_s)))
         if len(self.per_worker_s) > 1:
             out.append("per worker: " + ", ".join(f"{i}: {_fmt(s)}" for i, s in enumerate(self.per_worker_s)))
+        if self.busy:
+            b = self.busy
+            out.append(f"busy machine: other processes use {b.others:.1f} of the {b.cores} cores, so the cells are "
+                       f"projected {b.slowdown:.1f}x slower than on a quiet machine ({b.threads} thread(s) per worker"
+                       + (f"; the end-of-sweep re-measurement of contended cells adds {_fmt(self.remeasure_s)}"
+                          if self.remeasure_s else "") + "), assuming the load stays")
         out.append(f"projected wall time: {_fmt(max(self.per_shard_s))}"
                    + (" per shard, shards running side by side" if len(self.per_shard_s) > 1 else "")
                    + f" (of it {_fmt(self.fixed_s)} start-up, peaks and report)")
@@ -215,10 +271,15 @@ class Projection:
 
 
 def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: History | None = None,
-            report: bool = True, peaks_cached: bool = False) -> Projection:
+            report: bool = True, peaks_cached: bool = False, others: float | None = None) -> Projection:
     """The projected wall time of running ``cells`` of ``spec`` over ``shards`` shards of
     ``workers`` workers each (``peaks_cached``: the machine's peaks are in the cache,
-    bench.engine.peaks, and are not measured)."""
+    bench.engine.peaks, and are not measured; ``others``: cores' worth of CPU that other
+    processes used at the start, for the CPU)."""
+    from bench.measure import contention
+
+    load = busy(others, len(contention.usable_cpus()), spec.threads, workers) if spec.device == "cpu" else None
+    slowdown = load.slowdown if load else 1.0
     factor = history.wall_factor if history else 1.0  # what the model missed in earlier sweeps here
     gs = groups(cells, registry, spec.budget_ms, history, factor)
     compiles = any(registry[n].compiles for n in spec.variants)
@@ -230,14 +291,20 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     per_shard, first_workers = [], []
     for k, b in enumerate(shard_bins):
         worker_bins = split([Group(g.case, g.variants, g.index, cost[g.index], g.setup_s) for g in b], workers)
-        loads = [sum(g.cost_s for g in w) for w in worker_bins]
-        per_shard.append(fixed + max(loads, default=0.0))
+        loads = [slowdown * sum(g.cost_s for g in w) for w in worker_bins]
+        per_shard.append(slowdown * fixed + max(loads, default=0.0))
         if k == 0:
             first_workers = loads
+    remeasure_s = 0.0
+    if load and load.contended and spec.remeasure:  # every cell contended, each pass after its wait for quiet
+        from bench.engine.remeasure import QUIET_WAIT_S
+
+        remeasure_s = spec.remeasure * (QUIET_WAIT_S + max(first_workers, default=0.0))
+        per_shard = [s + remeasure_s for s in per_shard]
     setup = sum(g.setup_s for g in gs) / max(1, workers)
     return Projection(len(cells), len(gs), sum(cost.values()), per_shard, first_workers, fixed,
                       bool(history and (history.rate or history.setup_s)), factor,
-                      history.factor_runs if history else 0, setup)
+                      history.factor_runs if history else 0, setup, load, remeasure_s)
 
 
 def _fmt(seconds: float) -> str:

@@ -36,6 +36,7 @@ class SweepOptions:
     projected_s: float | None = None  # the plan's projected wall time of the command (env.json's history)
     model_rest_s: float | None = None  # the cost model's time for the cells less their setups (plans learn from it)
     keep_workers: bool = False  # leave the workers idle for the next sweep of this process (bench.engine.runner.park)
+    others_cores_start: float | None = None  # cores' worth of CPU other processes used at the start (the plan's)
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,14 @@ def _measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:
     """This invocation's times for env.json's history: its cells' wall time, their setups
     (per worker), and the rest, next to what the plan projected and modelled."""
     keys = {store.cell_key(n, c) for n, c in cells}
-    setup = sum((r.get("setup_ms") or 0.0) / 1e3 for r in store.current_rows(rows)
-                if store.cell_key(r["variant"], r) in keys) / max(1, workers)
+    mine = [r for r in store.current_rows(rows) if store.cell_key(r["variant"], r) in keys]
+    setup = sum((r.get("setup_ms") or 0.0) / 1e3 for r in mine) / max(1, workers)
+    ok = [r for r in rows if r.get("status") == "ok" and store.cell_key(r["variant"], r) in keys]  # re-measured too
+    contended = sum(1 for r in ok if "contended" in judge.shaky_flags(r))
     return {"cells_wall_s": round(wall_s, 3), "setup_s": round(setup, 3),
             "measured_rest_s": round(max(0.0, wall_s - setup), 3), "projected_s": options.projected_s,
-            "model_rest_s": options.model_rest_s}
+            "model_rest_s": options.model_rest_s, "others_cores_start": options.others_cores_start,
+            "contended_share": round(contended / len(ok), 3) if ok else None}
 
 
 def spec_cells(spec: Spec, registry) -> list:

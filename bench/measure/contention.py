@@ -73,22 +73,55 @@ def _own_ticks() -> int | None:
         return None
 
 
+def _tree_ticks() -> int | None:
+    """utime + stime of this process and every process below it (its workers, a fork server and
+    its children): what a sweep itself uses, while its workers import torch beside it."""
+    me = os.getpid()
+    children: dict = {}
+    ticks: dict = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                parts = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it ended meanwhile
+        pid = int(name)
+        children.setdefault(int(parts[1]), []).append(pid)
+        ticks[pid] = int(parts[11]) + int(parts[12])
+    if me not in ticks:
+        return None
+    total, todo = 0, [me]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 class LoadWindow:
     """Cores' worth of CPU used by other processes between ``start()`` and ``stop()``, on the
-    CPUs this process may use (its affinity)."""
+    CPUs this process may use (its affinity).  ``tree``: this process's children are its own,
+    not others (a sweep's start, whose workers are importing beside it)."""
 
-    def __init__(self):
+    def __init__(self, tree: bool = False):
         self._m0 = self._o0 = None
         self._t0 = 0.0
         self._cpus: list[int] = []
+        self._own = _tree_ticks if tree else _own_ticks
 
     def start(self) -> LoadWindow:
         self._cpus = usable_cpus()
-        self._m0, self._o0, self._t0 = _machine_ticks(self._cpus), _own_ticks(), time.monotonic()
+        self._m0, self._o0, self._t0 = _machine_ticks(self._cpus), self._own(), time.monotonic()
         return self
 
     def stop(self) -> float | None:
-        m1, o1 = _machine_ticks(self._cpus), _own_ticks()
+        m1, o1 = _machine_ticks(self._cpus), self._own()
         if None in (self._m0, self._o0, m1, o1):
             return None
         total = m1[1] - self._m0[1]
@@ -154,10 +187,16 @@ def severity(row: dict) -> float:
 def free_cores(window_s: float = 0.25) -> float | None:
     """Cores of this process's affinity that other processes left free over ``window_s``
     (None where /proc/stat cannot be read)."""
-    window = LoadWindow().start()
-    time.sleep(window_s)
-    other = window.stop()
+    other = others_busy(window_s)
     return None if other is None else max(0.0, len(usable_cpus()) - other)
+
+
+def others_busy(window_s: float = 0.25, tree: bool = False) -> float | None:
+    """Cores' worth of CPU that other processes used over ``window_s`` (``tree``: this process's
+    children are not others), or None where /proc/stat cannot be read."""
+    window = LoadWindow(tree).start()
+    time.sleep(window_s)
+    return window.stop()
 
 
 def load_average() -> list[float] | None:
