@@ -68,3 +68,18 @@ def test_a_sweep_next_to_two_busy_loops_is_flagged(tmp_path):
     assert sum(r["contended"] for r in ok) >= 3
     assert all(r["threads"] == 2 and r["other_cpu"] is not None for r in ok)
     assert "ok cells were timed while the CPU was shared" in proc.stderr and "--threads 1" in proc.stderr
+
+
+def test_the_start_counts_other_processes_runnable_threads_not_only_what_they_got(monkeypatch):
+    """At a sweep's start its own workers import beside it and take cores from the others: the
+    others' use understates what they want, so their runnable threads count where higher.  The
+    sweep's own tree is never counted: a child of this process spinning is not another's load."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # this process's own child
+    try:
+        mine = contention.others_busy(window_s=0.3, tree=True)
+        assert mine is not None and mine < contention.OTHER_CPU_MARGIN + 0.5, mine  # not an other
+    finally:
+        child.kill()
+        child.wait()
+    monkeypatch.setattr(contention, "_runnable_others", lambda: 3)  # three threads of others wait to run
+    assert contention.others_busy(window_s=0.05, tree=True) == pytest.approx(3.0)

@@ -160,8 +160,10 @@ def test_the_projection_learns_from_what_earlier_sweeps_took(tmp_path, registry)
 
 def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
     """Two cores, other processes using 1.8 of them: --threads auto takes 1 thread, which gets
-    2 x 1 / (1 + 1.8) of the cores against the quiet sweep's 2 threads on 2 (2.8x slower), and
-    every cell, contended, is measured again at the end after a wait for quiet."""
+    2 x 1 / (1 + 1.8) of a core (1.4x slower); its
+    threads and the others' are 0.8 beyond the cores, so 0.8 of its cells are expected contended
+    and measured again at the end, after the re-measurement's longest wait for quiet (its one
+    thread has no core of its own)."""
     from bench.engine.remeasure import QUIET_WAIT_S
     from bench.measure import contention
 
@@ -171,21 +173,25 @@ def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
     quiet = plan.project(cells, registry, spec, history=plan.History.empty(), report=False, others=0.2)
     loaded = plan.project(cells, registry, spec, history=plan.History.empty(), report=False, others=1.8)
     assert quiet.busy is None and not any("busy" in line for line in quiet.lines())
-    assert loaded.busy.threads == 1 and loaded.busy.slowdown == pytest.approx(2 / (2 / 2.8))
+    assert loaded.busy.threads == 1 and loaded.busy.slowdown == pytest.approx(1 / (2 / 2.8))
+    assert loaded.busy.contended_share == pytest.approx(0.8) and loaded.busy.waits_for_quiet
+    assert loaded.remeasure_s == pytest.approx(QUIET_WAIT_S + 0.8 * quiet.per_worker_s[0])
     cells_s = loaded.busy.slowdown * quiet.per_worker_s[0]
-    assert loaded.remeasure_s == pytest.approx(QUIET_WAIT_S + cells_s)
-    assert loaded.wall_s == pytest.approx(loaded.busy.slowdown * quiet.wall_s + loaded.remeasure_s)
+    assert loaded.wall_s == pytest.approx(quiet.fixed_s + cells_s + loaded.remeasure_s)
     assert loaded.model_rest_s == pytest.approx(quiet.model_rest_s)  # what the sweep is later compared with
     said = " ".join(loaded.lines())
-    assert "busy machine: other processes use 1.8 of the 2 cores" in said and "2.8x slower" in said
+    assert "busy machine: other processes use 1.8 of the 2 cores" in said and "1.4x slower" in said
     assert "1 thread(s) per worker" in said and "assuming the load stays" in said
     # one thread of its own beside one busy core: a free core each, nothing to wait for, nothing re-measured
     own = plan.project(cells, registry, spec.replace(threads=1), history=plan.History.empty(), report=False,
                        others=1.0)
     assert own.busy.slowdown == 1.0 and own.remeasure_s == 0.0
-    # two workers of one thread beside one busy core: 2 x 2 / 3 of the cores for their 2 threads
+    # two workers of one thread beside one busy core: 2 x 2 / 3 of the cores for their 2 threads, one of
+    # three threads without a core (half the sweep's cells contended), and a free core for each worker's
+    # thread once the others are counted against the sweep's cores: no long wait
     two = plan.busy(1.0, 2, 1, workers=2)
     assert two.threads == 1 and two.slowdown == pytest.approx(1.5)
+    assert two.contended_share == pytest.approx(0.5) and not two.waits_for_quiet
 
 
 def test_the_plan_line_of_a_sweep_started_beside_a_busy_process(monkeypatch, capsys):

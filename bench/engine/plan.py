@@ -20,10 +20,13 @@ started beside other processes, or whose cells were mostly contended, measured t
 not the model's error.
 
 On a busy machine (other processes using cores when the sweep starts, measured as the
-contention check measures) the projection says so and scales: the scheduler shares the
-cores among the runnable threads, so the sweep's threads get cores x T / (T + others) of
-them when there are not enough for all (``--threads auto`` takes the free cores), and its
-contended cells are measured again at its end (``--remeasure``), assuming the load stays.
+contention check measures, with the others' runnable threads where they outnumber what they
+got) the projection says so and scales: the scheduler shares the cores among the runnable
+threads, so the sweep's T threads get cores x T / (T + others) of them when there are not
+enough for all (``--threads auto`` takes the free cores), and its
+contended cells (the share of its threads left without a core) are measured again at its
+end (``--remeasure``), after the re-measurement's wait for quiet when its threads still
+have no core of their own, assuming the load stays.
 
 The split is longest-processing-time first: groups in decreasing cost (ties by their order
 in the spec), each to the least loaded bin.  It is deterministic, and no bin exceeds the
@@ -133,18 +136,17 @@ class Busy:
     cores: int  # of the cores this process may use
     threads: int  # each worker's threads under that load (--threads auto takes the free cores)
     slowdown: float  # the cells' time against a quiet machine's
-
-    @property
-    def contended(self) -> bool:
-        """Whether the sweep's threads must wait for cores (its cells will be flagged contended)."""
-        return self.slowdown > 1.0
+    contended_share: float = 0.0  # of the sweep's threads, those without a core: its cells flagged contended
+    waits_for_quiet: bool = False  # the end-of-sweep re-measurement waits its longest for the load to drop
 
 
 def busy(others: float | None, cores: int, threads: int | None, workers: int = 1) -> Busy | None:
     """The load ``others`` (cores' worth of other processes' CPU) as it bears on a sweep of
     ``workers`` workers of ``threads`` threads (None: auto) on ``cores`` cores, or None on a
-    quiet machine.  A quiet sweep runs ``quiet`` threads per worker; under the load each gets
-    its share of the cores the runnable threads divide among them."""
+    quiet machine.  Under the load the sweep's threads get their share of the cores the
+    runnable threads divide among them.  --threads auto running fewer threads than a quiet
+    sweep would is not counted as slower: the quick cells hardly speed up with a second
+    thread (a large cell does, and is then projected short)."""
     if others is None or others < BUSY_CORES or cores < 1:
         return None
     w = max(1, workers)
@@ -152,7 +154,12 @@ def busy(others: float | None, cores: int, threads: int | None, workers: int = 1
     mine_each = quiet if threads or w > 1 else max(1, min(cores, int(cores - others + 0.5)))
     mine = mine_each * w
     share = mine if mine + others <= cores else cores * mine / (mine + others)  # cores the sweep's threads get
-    return Busy(others, cores, mine_each, max(1.0, quiet * w / share))
+    excess = mine + others - cores  # threads, the sweep's and the others', beyond the cores
+    from bench.measure.contention import OTHER_CPU_MARGIN
+
+    return Busy(others, cores, mine_each, max(1.0, mine / share),
+                min(1.0, max(0.0, excess) / mine) if excess > OTHER_CPU_MARGIN else 0.0,
+                others > cores - mine_each + OTHER_CPU_MARGIN)
 
 
 def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
@@ -247,7 +254,7 @@ class Projection:
         """The cells' time less their setup, as the cost model gives it before the learnt
         correction: what a measured sweep is compared with (``load_history``)."""
         slowdown = self.busy.slowdown if self.busy else 1.0
-        return max(0.0, (self.wall_s - self.remeasure_s) / slowdown - self.fixed_s - self.setup_s) / self.factor
+        return max(0.0, (self.wall_s - self.remeasure_s - self.fixed_s) / slowdown - self.setup_s) / self.factor
 
     def lines(self) -> list[str]:
         learnt = (f"; x{self.factor:.2f} learnt from {self.factor_runs} earlier sweep(s)" if self.factor_runs else "")
@@ -292,14 +299,16 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     for k, b in enumerate(shard_bins):
         worker_bins = split([Group(g.case, g.variants, g.index, cost[g.index], g.setup_s) for g in b], workers)
         loads = [slowdown * sum(g.cost_s for g in w) for w in worker_bins]
-        per_shard.append(slowdown * fixed + max(loads, default=0.0))
+        per_shard.append(fixed + max(loads, default=0.0))
         if k == 0:
             first_workers = loads
     remeasure_s = 0.0
-    if load and load.contended and spec.remeasure:  # every cell contended, each pass after its wait for quiet
+    if load and load.contended_share and spec.remeasure:  # the contended cells again, after a wait for quiet
         from bench.engine.remeasure import QUIET_WAIT_S
 
-        remeasure_s = spec.remeasure * (QUIET_WAIT_S + max(first_workers, default=0.0))
+        quiet_cells = max(first_workers, default=0.0) / slowdown
+        remeasure_s = spec.remeasure * ((QUIET_WAIT_S if load.waits_for_quiet else 0.0)
+                                        + load.contended_share * quiet_cells)
         per_shard = [s + remeasure_s for s in per_shard]
     setup = sum(g.setup_s for g in gs) / max(1, workers)
     return Projection(len(cells), len(gs), sum(cost.values()), per_shard, first_workers, fixed,

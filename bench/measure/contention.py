@@ -73,12 +73,12 @@ def _own_ticks() -> int | None:
         return None
 
 
-def _tree_ticks() -> int | None:
-    """utime + stime of this process and every process below it (its workers, a fork server and
-    its children): what a sweep itself uses, while its workers import torch beside it."""
+def _tree() -> list[list[str]] | None:
+    """The /proc/PID/stat fields (after the name) of this process and every process below it (its
+    workers, a fork server and its children), or None where /proc cannot be read."""
     me = os.getpid()
     children: dict = {}
-    ticks: dict = {}
+    stats: dict = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -93,15 +93,34 @@ def _tree_ticks() -> int | None:
             continue  # it ended meanwhile
         pid = int(name)
         children.setdefault(int(parts[1]), []).append(pid)
-        ticks[pid] = int(parts[11]) + int(parts[12])
-    if me not in ticks:
+        stats[pid] = parts
+    if me not in stats:
         return None
-    total, todo = 0, [me]
+    out, todo = [], [me]
     while todo:
         pid = todo.pop()
-        total += ticks.get(pid, 0)
-        todo.extend(children.get(pid, ()))
-    return total
+        out.append(stats[pid])
+        todo.extend(p for p in children.get(pid, ()) if p in stats)
+    return out
+
+
+def _tree_ticks() -> int | None:
+    """utime + stime of this process's tree (``_tree``): what a sweep itself uses, while its
+    workers import torch beside it."""
+    tree = _tree()
+    return None if tree is None else sum(int(p[11]) + int(p[12]) for p in tree)
+
+
+def _runnable_others() -> int | None:
+    """Threads of other processes ready to run now: /proc/stat's procs_running less this tree's."""
+    try:
+        with open("/proc/stat") as f:
+            running = next(int(line.split()[1]) for line in f if line.startswith("procs_running"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    tree = _tree()
+    mine = sum(1 for p in tree if p[0] == "R") if tree else 0
+    return max(0, running - mine)
 
 
 class LoadWindow:
@@ -191,12 +210,22 @@ def free_cores(window_s: float = 0.25) -> float | None:
     return None if other is None else max(0.0, len(usable_cpus()) - other)
 
 
-def others_busy(window_s: float = 0.25, tree: bool = False) -> float | None:
+def others_busy(window_s: float = 0.25, tree: bool = False, samples: int = 10) -> float | None:
     """Cores' worth of CPU that other processes used over ``window_s`` (``tree``: this process's
-    children are not others), or None where /proc/stat cannot be read."""
+    children are not others), or None where /proc/stat cannot be read.  With ``tree``, what they
+    would use: where this tree takes cores from them, their use understates their demand, so the
+    mean count of their runnable threads over the window counts when it is higher."""
     window = LoadWindow(tree).start()
-    time.sleep(window_s)
-    return window.stop()
+    counts = []
+    for _ in range(samples if tree else 1):
+        time.sleep(window_s / (samples if tree else 1))
+        if tree:
+            counts.append(_runnable_others())
+    used = window.stop()
+    counts = [c for c in counts if c is not None]
+    if used is None or not counts:
+        return used
+    return max(used, min(float(len(usable_cpus())) * 4, sum(counts) / len(counts)))
 
 
 def load_average() -> list[float] | None:
