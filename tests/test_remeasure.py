@@ -182,6 +182,14 @@ def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
     said = " ".join(loaded.lines())
     assert "busy machine: other processes use 1.8 of the 2 cores" in said and "1.4x slower" in said
     assert "1 thread(s) per worker" in said and "assuming the load stays" in said
+    assert loaded.busy.fewer_threads == 2.0  # auto runs 1 thread where a quiet machine gives it 2
+    naive = registry["naive"]
+    short, long_ = spec.cases()[0], spec.cases()[0].replace(q_len=4096, kv_len=4096, heads=16, head_dim=128)
+    assert plan.cell_cost_s(naive, short, 1000.0, fewer_threads=2.0) == plan.cell_cost_s(naive, short, 1000.0)
+    call_s = plan.flopcount.flops(long_) / plan.DEFAULT_RATE["cpu"]
+    assert call_s >= plan.PARALLEL_CALL_S
+    assert plan.cell_cost_s(naive, long_, 1000.0, fewer_threads=2.0) - plan.cell_cost_s(naive, long_, 1000.0) \
+        == pytest.approx(5 * call_s)  # its check, memory pass and 3 timed calls, each twice as long
     # one thread of its own beside one busy core: a free core each, nothing to wait for, nothing re-measured
     own = plan.project(cells, registry, spec.replace(threads=1), history=plan.History.empty(), report=False,
                        others=1.0)

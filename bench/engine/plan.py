@@ -23,7 +23,8 @@ On a busy machine (other processes using cores when the sweep starts, measured a
 contention check measures, with the others' runnable threads where they outnumber what they
 got) the projection says so and scales: the scheduler shares the cores among the runnable
 threads, so the sweep's T threads get cores x T / (T + others) of them when there are not
-enough for all (``--threads auto`` takes the free cores), and its
+enough for all (``--threads auto`` takes the free cores, and a long call on fewer threads
+takes longer), and its
 contended cells (the share of its threads left without a core) are measured again at its
 end (``--remeasure``), after the re-measurement's wait for quiet when its threads still
 have no core of their own, assuming the load stays.
@@ -56,6 +57,7 @@ PEAK_MEASURE_S = 1.5  # per dtype, at the start and at the end
 REPORT_S = 12.0
 MIN_CALLS = 3  # a timer takes at least a few calls, whatever its budget
 MAX_FACTOR = 10.0  # the learnt correction of the cells' cost is kept within 1/10x to 10x
+PARALLEL_CALL_S = 0.005  # a call this long speeds up with more threads; a shorter one hardly does
 BUSY_CORES = 0.5  # other processes using this many cores' worth at the start: a busy machine
 CLEAN_SHARE = 0.1  # a sweep with more of its ok cells contended than this teaches no correction
 
@@ -138,15 +140,16 @@ class Busy:
     slowdown: float  # the cells' time against a quiet machine's
     contended_share: float = 0.0  # of the sweep's threads, those without a core: its cells flagged contended
     waits_for_quiet: bool = False  # the end-of-sweep re-measurement waits its longest for the load to drop
+    fewer_threads: float = 1.0  # a quiet sweep's threads per worker over these: a long call's slowdown
 
 
 def busy(others: float | None, cores: int, threads: int | None, workers: int = 1) -> Busy | None:
     """The load ``others`` (cores' worth of other processes' CPU) as it bears on a sweep of
     ``workers`` workers of ``threads`` threads (None: auto) on ``cores`` cores, or None on a
     quiet machine.  Under the load the sweep's threads get their share of the cores the
-    runnable threads divide among them.  --threads auto running fewer threads than a quiet
-    sweep would is not counted as slower: the quick cells hardly speed up with a second
-    thread (a large cell does, and is then projected short)."""
+    runnable threads divide among them, and --threads auto runs fewer threads than a quiet
+    sweep would: a long call (PARALLEL_CALL_S or more) takes that much longer, while a short
+    one hardly speeds up with a second thread."""
     if others is None or others < BUSY_CORES or cores < 1:
         return None
     w = max(1, workers)
@@ -159,7 +162,7 @@ def busy(others: float | None, cores: int, threads: int | None, workers: int = 1
 
     return Busy(others, cores, mine_each, max(1.0, mine / share),
                 min(1.0, max(0.0, excess) / mine) if excess > OTHER_CPU_MARGIN else 0.0,
-                others > cores - mine_each + OTHER_CPU_MARGIN)
+                others > cores - mine_each + OTHER_CPU_MARGIN, quiet / mine_each)
 
 
 def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
@@ -170,17 +173,23 @@ def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
     return setup
 
 
-def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None = None) -> float:
-    """A cell's predicted seconds (module doc); ``variant`` is a registry Variant."""
+def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None = None,
+                fewer_threads: float = 1.0) -> float:
+    """A cell's predicted seconds (module doc); ``variant`` is a registry Variant.  ``fewer_threads``:
+    the quiet thread count over the one the cell runs with; a call of PARALLEL_CALL_S or more takes
+    that much longer (a shorter one hardly speeds up with more threads)."""
     history = history or History.empty()
     rate = history.rate.get((variant.name, case.device, case.dtype, case.direction), DEFAULT_RATE[case.device])
     call_s = flopcount.flops(case) / rate
+    if call_s >= PARALLEL_CALL_S:
+        call_s *= fewer_threads
     setup = cell_setup_s(variant, case, history)
     timing = max(min(budget_ms / 1e3, max(MIN_TIMING_S, SAMPLES_WANTED * call_s)), MIN_CALLS * call_s)
     return setup + 2 * call_s + timing
 
 
-def group_cost_s(variants, case: Case, budget_ms: float, history: History | None = None) -> float:
+def group_cost_s(variants, case: Case, budget_ms: float, history: History | None = None,
+                 fewer_threads: float = 1.0) -> float:
     from bench.measure.reference import check_slice
 
     batches, heads, _ = check_slice(case)  # the reference covers this much of the case, on the CPU
@@ -188,10 +197,12 @@ def group_cost_s(variants, case: Case, budget_ms: float, history: History | None
     reference = share * flopcount.flops(case.replace(direction="fwd")) / REFERENCE_RATE
     if case.needs_grad:
         reference *= 3
-    return GROUP_OVERHEAD_S + reference + sum(cell_cost_s(v, case, budget_ms, history) for v in variants)
+    return GROUP_OVERHEAD_S + reference + sum(cell_cost_s(v, case, budget_ms, history, fewer_threads)
+                                              for v in variants)
 
 
-def groups(cells, registry, budget_ms: float, history: History | None = None, factor: float = 1.0) -> list[Group]:
+def groups(cells, registry, budget_ms: float, history: History | None = None, factor: float = 1.0,
+           fewer_threads: float = 1.0) -> list[Group]:
     """``cells`` ((variant name, case) in spec order) as case groups with their costs; a
     variant that cannot run here by its declared capabilities costs nothing (it is not launched).
     ``factor`` scales each group's cost but its setup (the correction learnt from earlier sweeps)."""
@@ -205,7 +216,7 @@ def groups(cells, registry, budget_ms: float, history: History | None = None, fa
             out.append(Group(case, tuple(names), i, 0.001, 0.0))
             continue
         setup = sum(cell_setup_s(v, case, history) for v in runs)
-        cost = group_cost_s(runs, case, budget_ms, history)
+        cost = group_cost_s(runs, case, budget_ms, history, fewer_threads)
         out.append(Group(case, tuple(names), i, setup + factor * (cost - setup), setup))
     return out
 
@@ -288,7 +299,7 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     load = busy(others, len(contention.usable_cpus()), spec.threads, workers) if spec.device == "cpu" else None
     slowdown = load.slowdown if load else 1.0
     factor = history.wall_factor if history else 1.0  # what the model missed in earlier sweeps here
-    gs = groups(cells, registry, spec.budget_ms, history, factor)
+    gs = groups(cells, registry, spec.budget_ms, history, factor, load.fewer_threads if load else 1.0)
     compiles = any(registry[n].compiles for n in spec.variants)
     peak_s = 0.0 if peaks_cached else 2 * PEAK_MEASURE_S * len(spec.dtypes)
     fixed = (WORKER_START_S[spec.device] + peak_s + (REPORT_S if report else 0.0)
