@@ -330,3 +330,15 @@ def test_workers_are_spawned_where_a_gpu_driver_is_present(tmp_path, monkeypatch
         assert runner.start_method() == ("forkserver" if sys.platform == "linux" else "spawn")
     finally:
         runner.start_method.cache_clear()
+
+
+def test_only_the_fork_server_skips_its_interpreters_teardown():
+    """The fork server leaves through os._exit (its teardown held a captured pipe of the sweep's
+    output open ~1.5 s after the sweep exited); any other process importing the module keeps its
+    ordinary exit: a sweep's own exit code and flushed output."""
+    from bench.engine import forkserver
+
+    assert not forkserver._in_fork_server()
+    out = subprocess.run([sys.executable, "-c", "import bench.engine.forkserver, sys; print('flushed'); sys.exit(3)"],
+                         cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert (out.returncode, out.stdout.strip()) == (3, "flushed")

@@ -35,7 +35,8 @@ class WorkerSettings:
 # a second instead of the ~5 s of CPU those imports take (a second worker, and every restart after a
 # crash or a timeout, no longer pays them).  Where a GPU may be used: spawned, a fresh interpreter
 # with no CUDA state inherited from anyone.
-FORKSERVER_PRELOAD = ("torch", "torch._dynamo", "bench.engine.cell", "bench.engine.discovery")
+FORKSERVER_PRELOAD = ("torch", "torch._dynamo", "bench.engine.cell", "bench.engine.discovery",
+                      "bench.engine.forkserver")  # the last: its exit skips the interpreter's teardown
 GPU_DRIVER_FILES = ("/dev/nvidiactl", "/dev/kfd", "/proc/driver/nvidia")
 
 

@@ -1,0 +1,28 @@
+"""Imported by the fork server alone (bench.engine.runner.FORKSERVER_PRELOAD): its exit skips the
+interpreter's teardown.  The server holds the sweep's stdout and stderr, and tearing down torch and
+dynamo takes it about 1.5 s after the sweep has exited, during which whoever reads the sweep's output
+through a pipe (a script, CI, subprocess.run with capture_output) waits for its end.  The workers it
+forks never run this: a forked child leaves through os._exit after its target."""
+
+import atexit
+import os
+import sys
+
+
+def _in_fork_server() -> bool:
+    """The fork server runs ``python -c 'from multiprocessing.forkserver import main; main(...)'``."""
+    main = sys.modules.get("__main__")
+    return sys.argv == ["-c"] and "multiprocessing.forkserver" in sys.modules and not getattr(main, "__file__", None)
+
+
+def _leave() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(0)
+
+
+if _in_fork_server():
+    atexit.register(_leave)
