@@ -186,8 +186,8 @@ def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
     naive = registry["naive"]
     short, long_ = spec.cases()[0], spec.cases()[0].replace(q_len=4096, kv_len=4096, heads=16, head_dim=128)
     assert plan.cell_cost_s(naive, short, 1000.0, fewer_threads=2.0) == plan.cell_cost_s(naive, short, 1000.0)
-    call_s = plan.flopcount.flops(long_) / plan.DEFAULT_RATE["cpu"]
-    assert call_s >= plan.PARALLEL_CALL_S
+    call_s = plan.work_flops("naive", False, long_) / plan.default_rate("naive", "cpu")
+    assert call_s >= max(plan.PARALLEL_CALL_S, plan.DEFAULT_CEILING_MS / 1e3 / plan.DEFAULT_ROUNDS)  # 1 call a round
     assert plan.cell_cost_s(naive, long_, 1000.0, fewer_threads=2.0) - plan.cell_cost_s(naive, long_, 1000.0) \
         == pytest.approx(5 * call_s)  # its check, memory pass and 3 timed calls, each twice as long
     # one thread of its own beside one busy core: a free core each, nothing to wait for, nothing re-measured
@@ -217,12 +217,33 @@ def test_the_plan_line_of_a_sweep_started_beside_a_busy_process(monkeypatch, cap
     assert "busy machine: other processes use 1.6 of the 2 cores" in out and "assuming the load stays" in out
 
 
-def test_a_compiled_variants_setup_is_learnt_from_its_warmest_run(tmp_path, registry):
+def test_a_compiled_variants_setup_is_cold_for_a_new_case_and_cached_for_one_set_up_before(tmp_path, registry):
+    """The first folder compiled its cases from nothing; a later one found them in the compiler's
+    cache.  A case either set up comes from the cache (what the later folder took), a new one is
+    cold, whatever the history took (a first run cannot tell a cold compile from a cached one)."""
+    import os
+
+    from bench.model.case import Case
+
     cold = [r | {"setup_ms": 9000.0} for r in _timed_rows("flex", 1.0, 0.01)]  # the first run: compiles from nothing
     warm = [r | {"setup_ms": 600.0} for r in _timed_rows("flex", 1.0, 0.01)]
-    _run_folder(tmp_path / "runs" / "a", cold)
+    os.utime(_run_folder(tmp_path / "runs" / "a", cold), (1, 1))  # the older folder
     _run_folder(tmp_path / "runs" / "b", warm)
-    assert plan.load_history(tmp_path / "runs", "cpu").setup_s[("flex", "cpu")] == pytest.approx(0.6)
+    flex = registry["flex"]
+    history = plan.load_history(tmp_path / "runs", "cpu")
+    done = Case.from_dict(cold[0])
+    assert history.warm_s[("flex", "cpu")] == pytest.approx(0.6)
+    assert plan.cell_setup_s(flex, done, history) == pytest.approx(0.6)
+    assert plan.cell_setup_s(flex, done.replace(q_len=4096, kv_len=4096), history) == plan.COMPILE_COLD_S["cpu"]
+    only_cold = plan.load_history(tmp_path / "runs", "cpu", limit=1)  # the newest folder alone: nothing set up before
+    assert not only_cold.warm_s and plan.cell_setup_s(flex, done, only_cold) == plan.COMPILE_S["cpu"]
+    # a case its probe refused here is not priced again, until a later run measures it
+    refused = [r | {"direction": "fwd+bwd", "status": "unsupported", "reason": "no backward on CPU"} for r in cold]
+    os.utime(_run_folder(tmp_path / "runs" / "c", refused), (2, 2))
+    key = ("flex", plan.case_key(done.replace(direction="fwd+bwd").to_dict()))
+    assert key in plan.load_history(tmp_path / "runs", "cpu").unsupported
+    _run_folder(tmp_path / "runs" / "d", [r | {"status": "ok"} for r in refused])
+    assert key not in plan.load_history(tmp_path / "runs", "cpu").unsupported
 
 
 @pytest.mark.slow

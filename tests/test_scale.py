@@ -118,18 +118,70 @@ def test_shards_cover_every_cell_once_keep_cases_whole_and_balance_the_cost(regi
         assert max(loads) < 1.5 * min(loads) or len(set(counts)) > 1
 
 
-def test_the_plan_counts_compiles_and_the_budget(registry):
+def test_the_plan_counts_compiles_cold_or_cached_and_the_budget(registry):
     from bench.model.case import Case
 
     case = Case(q_len=256, kv_len=256, heads=4, kv_heads=4, head_dim=64)
     naive, flex = registry["naive"], registry["flex"]
-    assert plan.cell_cost_s(flex, case, 100) - plan.cell_cost_s(naive, case, 100) == \
-        pytest.approx(plan.COMPILE_S["cpu"] - plan.SETUP_S)
+    assert plan.cell_setup_s(naive, case) == plan.SETUP_S
+    assert plan.cell_setup_s(flex, case) == plan.COMPILE_COLD_S["cpu"]  # never compiled here: from nothing
+    cached = plan.History({}, {}, seen=frozenset({("flex", plan.case_key(case.to_dict()))}))
+    assert plan.cell_setup_s(flex, case, cached) == plan.COMPILE_S["cpu"]  # the compiler's cache has it
+    warm = plan.History({("flex", "cpu"): 9.0}, {}, seen=cached.seen, warm_s={("flex", "cpu"): 0.3})
+    assert plan.cell_setup_s(flex, case, warm) == 0.3  # what a case set up before took here
+    assert plan.cell_setup_s(flex, case.replace(q_len=512, kv_len=512), warm) == plan.COMPILE_COLD_S["cpu"]
+    refused = plan.History({}, {}, unsupported=frozenset({("flex", plan.case_key(case.to_dict()))}))
+    both = [("naive", case), ("flex", case)]  # flex's probe refused this case in an earlier run here: not timed
+    assert plan.groups(both, registry, 100)[0].cost_s - plan.groups(both, registry, 100, refused)[0].cost_s == \
+        pytest.approx(plan.cell_cost_s(flex, case, 100))
     big = case.replace(q_len=8192, kv_len=8192)  # a call beyond the budget: a few calls, whatever the budget
-    assert plan.cell_cost_s(naive, big, 1) >= plan.MIN_CALLS * 4 * 8192 ** 2 * 64 * 4 / plan.DEFAULT_RATE["cpu"]
+    rate = plan.default_rate("naive", "cpu")
+    assert rate == plan.DEFAULT_RATE["cpu"] * plan.VARIANT_RATES["cpu"]["naive"]
+    assert plan.cell_cost_s(naive, big, 1) >= plan.MIN_CALLS * 4 * 8192 ** 2 * 64 * 4 / rate
     history = plan.History({("naive", "cpu"): 2.0}, {("naive", "cpu", "float32", "fwd"): 1e12})  # earlier runs
     call = 4 * 256 ** 2 * 64 * 4 / 1e12  # its FLOPs at the measured rate
     assert plan.cell_cost_s(naive, case, 100, history) == pytest.approx(2.0 + 2 * call + plan.SAMPLES_WANTED * call)
+
+
+def test_a_call_is_priced_by_the_pairs_its_variant_computes(registry):
+    """A variant that computes every pair pays for the pairs a window drops; one that skips them
+    does not; SDPA's kernels skip a causal mask's upper triangle only; an approximation costs about
+    what exact attention over APPROX_KEYS keys does."""
+    from bench.measure.flops import flops
+    from bench.model.case import Case
+
+    dense = Case(q_len=2048, kv_len=2048, heads=4, kv_heads=4, head_dim=64)
+    window, causal = dense.replace(mask="window", window=128), dense.replace(mask="causal")
+    assert flops(window) < flops(dense) / 8  # the window keeps under an eighth of the pairs
+    for name in ("naive", "sdpa.math", "chunked.online"):
+        assert plan.work_flops(name, False, window) == pytest.approx(flops(dense))
+    for name in ("flex", "window.chunked"):
+        assert plan.work_flops(name, False, window) == pytest.approx(flops(window))
+    assert plan.work_flops("sdpa", False, causal) == pytest.approx(flops(causal))
+    assert plan.work_flops("sdpa", False, window) == pytest.approx(flops(dense))
+    assert plan.work_flops("linear.elu", True, dense) == pytest.approx(flops(dense) * plan.APPROX_KEYS / 2048)
+    assert plan.work_flops("a.plugin", False, window) == pytest.approx(flops(dense))  # not known: every pair
+    assert plan.default_rate("a.plugin", "cpu") == plan.DEFAULT_RATE["cpu"]
+    # the history's rates are of the same work: a naive row on the window teaches its dense rate
+    row = {"variant": "naive", "mask": "window", "flops": flops(window), "density": flops(window) / flops(dense),
+           "kv_len": 2048}
+    assert plan._row_work(row, registry) == pytest.approx(flops(dense))
+    assert plan._row_work(row | {"variant": "flex"}, registry) == pytest.approx(flops(window))
+    assert plan._row_work(row | {"variant": "linear.elu", "mask": "none", "density": 1.0, "flops": flops(dense)},
+                          registry) == pytest.approx(flops(dense) * plan.APPROX_KEYS / 2048)
+
+
+def test_the_timing_takes_the_calls_the_timer_takes():
+    """bench.measure.timing.interleave: each round takes its share of the budget, or the calls
+    the rounds need for an interval (2 a round of 3) while its share of the ceiling lasts; a
+    short call stops at its precision."""
+    budget, ceiling = 300.0, 2000.0  # 0.1 s a round, 0.667 s of ceiling a round
+    assert plan.timing_s(0.5, budget, 3, ceiling) == pytest.approx(3 * 2 * 0.5)  # 2 calls a round
+    assert plan.timing_s(0.9, budget, 3, ceiling) == pytest.approx(3 * 1 * 0.9)  # past the ceiling: 1 a round
+    assert plan.timing_s(0.04, budget, 3, ceiling) == pytest.approx(3 * 3 * 0.04)  # the budget's 3 a round
+    assert plan.timing_s(1e-4, budget, 3, ceiling) == pytest.approx(plan.SAMPLES_WANTED * 1e-4)  # at its precision
+    assert plan.timing_s(1e-6, budget, 3, ceiling) == plan.MIN_TIMING_S
+    assert plan.timing_s(0.5, budget, 3, 300.0) == pytest.approx(3 * 1 * 0.5)  # no ceiling past the budget
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -88,9 +88,9 @@ def _command(args) -> int:
     retry = frozenset(_retry_statuses(args.retry, resume))
     cells = _cells_left(spec, registry, target if resumed else None, retry)
     others = contention.others_busy(tree=True) if spec.device == "cpu" else None  # its own workers are not others
-    projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)),
-                              history=plan.load_history(store.DEFAULT_ROOT, spec.device), report=not args.no_report,
-                              peaks_cached=peaks.all_cached(spec), others=others)
+    history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry)
+    projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), history=history,
+                              report=not args.no_report, peaks_cached=peaks.all_cached(spec), others=others)
     if retry and not cells:
         print(f"--retry {args.retry}: no cell of {resume} is {' or '.join(sorted(retry))} (by its newest row), and "
               f"none is missing: nothing to measure")
@@ -146,8 +146,9 @@ def _submit(spec, registry, args) -> int:
     shards = spec.shards or 1
     sweep_dir = Path(args.out) if args.out else store.DEFAULT_ROOT / sweep_id(spec)
     cells = spec_cells(spec, registry)
+    history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry)
     projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), shards=shards,
-                              history=plan.load_history(store.DEFAULT_ROOT, spec.device), report=False)
+                              history=history, report=False)
     if args.dry_run:
         print("\n".join(projection.lines()))
         return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.measure.settings import INTERVAL_SAMPLES
 from bench.model.row import FAILED, FLAGS, ReasonKind, Status, current_rows
 
 # -- the machine --------------------------------------------------------------------------------
@@ -82,7 +83,6 @@ REMEDY = {
     "contended": "--resume RUN --retry contended on a quieter machine, or fewer --threads than cores",
     "throttled": "--resume RUN --retry throttled once the GPU has cooled",
 }
-INTERVAL_SAMPLES = 6  # as bench.measure.timing: the fewest samples with a 95% interval of the median
 
 
 def shaky_flags(row: dict) -> list[str]:

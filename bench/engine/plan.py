@@ -8,7 +8,15 @@ interleaved rounds against one reference.  A group's predicted cost is
                  when a call is short)
     per group:   the float64 reference, and a little IPC
 
-with a call's time taken as its exact FLOPs over a rate.  Shards use the static rates below,
+with a call's time taken as the work it does over a rate (``work_flops``): the FLOPs of every
+(query, key) pair for a variant that computes them all whatever its mask, of the kept pairs for
+one that skips what its mask drops (or only a causal mask's upper triangle), and about those of
+APPROX_KEYS keys for an approximation.  A built-in variant's rate with no earlier run is its
+measured share of the device's default (VARIANT_RATES); any other takes the default.  The timing
+takes the calls the timer takes: a round of the budget's share, or as many calls as the rounds
+need for a 95% interval of the median, up to the per-cell ceiling.  A compiled variant compiles a
+case cold (its first time on this machine, by the history) or from the compiler's cache.  Shards
+use the static rates below,
 so that ``--shard i/N`` gives every invocation the same split of a spec, whatever ran
 before.  The projection printed before a sweep refines the rates and setup times with the
 rows of earlier runs on this machine, when there are any (a compiled variant's setup from
@@ -24,10 +32,9 @@ contention check measures, with the others' runnable threads where they outnumbe
 got) the projection says so and scales: the scheduler shares the cores among the runnable
 threads, so the sweep's T threads get cores x T / (T + others) of them when there are not
 enough for all (``--threads auto`` takes the free cores, and a long call on fewer threads
-takes longer), and its
-contended cells (the share of its threads left without a core) are measured again at its
-end (``--remeasure``), after the re-measurement's wait for quiet when its threads still
-have no core of their own, assuming the load stays.
+takes longer), and its contended cells (the share of its threads left without a core) are
+measured again at its end (``--remeasure``), after the re-measurement's wait for quiet when
+its threads still have no core of their own, assuming the load stays.
 
 The split is longest-processing-time first: groups in decreasing cost (ties by their order
 in the spec), each to the least loaded bin.  It is deterministic, and no bin exceeds the
@@ -37,16 +44,31 @@ mean load by more than its largest group.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.measure import contention
 from bench.measure import flops as flopcount
-from bench.model.case import Case
+from bench.measure.settings import DEFAULT_CEILING_MS, DEFAULT_ROUNDS, INTERVAL_SAMPLES
+from bench.model.case import CASE_DEFAULTS, CASE_FIELDS, Case
 
 # achieved FLOP/s of an attention call, by device, when no earlier run says better
 DEFAULT_RATE = {"cpu": 5e10, "cuda": 1e14}
+# The pairs a built-in variant's work follows (``work_flops``): "kept", the mask's (it skips what the
+# mask drops); "causal", a causal mask's, and every pair under any other; any variant not named here
+# computes every pair whatever its mask
+FOLLOWS = {"flex": "kept", "window.chunked": "kept", "sdpa": "causal", "sdpa.flash": "causal",
+           "sdpa.efficient": "causal", "sdpa.cudnn": "causal", "xformers": "causal"}
+# A built-in variant's rate of that work against DEFAULT_RATE when no earlier run here says better:
+# the median over the cells that take the time (n >= 1024) of README's sweep on a 2-core CPU; a
+# variant not named here (or on a GPU, not yet measured) takes the default
+VARIANT_RATES = {"cpu": {"naive": 0.4, "sdpa.math": 0.45, "chunked.online": 0.55, "sdpa": 1.6, "sdpa.flash": 1.5,
+                         "flex": 0.7, "window.chunked": 0.2}}
+APPROX_KEYS = 256  # an approximate variant's call costs about what exact attention over this many keys does
 REFERENCE_RATE = 1e10  # the float64 reference: on the CPU whatever the device (its slice of a large case)
 COMPILE_S = {"cpu": 0.6, "cuda": 8.0}  # a variant that compiles, per case (torch.compile, a warm compiler)
+COMPILE_COLD_S = {"cpu": 8.5, "cuda": 8.0}  # per case it has not compiled before here (no compiler cache;
+# the CPU's measured with README's sweep, flex at 6.3-9.5 s a case; no GPU figure yet: the warm one)
 COMPILE_FIRST_S = {"cpu": 4.0, "cuda": 20.0}  # once per worker: the compiler's own start
 SETUP_S = 0.01  # any other variant's setup
 GROUP_OVERHEAD_S = 0.05  # inputs, IPC, bookkeeping per case
@@ -73,32 +95,69 @@ class Group:
 
 @dataclass
 class History:
-    """What earlier runs on this machine measured: per (variant, device) the setup time, and
-    per (variant, device, dtype, direction) the achieved FLOP/s."""
+    """What earlier runs on this machine measured: per (variant, device) the setup time, per
+    (variant, device, dtype, direction) the achieved rate of the work it does (``work_flops``),
+    and the cases each variant set up (``seen``: a compiled one finds them in the compiler's cache)."""
     setup_s: dict
     rate: dict
     wall_factor: float = 1.0  # measured / projected wall time of the cells, over earlier sweeps here
     factor_runs: int = 0  # how many earlier sweeps that factor comes from
+    seen: frozenset = frozenset()  # (variant, case_key) of every ok row
+    warm_s: dict = field(default_factory=dict)  # per (variant, device) the setup of a case set up before here
+    unsupported: frozenset = frozenset()  # (variant, case_key) its probe found unsupported here (not launched)
 
     @classmethod
     def empty(cls) -> History:
         return cls({}, {})
 
 
-def load_history(root: Path, device: str, limit: int = 30) -> History:
+def case_key(fields: dict) -> str:
+    """A case as a row or ``Case.to_dict`` spells it, but its device: what a compiler's cache is keyed by."""
+    def value(f):
+        v = fields.get(f)
+        return CASE_DEFAULTS[f] if v is None else v  # a field a row lacks, or read back empty: its default
+
+    return repr(tuple(str(value(f)) for f in CASE_FIELDS if f != "device"))
+
+
+def work_flops(name: str, approximate: bool, case: Case) -> float:
+    """The FLOPs a call of variant ``name`` on ``case`` is priced by (module doc)."""
+    from bench.model import masks
+
+    return _work(name, approximate, case.mask, flopcount.flops(case), masks.density(case), case.kv_len)
+
+
+def _work(name: str, approximate: bool, mask: str, kept: float, density: float, kv_len: int) -> float:
+    follows = FOLLOWS.get(name, "all")
+    if follows == "kept" or (follows == "causal" and mask == "causal"):
+        return kept
+    dense = kept / max(density, 1e-9)
+    return dense * min(1.0, APPROX_KEYS / max(1, kv_len)) if approximate else dense
+
+
+def default_rate(name: str, device: str) -> float:
+    return DEFAULT_RATE[device] * VARIANT_RATES.get(device, {}).get(name, 1.0)
+
+
+def load_history(root: Path, device: str, limit: int = 30, registry=None) -> History:
     """What up to ``limit`` newest run folders under ``root`` teach (ok rows of ``device``): the
     median achieved rate per variant, dtype and direction; per variant the setup time of its
-    warmest folder (the lowest of the folders' medians: a compile is cold once per environment,
-    then cached); and the correction of the cost model's non-setup part, the median of the
-    earlier sweeps' measured over modelled time (env.json's history)."""
+    fastest folder (the lowest of the folders' medians), the cases it set up, and the setup of
+    a case an older folder had set up already (a compile from the compiler's cache); and the
+    correction of the cost model's non-setup part, the median of the earlier sweeps' measured
+    over modelled time (env.json's history).  ``registry``: the variants, whose declarations say
+    which are approximations."""
     from bench.engine import store
 
     setups: dict = {}
+    warm: dict = {}
     rates: dict = {}
+    seen: set = set()
+    refused: set = set()
     folders = sorted((p for p in Path(root).glob("*") if (p / store.RESULTS).is_file() and not p.is_symlink()),
                      key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
     factors = []
-    for folder in folders:
+    for folder in reversed(folders):  # oldest first: a case an older folder set up is in the compiler's cache
         try:
             invocations = store.read_env(folder).get("history") or []
         except Exception:  # an unreadable env.json: its rows still teach the rates
@@ -108,19 +167,41 @@ def load_history(root: Path, device: str, limit: int = 30) -> History:
                     (h.get("model_rest_s") or 0) > 0 and (h.get("measured_rest_s") or 0) > 0:
                 factors.append(h["measured_rest_s"] / h["model_rest_s"])
         mine: dict = {}
+        again: dict = {}
+        keys = set()
         for r in store.read_current(folder, quiet=True):  # another folder's bad lines are its own business
-            if r.get("status") != "ok" or r.get("device") != device:
+            if r.get("device") != device:
                 continue
+            key = (r["variant"], case_key(r))
+            if r.get("status") == "unsupported":
+                refused.add(key)
+            if r.get("status") != "ok":
+                continue
+            refused.discard(key)
+            keys.add(key)
             if r.get("setup_ms") is not None:
                 mine.setdefault((r["variant"], device), []).append(r["setup_ms"] / 1e3)
+                if key in seen:
+                    again.setdefault((r["variant"], device), []).append(r["setup_ms"] / 1e3)
             if r.get("median_ms") and r.get("flops"):
-                key = (r["variant"], device, r.get("dtype"), r.get("direction"))
-                rates.setdefault(key, []).append(r["flops"] / (r["median_ms"] / 1e3))
-        for key, values in mine.items():
-            setups.setdefault(key, []).append(statistics.median(values))
+                rate_key = (r["variant"], device, r.get("dtype"), r.get("direction"))
+                rates.setdefault(rate_key, []).append(_row_work(r, registry) / (r["median_ms"] / 1e3))
+        seen |= keys
+        for into, found in ((setups, mine), (warm, again)):
+            for k, values in found.items():
+                into.setdefault(k, []).append(statistics.median(values))
     factor = min(MAX_FACTOR, max(1 / MAX_FACTOR, statistics.median(factors))) if factors else 1.0
     return History({k: min(v) for k, v in setups.items()},
-                   {k: statistics.median(v) for k, v in rates.items()}, factor, len(factors))
+                   {k: statistics.median(v) for k, v in rates.items()}, factor, len(factors), frozenset(seen),
+                   {k: min(v) for k, v in warm.items()}, frozenset(refused))
+
+
+def _row_work(row: dict, registry) -> float:
+    """A row's work (``work_flops``) from what it recorded: its kept pairs' FLOPs and density."""
+    name = row["variant"]
+    approximate = registry is not None and name in registry and registry[name].approximate
+    return _work(name, approximate, row.get("mask") or "none", row["flops"], row.get("density") or 1.0,
+                 int(row.get("kv_len") or 1))
 
 
 def clean(invocation: dict) -> bool:
@@ -158,38 +239,68 @@ def busy(others: float | None, cores: int, threads: int | None, workers: int = 1
     mine = mine_each * w
     share = mine if mine + others <= cores else cores * mine / (mine + others)  # cores the sweep's threads get
     excess = mine + others - cores  # threads, the sweep's and the others', beyond the cores
-    from bench.measure.contention import OTHER_CPU_MARGIN
-
     return Busy(others, cores, mine_each, max(1.0, mine / share),
-                min(1.0, max(0.0, excess) / mine) if excess > OTHER_CPU_MARGIN else 0.0,
-                others > cores - mine_each + OTHER_CPU_MARGIN, quiet / mine_each)
+                min(1.0, max(0.0, excess) / mine) if excess > contention.OTHER_CPU_MARGIN else 0.0,
+                others > cores - mine_each + contention.OTHER_CPU_MARGIN, quiet / mine_each)
 
 
 def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
-    """A cell's predicted setup: what earlier runs here measured, else a compile or a little."""
-    setup = (history or History.empty()).setup_s.get((variant.name, case.device))
-    if setup is None:
-        setup = COMPILE_S[case.device] if variant.compiles else SETUP_S
-    return setup
+    """A cell's predicted setup: a compiled variant's from the compiler's cache when it set this
+    case up before here (what such setups took here, else COMPILE_S), cold otherwise
+    (COMPILE_COLD_S: a first run here cannot tell a cold compile from a cached one); any other's
+    from earlier runs here, else a little."""
+    history = history or History.empty()
+    if variant.compiles:
+        if (variant.name, case_key(case.to_dict())) not in history.seen:
+            return COMPILE_COLD_S[case.device]
+        return history.warm_s.get((variant.name, case.device), COMPILE_S[case.device])
+    return history.setup_s.get((variant.name, case.device), SETUP_S)
+
+
+def timing_of(spec) -> tuple[int, float]:
+    """A spec's rounds and per-cell ceiling in ms, as bench.measure.settings derives them (a GPU's
+    timer keeps to its budget)."""
+    ceiling = getattr(spec, "ceiling_s", None)
+    ceiling_ms = DEFAULT_CEILING_MS if ceiling is None else 1e3 * ceiling
+    rounds = getattr(spec, "rounds", None) or DEFAULT_ROUNDS
+    return rounds, (max(spec.budget_ms, ceiling_ms) if spec.device == "cpu" else spec.budget_ms)
+
+
+def timing_s(call_s: float, budget_ms: float, rounds: int = DEFAULT_ROUNDS,
+             ceiling_ms: float = DEFAULT_CEILING_MS) -> float:
+    """The seconds a timer takes with calls of ``call_s`` (bench.measure.timing.interleave): each of
+    ``rounds`` rounds takes its share of the budget, or the calls the rounds need for a 95% interval
+    of the median, until its share of the ceiling is spent; a call short enough stops earlier, at
+    its precision (SAMPLES_WANTED calls)."""
+    rounds = max(1, rounds)
+    per_round = budget_ms / 1e3 / rounds
+    ceiling = max(per_round, ceiling_ms / 1e3 / rounds)
+    floor = -(-INTERVAL_SAMPLES // rounds)
+    calls = max(1, -(-per_round // call_s) if call_s > 0 else 1, min(floor, max(1, -(-ceiling // call_s))))
+    spent = rounds * calls * call_s
+    if SAMPLES_WANTED * call_s < budget_ms / 1e3:  # short calls: the timer stops at its precision
+        spent = min(spent, max(MIN_TIMING_S, SAMPLES_WANTED * call_s))
+    return max(spent, MIN_CALLS * call_s)
 
 
 def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None = None,
-                fewer_threads: float = 1.0) -> float:
+                fewer_threads: float = 1.0, rounds: int = DEFAULT_ROUNDS,
+                ceiling_ms: float = DEFAULT_CEILING_MS) -> float:
     """A cell's predicted seconds (module doc); ``variant`` is a registry Variant.  ``fewer_threads``:
     the quiet thread count over the one the cell runs with; a call of PARALLEL_CALL_S or more takes
     that much longer (a shorter one hardly speeds up with more threads)."""
     history = history or History.empty()
-    rate = history.rate.get((variant.name, case.device, case.dtype, case.direction), DEFAULT_RATE[case.device])
-    call_s = flopcount.flops(case) / rate
+    rate = history.rate.get((variant.name, case.device, case.dtype, case.direction)) or \
+        default_rate(variant.name, case.device)
+    call_s = work_flops(variant.name, variant.approximate, case) / rate
     if call_s >= PARALLEL_CALL_S:
         call_s *= fewer_threads
-    setup = cell_setup_s(variant, case, history)
-    timing = max(min(budget_ms / 1e3, max(MIN_TIMING_S, SAMPLES_WANTED * call_s)), MIN_CALLS * call_s)
-    return setup + 2 * call_s + timing
+    return cell_setup_s(variant, case, history) + 2 * call_s + timing_s(call_s, budget_ms, rounds, ceiling_ms)
 
 
 def group_cost_s(variants, case: Case, budget_ms: float, history: History | None = None,
-                 fewer_threads: float = 1.0) -> float:
+                 fewer_threads: float = 1.0, rounds: int = DEFAULT_ROUNDS,
+                 ceiling_ms: float = DEFAULT_CEILING_MS) -> float:
     from bench.measure.reference import check_slice
 
     batches, heads, _ = check_slice(case)  # the reference covers this much of the case, on the CPU
@@ -197,26 +308,30 @@ def group_cost_s(variants, case: Case, budget_ms: float, history: History | None
     reference = share * flopcount.flops(case.replace(direction="fwd")) / REFERENCE_RATE
     if case.needs_grad:
         reference *= 3
-    return GROUP_OVERHEAD_S + reference + sum(cell_cost_s(v, case, budget_ms, history, fewer_threads)
-                                              for v in variants)
+    return GROUP_OVERHEAD_S + reference + sum(cell_cost_s(v, case, budget_ms, history, fewer_threads, rounds,
+                                                          ceiling_ms) for v in variants)
 
 
 def groups(cells, registry, budget_ms: float, history: History | None = None, factor: float = 1.0,
-           fewer_threads: float = 1.0) -> list[Group]:
+           fewer_threads: float = 1.0, rounds: int = DEFAULT_ROUNDS,
+           ceiling_ms: float = DEFAULT_CEILING_MS) -> list[Group]:
     """``cells`` ((variant name, case) in spec order) as case groups with their costs; a
-    variant that cannot run here by its declared capabilities costs nothing (it is not launched).
+    variant that cannot run here by its declared capabilities, or whose probe found the case
+    unsupported in an earlier run here, costs nothing (it is not launched, or not timed).
     ``factor`` scales each group's cost but its setup (the correction learnt from earlier sweeps)."""
     by_case: dict = {}
     for name, case in cells:
         by_case.setdefault(case, []).append(name)
     out = []
     for i, (case, names) in enumerate(by_case.items()):
-        runs = [registry[n] for n in names if registry[n].static_reason(case) is None]
+        skip = (history or History.empty()).unsupported
+        runs = [registry[n] for n in names if registry[n].static_reason(case) is None
+                and (n, case_key(case.to_dict())) not in skip]
         if not runs:
             out.append(Group(case, tuple(names), i, 0.001, 0.0))
             continue
         setup = sum(cell_setup_s(v, case, history) for v in runs)
-        cost = group_cost_s(runs, case, budget_ms, history, fewer_threads)
+        cost = group_cost_s(runs, case, budget_ms, history, fewer_threads, rounds, ceiling_ms)
         out.append(Group(case, tuple(names), i, setup + factor * (cost - setup), setup))
     return out
 
@@ -294,12 +409,12 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     ``workers`` workers each (``peaks_cached``: the machine's peaks are in the cache,
     bench.engine.peaks, and are not measured; ``others``: cores' worth of CPU that other
     processes used at the start, for the CPU)."""
-    from bench.measure import contention
-
     load = busy(others, len(contention.usable_cpus()), spec.threads, workers) if spec.device == "cpu" else None
     slowdown = load.slowdown if load else 1.0
     factor = history.wall_factor if history else 1.0  # what the model missed in earlier sweeps here
-    gs = groups(cells, registry, spec.budget_ms, history, factor, load.fewer_threads if load else 1.0)
+    rounds, ceiling_ms = timing_of(spec)
+    gs = groups(cells, registry, spec.budget_ms, history, factor, load.fewer_threads if load else 1.0, rounds,
+                ceiling_ms)
     compiles = any(registry[n].compiles for n in spec.variants)
     peak_s = 0.0 if peaks_cached else 2 * PEAK_MEASURE_S * len(spec.dtypes)
     fixed = (WORKER_START_S[spec.device] + peak_s + (REPORT_S if report else 0.0)

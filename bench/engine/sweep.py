@@ -298,7 +298,9 @@ class WorkerPool:
         before = self.timed_s
         groups = list(_by_case(cells))
         if len(self.slots) > 1:  # largest first, each to the next free worker
-            cost = {g.case: g.cost_s for g in plan.groups(cells, self.registry, self.spec.budget_ms)}
+            rounds, ceiling_ms = plan.timing_of(self.spec)
+            cost = {g.case: g.cost_s for g in plan.groups(cells, self.registry, self.spec.budget_ms, rounds=rounds,
+                                                          ceiling_ms=ceiling_ms)}
             groups.sort(key=lambda item: -cost[item[0]])
         self._queue = list(reversed(groups))
         self._writer = store.ResultWriter(self.run_dir)

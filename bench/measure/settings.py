@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 DEFAULT_PRECISION = 0.02  # stop when the median's 95% CI is within +-2% of it
 DEFAULT_ROUNDS = 3
 DEFAULT_CEILING_MS = 2000.0  # a cell's timing may run past its budget up to this, to get an interval's samples
+INTERVAL_SAMPLES = 6  # the fewest samples whose order statistics give a 95% interval of the median
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bench.measure.settings import DEFAULT_PRECISION
+from bench.measure.settings import DEFAULT_PRECISION, INTERVAL_SAMPLES
 from bench.measure.stats import Stats, quantile
 from bench.model.case import Case
 
@@ -40,7 +40,6 @@ WARMUP_AGREE = 0.10  # warm once two successive block estimates agree within 10%
 MAX_CPU_SAMPLES = 2000
 NOISY_CI = 0.05  # a median whose 95% CI reaches beyond +-5% of it is flagged noisy
 MIN_ROUND_SAMPLES = 3  # per round, so that each round's median means something
-INTERVAL_SAMPLES = 6  # the fewest samples whose order statistics give a 95% interval of the median
 
 
 @functools.lru_cache(maxsize=4096)
