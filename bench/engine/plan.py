@@ -4,8 +4,7 @@ The unit of work is a case group: every variant of one case, which one worker ti
 interleaved rounds against one reference.  A group's predicted cost is
 
     per variant: setup (a compile for variants declared ``compiles``) + the reference check
-                 and the memory pass (two calls) + the timing (the budget, or fewer samples
-                 when a call is short)
+                 and the memory pass (two calls) + the timing (the calls the timer takes)
     per group:   the float64 reference, and a little IPC
 
 with a call's time taken as the work it does over a rate (``work_flops``): the FLOPs of every
@@ -13,19 +12,20 @@ with a call's time taken as the work it does over a rate (``work_flops``): the F
 one that skips what its mask drops (or only a causal mask's upper triangle), and about those of
 APPROX_KEYS keys for an approximation.  A built-in variant's rate with no earlier run is its
 measured share of the device's default (VARIANT_RATES); any other takes the default.  The timing
-takes the calls the timer takes: a round of the budget's share, or as many calls as the rounds
-need for a 95% interval of the median, up to the per-cell ceiling.  A compiled variant compiles a
-case cold (its first time on this machine, by the history) or from the compiler's cache.  Shards
-use the static rates below,
-so that ``--shard i/N`` gives every invocation the same split of a spec, whatever ran
-before.  The projection printed before a sweep refines the rates and setup times with the
-rows of earlier runs on this machine, when there are any (a compiled variant's setup from
-its warmest run: the compiler caches), and scales the cells' cost but their setups by the
-median ratio of measured to modelled time of the earlier sweeps on this device (env.json
-records both for each invocation): what the model leaves out, the harness's own cost per
-cell on this machine, is learnt rather than guessed.  Only clean sweeps teach it: one that
-started beside other processes, or whose cells were mostly contended, measured the load,
-not the model's error.
+takes the calls the timer takes (``timing_s``): each round its share of the budget, or the calls
+the rounds need for a 95% interval of the median while its share of the ceiling lasts; a short
+call stops at its precision.  A compiled variant compiles a case cold unless an earlier run here
+set it up (then from the compiler's cache).
+
+Shards use these static figures, so that ``--shard i/N`` gives every invocation the same split
+of a spec, whatever ran before.  The projection printed before a sweep refines the rates and
+setup times with the rows of earlier runs on this machine, when there are any (a cached
+compile's time from the runs that found a case set up before, and no cost for a case a probe
+refused), and scales the cells' cost but their setups by the median ratio of measured to
+modelled time of the earlier sweeps on this device (env.json records both for each
+invocation): what the model leaves out, the harness's own cost per cell on this machine, is
+learnt rather than guessed.  Only clean sweeps teach it: one that started beside other
+processes, or whose cells were mostly contended, measured the load, not the model's error.
 
 On a busy machine (other processes using cores when the sweep starts, measured as the
 contention check measures, with the others' runnable threads where they outnumber what they
