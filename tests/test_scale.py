@@ -181,6 +181,7 @@ def test_the_timing_takes_the_calls_the_timer_takes():
     assert plan.timing_s(0.04, budget, 3, ceiling) == pytest.approx(3 * 3 * 0.04)  # the budget's 3 a round
     assert plan.timing_s(1e-4, budget, 3, ceiling) == pytest.approx(plan.SAMPLES_WANTED * 1e-4)  # at its precision
     assert plan.timing_s(1e-6, budget, 3, ceiling) == plan.MIN_TIMING_S
+    assert plan.timing_s(0.0, budget, 3, ceiling) == plan.MIN_TIMING_S  # a case of no work (nothing kept)
     assert plan.timing_s(0.5, budget, 3, 300.0) == pytest.approx(3 * 1 * 0.5)  # no ceiling past the budget
 
 

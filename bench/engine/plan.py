@@ -43,6 +43,7 @@ mean load by more than its largest group.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,11 +273,13 @@ def timing_s(call_s: float, budget_ms: float, rounds: int = DEFAULT_ROUNDS,
     ``rounds`` rounds takes its share of the budget, or the calls the rounds need for a 95% interval
     of the median, until its share of the ceiling is spent; a call short enough stops earlier, at
     its precision (SAMPLES_WANTED calls)."""
+    if call_s <= 0:
+        return MIN_TIMING_S
     rounds = max(1, rounds)
     per_round = budget_ms / 1e3 / rounds
     ceiling = max(per_round, ceiling_ms / 1e3 / rounds)
-    floor = -(-INTERVAL_SAMPLES // rounds)
-    calls = max(1, -(-per_round // call_s) if call_s > 0 else 1, min(floor, max(1, -(-ceiling // call_s))))
+    floor = -(-INTERVAL_SAMPLES // rounds)  # calls a round, for an interval over the rounds
+    calls = max(1, math.ceil(per_round / call_s), min(floor, math.ceil(ceiling / call_s)))
     spent = rounds * calls * call_s
     if SAMPLES_WANTED * call_s < budget_ms / 1e3:  # short calls: the timer stops at its precision
         spent = min(spent, max(MIN_TIMING_S, SAMPLES_WANTED * call_s))
