@@ -96,10 +96,10 @@ def test_retry_and_resume_ask_the_judge():
 
 
 def test_the_fingerprint_is_one_constant():
-    from bench.engine import merge, sweep
+    from bench.engine import merge, runfolder
 
     assert "threads" in judge.FINGERPRINT
-    for module in (sweep, merge):
+    for module in (runfolder, merge):  # the run folder's env.json and a merge's check of the shards
         text = Path(module.__file__).read_text()
         assert "judge.FINGERPRINT" in text and "FINGERPRINT = " not in text and "FINGERPRINT_KEYS" not in text
     before = {k: 1 for k in judge.FINGERPRINT}
