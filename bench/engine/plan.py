@@ -50,7 +50,7 @@ from pathlib import Path
 
 from bench.measure import contention
 from bench.measure import flops as flopcount
-from bench.measure.settings import DEFAULT_CEILING_MS, DEFAULT_ROUNDS, INTERVAL_SAMPLES
+from bench.measure.settings import DEFAULT_CEILING_MS, DEFAULT_ROUNDS, INTERVAL_SAMPLES, MeasureSettings
 from bench.model.case import CASE_DEFAULTS, CASE_FIELDS, Case
 
 # achieved FLOP/s of an attention call, by device, when no earlier run says better
@@ -259,12 +259,10 @@ def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
 
 
 def timing_of(spec) -> tuple[int, float]:
-    """A spec's rounds and per-cell ceiling in ms, as bench.measure.settings derives them (a GPU's
-    timer keeps to its budget)."""
-    ceiling = getattr(spec, "ceiling_s", None)
-    ceiling_ms = DEFAULT_CEILING_MS if ceiling is None else 1e3 * ceiling
-    rounds = getattr(spec, "rounds", None) or DEFAULT_ROUNDS
-    return rounds, (max(spec.budget_ms, ceiling_ms) if spec.device == "cpu" else spec.budget_ms)
+    """A spec's rounds and per-cell ceiling in ms, as the workers take them (MeasureSettings; a
+    GPU's timer keeps to its budget)."""
+    how = MeasureSettings.from_spec(spec)
+    return how.rounds, (how.ceiling_ms if spec.device == "cpu" else how.budget_ms)
 
 
 def timing_s(call_s: float, budget_ms: float, rounds: int = DEFAULT_ROUNDS,
