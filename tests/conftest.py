@@ -15,6 +15,17 @@ os.environ.setdefault("ATTNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="attnbench-
 
 
 CPU_BY_DEFAULT = ("sweep", "profile", "selfcheck")
+MAX_TEST_WORKERS = 4  # the suite's sweeps each take two threads: more workers would only contend for cores
+
+
+def pytest_xdist_auto_num_workers(config):
+    """How many processes ``-n auto`` (pyproject's addopts) runs the suite in: one per usable core,
+    at most MAX_TEST_WORKERS; none (the suite in this process) on one core, and when the
+    pytest-benchmark suite is asked to measure, since a benchmark timed beside other tests is not
+    a measurement."""
+    measuring = config.getoption("benchmark_only", False) or config.getoption("benchmark_enable", False)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 0 if measuring or cores < 2 else min(cores, MAX_TEST_WORKERS)
 
 
 def run_cli(*args, timeout=600, env=None, cwd=None):

@@ -88,6 +88,7 @@ def test_every_variant_that_declares_bottom_right_computes_it(registry, spelling
     assert ran >= 3  # naive, chunked.online and the SDPA family at least
 
 
+@pytest.mark.slow
 def test_compiled_flex_takes_the_mask_algebra_aligned_bottom_right(registry):
     """The compiled variant itself, as a sweep runs it, on one case (one compile) that holds an '&', a
     document(...) wrapper and bottom-right alignment: the queries are the last 5 of 256 positions,

@@ -285,6 +285,7 @@ def _probe(worker):
     return rows[0]["extra"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
 def test_a_worker_takes_the_sweeps_environment_as_it_is_when_it_starts(tmp_path, monkeypatch, method):
     """Forked from the fork server (started with the first worker, under the environment of that
@@ -342,3 +343,15 @@ def test_only_the_fork_server_skips_its_interpreters_teardown():
     out = subprocess.run([sys.executable, "-c", "import bench.engine.forkserver, sys; print('flushed'); sys.exit(3)"],
                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert (out.returncode, out.stdout.strip()) == (3, "flushed")
+    # a process run as ``python -c`` that has imported multiprocessing.forkserver (a test runner's worker) is
+    # not the server: only the server's own command line is
+    probe = ("import sys, multiprocessing.forkserver, bench.engine.forkserver as f; sys.argv = ['-c']; "
+             "print(f._in_fork_server(), sys.orig_argv[-1].startswith(f.SERVER_COMMAND))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.stdout.split() == ["False", "False"], out.stderr
+    as_server = f"{forkserver.SERVER_COMMAND}; import bench.engine.forkserver as f; print(f._in_fork_server())"
+    server = subprocess.run([sys.executable, "-c", as_server], cwd=ROOT, capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert server.stdout.split() == ["True"], server.stderr  # and it leaves through os._exit(0)
+    assert server.returncode == 0

@@ -306,6 +306,7 @@ def test_status_answers_for_an_ordinary_run_and_by_its_sweep_id(capsys, tmp_path
     assert "no run or sweep 'sweep-nothing'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_cell_can_be_measured_alone_again_from_its_row(capsys, tmp_path):
     run = _plain_run(tmp_path / "r1")
     assert main(["status", str(run), "--cells"]) == 0

@@ -218,7 +218,11 @@ def test_slurm_without_sbatch_is_refused_before_anything_is_written(capsys, tmp_
 
 
 def test_dry_run_prints_the_projection_and_writes_nothing(capsys, tmp_path, monkeypatch):
+    from bench.engine import runner
+
     monkeypatch.chdir(tmp_path)
+    launched = []
+    monkeypatch.setattr(runner, "_launch", lambda *a: launched.append(a) or (_ for _ in ()).throw(OSError("none")))
     assert main(["sweep", "--preset", "quick", "--device", "cpu", "--workers", "2", "--threads", "1", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^208 cells in 16 cases: about .+ of measuring", out, re.M), out
@@ -227,6 +231,7 @@ def test_dry_run_prints_the_projection_and_writes_nothing(capsys, tmp_path, monk
                  "--dry-run"]) == 0
     assert re.search(r"^per shard: 1: .+, 2: .+, 3: .+$", capsys.readouterr().out, re.M)
     assert not (tmp_path / "runs").exists()  # a dry run makes no folder
+    assert launched == []  # and starts no worker
 
 
 # --- end to end -----------------------------------------------------------------------------

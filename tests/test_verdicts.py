@@ -20,6 +20,7 @@ from bench.registry import Variant
 # -- the check's power where values are small: long sequences, bf16, gradients, decode --------
 
 
+@pytest.mark.slow
 def test_all_zero_gradients_fail_at_bf16_n8192_where_every_gradient_is_below_atol():
     case = Case("cpu", "bfloat16", 1, 1, 1, 8192, 8192, 64, "none", None, "bwd")
     q, k, v = make_inputs(case)
@@ -285,6 +286,7 @@ def test_a_decode_reference_over_a_long_cache_checks_a_slice():
     assert check_slice(small)[0] == [0, 1]  # all of a small case
 
 
+@pytest.mark.slow
 def test_the_gqa_reference_equals_attention_with_each_kv_head_repeated_and_does_not_copy_them():
     from bench.measure.memory import peak_bytes
 

@@ -194,9 +194,11 @@ def _workers_hint(args) -> int:
     """How many CPU workers to start ahead: --workers when it is plain (a GPU worker sets its
     device before it imports torch, so it is never started ahead), and none when it asks for
     more workers than this process has cores (the placement refuses it in a moment, and
-    nothing is started for it meanwhile)."""
+    nothing is started for it meanwhile), or for a dry run, which measures nothing."""
     from bench.measure.contention import usable_cpus
 
+    if getattr(args, "dry_run", False):
+        return 0
     text = str(args.workers or "1")
     if args.gpus or args.device == "cuda" or not text.isdigit():
         return 1

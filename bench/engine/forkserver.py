@@ -8,11 +8,15 @@ import atexit
 import os
 import sys
 
+SERVER_COMMAND = "from multiprocessing.forkserver import main"  # how multiprocessing starts its fork server
+
 
 def _in_fork_server() -> bool:
-    """The fork server runs ``python -c 'from multiprocessing.forkserver import main; main(...)'``."""
-    main = sys.modules.get("__main__")
-    return sys.argv == ["-c"] and "multiprocessing.forkserver" in sys.modules and not getattr(main, "__file__", None)
+    """The fork server runs ``python -c 'from multiprocessing.forkserver import main; main(...)'``;
+    its command line says so (another ``python -c`` process, a test runner's worker say, that has
+    imported multiprocessing.forkserver is not it)."""
+    command = getattr(sys, "orig_argv", [])
+    return sys.argv == ["-c"] and any(arg.startswith(SERVER_COMMAND) for arg in command)
 
 
 def _leave() -> None:
