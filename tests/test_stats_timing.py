@@ -84,7 +84,7 @@ def test_cpu_timer_stops_on_budget_when_noisy_and_says_so():
     t = timer.result()
     spent = sum(t.samples_ms) + t.warmup_calls * 2.5
     assert 40 <= spent < 46
-    assert t.to_row()["noisy"] is True and t.to_row()["samples"] == len(t.samples_ms)
+    assert t.summary().columns()["noisy"] is True and t.summary().columns()["samples"] == len(t.samples_ms)
 
 
 def test_cpu_timer_syncs_every_block_and_keeps_gc_off_inside():
@@ -108,7 +108,7 @@ def test_cpu_util_is_cpu_time_over_wall_time_and_threads():
     timer = _timer(clock)
     timer.run_round(budget_ms=1000, min_samples=3)
     assert timer.result().cpu_util == pytest.approx(0.5)
-    assert timer.result().to_row()["cpu_util"] == pytest.approx(0.5)
+    assert timer.result().summary().columns()["cpu_util"] == pytest.approx(0.5)
 
 
 def test_interleave_takes_turns_round_by_round():
@@ -219,12 +219,12 @@ def test_a_cell_gets_the_samples_an_interval_needs_under_its_ceiling():
     timer = timed(2000.0)
     enough = timer.result()
     assert len(enough.samples_ms) == INTERVAL_SAMPLES and [len(r) for r in timer.rounds] == [2, 2, 2]
-    row = enough.to_row()
+    row = enough.summary().columns()
     assert row["few_samples"] is False and row["noisy"] is False and row["ci_halfwidth"] is not None
     assert row["median_confidence"] == 0.95
     capped = timed(60.0)
     assert [len(r) for r in capped.rounds] == [1, 1, 1]  # the budget alone, as before
-    row = capped.result().to_row()
+    row = capped.result().summary().columns()
     assert row["samples"] == 3 and row["few_samples"] is True and row["noisy"] is False  # unknown, not wide
     assert row["median_confidence"] == minmax_confidence(3) == 0.75 and row["ci_halfwidth"] is None
 

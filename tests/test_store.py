@@ -56,6 +56,11 @@ def test_a_row_is_typed_when_written_and_a_variants_figures_keep_their_namespace
         w.write(_row(0) | {"x": 1.0})
     with pytest.raises(RowError, match="row status 'fine'; valid: ok, mismatch"):
         w.write(_row(0) | {"status": "fine"})
+    with pytest.raises(RowError, match=r"median_ms='3' \(str; a row's median_ms is float\); noisy=1 \(int; a row's "
+                                       r"noisy is bool\)"):
+        w.write(_row(0) | {"status": "ok", "median_ms": "3", "noisy": 1})
+    with pytest.raises(RowError, match=r"samples=True \(bool; a row's samples is float\)"):  # a flag is no count
+        w.write(_row(0) | {"status": "ok", "samples": True})
     w.write(_row(0) | {"status": "ok", "extra": {"compile_ms": 3.0, "q_len": 7}})
     w.close()
     raw = json.loads((tmp_path / store.RESULTS).read_text())
@@ -90,3 +95,27 @@ def test_resume_after_a_bad_line_keeps_every_valid_row(tmp_path):
     assert "0 cells to run, 12 already there" in again.stderr and "results.jsonl:6: skipped" in again.stderr
     kept = [x for x in path.read_text().splitlines() if x != '{"variant": "naive", "broken']
     assert len(kept) == 12 and all(json.loads(x)["status"] == "ok" for x in kept)  # none re-measured or lost
+
+
+def test_every_column_has_a_type_and_a_timing_fills_its_columns_with_them():
+    """Row's fields are typed (none is Any), and what the timer and the check give a row are typed
+    results whose columns pass the writer's check."""
+    import dataclasses
+    import typing
+
+    from bench.measure.reference import CheckResult
+    from bench.measure.timing import Timing
+    from bench.model.row import COLUMNS, TIMING, Row, wrong_types
+
+    types = {f.name: f.type for f in dataclasses.fields(Row)}
+    assert set(COLUMNS) <= set(types) and typing.Any not in types.values()
+    timing = Timing([1.0, 1.2, 0.9, 1.1, 1.05], number=4, warmup_calls=2, method="perf_counter",
+                    round_medians_ms=[1.0, 1.1], timed_s=0.03, cpu_s=0.05, threads=2).summary()
+    columns = timing.columns()
+    assert set(columns) <= set(TIMING) | {"cpu_util"} and wrong_types(columns) == []
+    assert (timing.median_ms, timing.samples, timing.few_samples, timing.rounds) == (1.05, 5, True, 2)  # 5: no 95% CI
+    assert columns["samples_ms"] == [1.0, 1.2, 0.9, 1.1, 1.05] and timing.cpu_util == pytest.approx(0.05 / 0.06)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        timing.median_ms = 0.0
+    check = CheckResult(True, 1e-6, 2e-6, rel_err=1e-7, cosine=1.0).columns()
+    assert wrong_types(check) == [] and check["max_abs_err"] == 1e-6

@@ -269,7 +269,7 @@ def test_the_max_error_column_is_named_for_what_it_is_and_old_rows_still_read(tm
     q, k, v = make_inputs(case)
     r = run_and_check(case, F.scaled_dot_product_attention, q, k, v)
     ref = reference(case, q, k, v).out
-    assert r.to_row()["max_err_over_max_ref"] == pytest.approx(r.max_abs_err / float(ref.abs().max()))
+    assert r.columns()["max_err_over_max_ref"] == pytest.approx(r.max_abs_err / float(ref.abs().max()))
     (tmp_path / "results.jsonl").write_text(json.dumps(_row("ok", 1.0, max_rel_err=0.5)) + "\n")
     assert store.read_rows(tmp_path)[0]["max_err_over_max_ref"] == 0.5
 

@@ -256,7 +256,7 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
             with bound.scope():
                 result = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
                                        var.error_budget, var.approximate)
-        row.update(result.to_row())
+        row.update(result.columns())
         if not result.ok:
             row.update(status=Status.MISMATCH.value, reason=result.reason, reason_kind=result.kind)
         elif getattr(result, "outputs", None) is not None:  # two more calls on the same inputs: bitwise the same?
@@ -324,8 +324,8 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
         during = "timing"
         try:
             at(item.variant.name)
-            timing = item.timer.result()
-            row.update(timing.to_row(), interleave_id=together)
+            timing = item.timer.result().summary()
+            row.update(timing.columns(), interleave_id=together)
             if case.device == "cpu":
                 row.update(contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms))
             if gpu:
@@ -333,7 +333,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
                                                              _NVML["flush_mj"]))
             item.call = None  # the retained graph of a bwd call goes before the memory pass
             _free(case.device)
-            during = f"memory pass (after a timing of median {timing.stats.median:.4g} ms, not kept)"
+            during = f"memory pass (after a timing of median {timing.median_ms:.4g} ms, not kept)"
             with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
                 row["peak_mem_bytes"] = peak_bytes(case.device,
                                                    item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
@@ -341,8 +341,8 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
                 during = "kernel names (a profiled call after the timing)"
                 _gpu_checks(item, row, settings)
             if not item.variant.approximate:  # an approximation does not do exact attention's FLOPs
-                row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
-            row["gbps"] = row["bytes"] / (row["median_ms"] * 1e-3) / 1e9
+                row["tflops"] = row["flops"] / (timing.median_ms * 1e-3) / 1e12
+            row["gbps"] = row["bytes"] / (timing.median_ms * 1e-3) / 1e9
             row["status"] = Status.OK.value
             if getattr(settings, "steps", 0):  # --steps: what a step costs beyond the kernel
                 during = "steps (after the timing, kept)"

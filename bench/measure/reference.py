@@ -203,7 +203,8 @@ class CheckResult:
     max_logit: float | None = None  # the reference's largest |logit| (the elementwise atol scales past LOGIT_REF)
     outputs: tuple | None = field(default=None, repr=False)  # the checked call's (output, grads): determinism's base
 
-    def to_row(self) -> dict:
+    def columns(self) -> dict:
+        """The row's accuracy columns."""
         return {"max_abs_err": self.max_abs_err, "max_err_over_max_ref": self.max_err_over_max_ref,
                 "grad_max_abs_err": self.grad_max_abs_err, "rel_err": self.rel_err, "cosine": self.cosine,
                 "grad_rel_err": self.grad_rel_err, "grad_cosine": self.grad_cosine, "max_logit": self.max_logit}

@@ -25,7 +25,7 @@ import gc
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -112,20 +112,55 @@ class Timing:
             return None
         return self.cpu_s / (self.timed_s * self.threads)
 
-    def to_row(self) -> dict:
+    def summary(self) -> TimingSummary:
+        """What the samples say, typed: the row's timing columns come from it (``columns``)."""
         s = self.stats
         ci = median_ci(self.samples_ms)
         halfwidth = ci_halfwidth(self.samples_ms)
         few = not math.isfinite(halfwidth)  # no 95% interval exists: its precision is unknown, not wide
-        return {"median_ms": s.median, "iqr_ms": s.iqr, "min_ms": s.min, "mean_ms": s.mean,
-                "q1_ms": s.q1, "q3_ms": s.q3, "samples": s.count, "rel_iqr": s.rel_iqr,
-                "ci_halfwidth": None if few else halfwidth, "noisy": not few and halfwidth > NOISY_CI,
-                "few_samples": few, "median_confidence": CONFIDENCE if not few else minmax_confidence(s.count),
-                "ci_lo_ms": ci[0] if ci else None, "ci_hi_ms": ci[1] if ci else None,
-                "number": self.number, "warmup_calls": self.warmup_calls,
-                "timer": self.method, "samples_ms": self.samples_ms,
-                "round_medians_ms": self.round_medians_ms, "rounds": len(self.round_medians_ms),
-                "timed_s": self.timed_s, "cpu_util": self.cpu_util}
+        return TimingSummary(
+            median_ms=s.median, iqr_ms=s.iqr, min_ms=s.min, mean_ms=s.mean, q1_ms=s.q1, q3_ms=s.q3, samples=s.count,
+            rel_iqr=s.rel_iqr, ci_halfwidth=None if few else halfwidth, noisy=not few and halfwidth > NOISY_CI,
+            few_samples=few, median_confidence=CONFIDENCE if not few else minmax_confidence(s.count),
+            ci_lo_ms=ci[0] if ci else None, ci_hi_ms=ci[1] if ci else None, number=self.number,
+            warmup_calls=self.warmup_calls, timer=self.method, samples_ms=tuple(self.samples_ms),
+            round_medians_ms=tuple(self.round_medians_ms), rounds=len(self.round_medians_ms), timed_s=self.timed_s,
+            cpu_util=self.cpu_util, threads=self.threads)
+
+
+@dataclass(frozen=True)
+class TimingSummary:
+    """One cell's timing as its row gives it, typed (in the spirit of torch.utils.benchmark's
+    ``Measurement``): the statistics of its samples, how precise the median is, how it was timed.
+    ``columns()`` is the one place these become row columns."""
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    mean_ms: float
+    q1_ms: float
+    q3_ms: float
+    samples: int
+    rel_iqr: float
+    ci_halfwidth: float | None  # None: too few samples for a 95% interval of the median (few_samples)
+    noisy: bool
+    few_samples: bool
+    median_confidence: float
+    ci_lo_ms: float | None
+    ci_hi_ms: float | None
+    number: int  # calls per sample
+    warmup_calls: int
+    timer: str
+    samples_ms: tuple[float, ...]
+    round_medians_ms: tuple[float, ...]
+    rounds: int
+    timed_s: float
+    cpu_util: float | None
+    threads: int  # not a column here: the row's threads are the settings' (contention's verdict reads it)
+
+    def columns(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "threads"}
+        out["samples_ms"], out["round_medians_ms"] = list(self.samples_ms), list(self.round_medians_ms)
+        return out
 
 
 def timed_call(case: Case, fn: Callable, q, k, v, grad_out=None) -> Callable[[], object]:

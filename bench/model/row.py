@@ -1,8 +1,11 @@
 """One measured cell: a typed, frozen row.
 
-``Row`` declares every column a row can have, grouped by what it says, once: the writer
-validates against it, and the readers (reports, compare, export) take their column lists
-from these groups.  ``status`` is a ``Status``; ``reason_kind`` says what kind of reason
+``Row`` declares every column a row can have, grouped by what it says, once, and what each
+holds (``COLUMN_TYPES``: a number, a flag, a text, a list, a table; None where it is not
+measured): the writer validates names and types against it, and the readers (reports,
+compare, export) take their column lists from these groups.  The worker keeps its results
+typed (``bench.measure.timing.TimingSummary``, ``bench.measure.reference.CheckResult``) until
+they become a row's columns.  ``status`` is a ``Status``; ``reason_kind`` says what kind of reason
 ``reason`` gives, so no layer has to read the words.  A variant's own figures
 (``Prepared.info``) live in ``extra``, their own namespace: they never replace a column.
 
@@ -15,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import get_args, get_type_hints
 
-from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
+from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS, Case
 
 
 class Status(str, enum.Enum):
@@ -105,12 +108,54 @@ MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflop
 ALWAYS = (*IDENTITY, *OUTCOME, "mask_params", "density", "flops", "bytes", *MEASURED)  # written even when None
 
 
+# what each column holds (None aside, which any column may: not measured, or not applicable)
+Number = float  # an int is a number too (samples, flops, threads)
+TEXT = ("reason", "layout", "worker", "timer", "bwd_forward", "interleave_id", "contended_why", "reference_skipped",
+        "backend_ran", "kernel_mismatch", "timer_mismatch", "kernels_error", "graph_error", "throttle_reasons",
+        "throttled_why")
+YES_NO = (*FLAGS, "approximate", "deterministic")
+LISTS = ("seq_lengths", "samples_ms", "round_medians_ms", "kernels")
+TABLES = ("mask_params", "phases")  # mask_params: a mask's parameters; phases: {phase: its figures}
+COLUMN_TYPES: dict = {
+    **{name: t for name, t in get_type_hints(Case).items() if name in CASE_FIELDS},
+    **dict.fromkeys(NUMERIC, Number), "number": int, "warmup_calls": int, "rounds": int, "threads": int,
+    "nondeterminism": Number, "quantum_ms": Number,
+    **dict.fromkeys(TEXT, str), **dict.fromkeys(YES_NO, bool), **dict.fromkeys(LISTS, list),
+    **dict.fromkeys(TABLES, dict), "reason_kind": ReasonKind, "precision": Number, "budget_ms": Number,
+}
+_ACCEPTS = {Number: (int, float), int: (int,), bool: (bool,), str: (str,), list: (list, tuple), dict: (dict,),
+            ReasonKind: (ReasonKind,)}
+
+
 def _fields():
     out = []
     for name in COLUMNS:
         if name in ("variant", "status"):
             continue
-        out.append((name, Any, field(default=None)))
+        t = COLUMN_TYPES[name]
+        out.append((name, t if name in CASE_FIELDS and name not in CASE_ADDED else t | None, field(default=None)))
+    return out
+
+
+def _base(t):
+    """``int | None`` -> int: the type a value of a column must have when it is not None."""
+    args = [a for a in get_args(t) if a is not type(None)]
+    return args[0] if args else t
+
+
+def wrong_types(values: dict) -> list[str]:
+    """The columns of ``values`` whose value is not of the column's declared type, each with what
+    it holds and what it must hold (a bool is not a number; an int is)."""
+    out = []
+    for name, value in values.items():
+        if value is None or name not in COLUMN_TYPES or name == "reason_kind":
+            continue
+        want = _base(COLUMN_TYPES[name])
+        ok = isinstance(value, _ACCEPTS.get(want, (want,)))
+        if ok and want in (Number, int) and isinstance(value, bool):
+            ok = False
+        if not ok:
+            out.append(f"{name}={value!r} ({type(value).__name__}; a row's {name} is {want.__name__})")
     return out
 
 
@@ -122,7 +167,8 @@ class _RowBase:
 
 Row = dataclasses.make_dataclass(
     "Row", [*_fields(), ("extra", dict, field(default_factory=dict))], bases=(_RowBase,), frozen=True,
-    namespace={"__doc__": "One measured cell; its columns are ``COLUMNS`` (see the module doc)."})
+    namespace={"__doc__": "One measured cell; its columns are ``COLUMNS`` and their types ``COLUMN_TYPES`` (see the "
+               "module doc).", "__module__": __name__})
 
 
 class RowError(ValueError):
@@ -143,6 +189,9 @@ def make_row(values: dict) -> Row:
         raise RowError(f"row status {values.get('status')!r}; valid: {', '.join(STATUSES)}") from None
     kind = values.get("reason_kind")
     values["reason_kind"] = ReasonKind(kind) if kind else default_kind(values["status"])
+    wrong = wrong_types(values)
+    if wrong:
+        raise RowError(f"row column(s) of the wrong type: {'; '.join(wrong)}")
     return Row(**values, extra=extra)
 
 
