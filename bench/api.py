@@ -14,7 +14,8 @@ from bench.engine import sweep as _sweep
 from bench.engine.discovery import discover
 from bench.engine.request import sweep_spec
 from bench.engine.sweep import RunSummary, SweepOptions
-from bench.model.spec import Spec, build_spec, parse_values
+from bench.model.spec import Spec
+from bench.model.specbuild import build_spec, parse_values
 from reports.build import build_report
 from reports.frames import load_runs
 

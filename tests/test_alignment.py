@@ -121,7 +121,7 @@ def test_bottom_right_needs_the_queries_within_the_keys():
 
 def test_the_align_flag_and_the_decode_preset(capsys):
     from bench.api import discover
-    from bench.model.spec import build_spec, parse_values
+    from bench.model.specbuild import build_spec, parse_values
 
     spec = build_spec(parse_values({"preset": "decode", "device": "cpu"}), discover())
     assert spec.masks == ["causal"] and spec.align == ["bottom-right"]

@@ -12,7 +12,7 @@ from bench.measure.envinfo import measure_peak_gbps
 from bench.measure.inputs import make_inputs
 from bench.measure.memory import peak_bytes
 from bench.measure.timing import timed_call
-from bench.model.spec import build_spec
+from bench.model.specbuild import build_spec
 from tests.conftest import read_jsonl, run_cli
 
 

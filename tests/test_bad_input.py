@@ -62,7 +62,7 @@ def test_a_toml_key_set_at_the_top_level_and_under_sweep_is_refused(capsys, tmp_
              "'seq_lens' is set twice (the top level and [sweep]); keep one of them", tmp_path / "run")
     both = tmp_path / "both.toml"  # keys in both places, none twice: both are read
     both.write_text("heads = [2]\n\n[sweep]\nseq_lens = [16]\n")
-    from bench.model.spec import load_config
+    from bench.model.specbuild import load_config
 
     assert load_config(str(both)) == {"heads": [2], "seq_lens": [16]}
 

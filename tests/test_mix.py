@@ -200,7 +200,7 @@ def test_a_mixed_sweep_writes_its_phases_repro_and_table(tmp_path):
 
 def test_the_serving_preset_runs_three_mixes():
     from bench.api import discover
-    from bench.model.spec import build_spec
+    from bench.model.specbuild import build_spec
 
     for device in ("cpu", "cuda"):
         spec = build_spec({"preset": "serving", "device": device}, discover(entry_points=False), here=False)

@@ -11,7 +11,7 @@ import pytest
 from bench.api import discover
 from bench.cli import main
 from bench.model.models import MODELS
-from bench.model.spec import build_spec, parse_values
+from bench.model.specbuild import build_spec, parse_values
 from tests.conftest import read_jsonl, run_cli
 
 

@@ -13,7 +13,7 @@ import pytest
 from bench.api import discover
 from bench.cli import main
 from bench.engine import plan, store
-from bench.model.spec import build_spec, parse_values
+from bench.model.specbuild import build_spec, parse_values
 from reports.frames import tidy
 from tests.conftest import read_jsonl, run_cli
 from tests.test_reports import _run_folder, _timed_rows

@@ -94,7 +94,7 @@ def test_cpu_workers_get_disjoint_cores_and_threads_to_match():
 # --- shards and the plan ------------------------------------------------------------------
 
 def _cells(registry, preset="default", device="cpu"):
-    from bench.model.spec import build_spec
+    from bench.model.specbuild import build_spec
 
     spec = build_spec({"preset": preset, "device": device}, registry)
     return spec, [(n, c) for c in spec.cases() for n in spec.variants]

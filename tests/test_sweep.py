@@ -194,7 +194,7 @@ def test_repeated_values_are_one_cell_and_huge_lengths_cost_nothing():
     from bench.api import discover
     from bench.case import Case
     from bench.model import masks
-    from bench.model.spec import build_spec, parse_values
+    from bench.model.specbuild import build_spec, parse_values
 
     given = parse_values({"variants": "naive,naive", "dtypes": "bf16,bfloat16", "seq_lens": "64,64"})
     spec = build_spec(given, discover())

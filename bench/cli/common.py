@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from bench.errors import UsageError
-from bench.model.spec import SETTINGS, build_spec, default_device, flag, parse_values
+from bench.model.spec import SETTINGS, flag
+from bench.model.specbuild import build_spec, default_device, parse_values
 
 
 class Parser(argparse.ArgumentParser):

@@ -109,7 +109,7 @@ def _list_models(args) -> int:
 
 
 def _device_label(device):
-    from bench.model.spec import default_device
+    from bench.model.specbuild import default_device
 
     return device or default_device()
 
@@ -119,7 +119,7 @@ def availability_on_this_machine(v, device: str | None = None, direction: str = 
     first mask and dtype, ``direction``, at a modest size."""
     from bench.model.case import Case
     from bench.model.registry import available
-    from bench.model.spec import default_device
+    from bench.model.specbuild import default_device
 
     device = device or default_device()
     dtype = "float32" if device == "cpu" else "bfloat16"

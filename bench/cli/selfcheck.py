@@ -28,7 +28,7 @@ def command(args):
         cells = [(name, case) for case in spec.cases() for name in spec.variants]
     else:
         from bench.engine.discovery import discover
-        from bench.model.spec import default_device
+        from bench.model.specbuild import default_device
 
         registry = discover(args.plugin)
         cells = default_cases(args.device or default_device())

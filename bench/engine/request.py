@@ -16,13 +16,14 @@ from pathlib import Path
 from bench.engine import store
 from bench.errors import UsageError
 from bench.model.registry import Registry, plugin_module
-from bench.model.spec import Spec, build_spec, load_config, spec_from_dict
+from bench.model.spec import Spec, spec_from_dict
+from bench.model.specbuild import build_spec, load_config
 
 
 def sweep_spec(given: dict | None = None, resume: Path | str | None = None,
                config: str | None = None) -> tuple[Spec, Registry, dict]:
     """(the Spec, the registry of its variants, the settings given, merged) for ``given`` (settings
-    by name, parsed: ``bench.model.spec.parse_values``), over ``config`` (a TOML file) and, with
+    by name, parsed: ``bench.model.specbuild.parse_values``), over ``config`` (a TOML file) and, with
     ``resume``, over that run folder's saved spec."""
     from bench.engine.discovery import discover
 

@@ -8,17 +8,16 @@ and ``--help`` all come from it. A value is parsed once, where it enters (a flag
 key, a preset), and the frozen ``Spec`` saved in a run folder is what a resume starts from.
 
 Adding an axis is one field here plus the code that uses it (``Spec.cases`` and ``Case``).
+How a Spec is built from what a user gives (flags, a TOML file, a preset, a model, a run to
+resume) and the checks across settings live in ``bench.model.specbuild``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +55,6 @@ from bench.model.parsers import (  # noqa: F401  (shard_pair: the engine's; the 
     workload_spellings,
     yes_no,
 )
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
-
-DEFAULT_TIMEOUT_S = {"cpu": 300.0, "cuda": 120.0}
 
 
 @dataclass(frozen=True)
@@ -291,120 +283,6 @@ def _file_digest(path: str) -> str:
 
 def flag(name: str) -> str:
     return "--plugin" if name == "plugins" else "--" + name.replace("_", "-")
-
-
-def parse_values(raw: dict, source: str | None = None) -> dict:
-    """Settings given by name (None: not given) parsed into Spec values, once. ``source``
-    names a file the values came from (its messages then name the key, not a flag)."""
-    out = {}
-    for key, value in raw.items():
-        if value is None:
-            continue
-        if key not in SETTINGS:
-            raise UsageError(f"unknown setting {key!r}; valid: {', '.join(SETTINGS)}")
-        try:
-            out[key] = SETTINGS[key].parse(value, key if source else flag(key))
-        except UsageError as exc:
-            raise UsageError(f"{source}: {exc}" if source else str(exc)) from None
-    return out
-
-
-def load_config(path: str) -> dict:
-    """The settings of a TOML file (keys at the top level or under ``[sweep]``), parsed."""
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--config {path}: no such file")
-    try:
-        data = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--config {path}: malformed TOML: {exc}") from None
-    section = data.pop("sweep", {})
-    if not isinstance(section, dict):
-        raise UsageError(f"--config {path}: 'sweep' must be a table ([sweep] with keys under it), "
-                         f"got {type(section).__name__}")
-    norm: dict = {}
-    for where, table in (("the top level", data), ("[sweep]", section)):  # both places read; never one silently
-        for k, v in table.items():
-            key = k.replace("-", "_")
-            if key in norm:
-                raise UsageError(f"--config {path}: {key!r} is set twice ({norm[key][0]} and {where}); "
-                                 f"keep one of them")
-            norm[key] = (where, v)
-    norm = {k: v for k, (_, v) in norm.items()}
-    unknown = sorted(set(norm) - set(SETTINGS))
-    if unknown:
-        raise UsageError(f"--config {path}: unknown key {unknown[0]!r}; valid: {', '.join(SETTINGS)}")
-    return parse_values(norm, source=f"--config {path}")
-
-
-@cache
-def presets(device: str) -> dict[str, dict]:
-    """The presets of a device, from the packaged ``presets/<device>.toml``, parsed."""
-    text = resources.files("bench.model").joinpath("presets", f"{device}.toml").read_text()
-    return {name: parse_values(values, source=f"preset {name} ({device})")
-            for name, values in tomllib.loads(text).items()}
-
-
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def build_spec(given: dict, registry, base: Spec | None = None, here: bool = True) -> Spec:
-    """The Spec from settings given by name, already parsed (``parse_values``, ``load_config``;
-    None = unset), over ``base`` (a frozen spec, for a resume) or else the preset.  The checks
-    that involve several settings or the registry are made here.  ``here=False``: a spec to
-    price for another machine (a projection), whose device this one need not have."""
-    values = {k: v for k, v in given.items() if v is not None}
-    device = values.get("device") or (base.device if base else default_device())
-    if here and device == "cuda" and default_device() != "cuda":
-        raise UsageError("device cuda: CUDA is not available on this machine; valid here: cpu")
-    preset = values.get("preset") or (base.preset if base else "default")
-    if preset not in presets(device):
-        raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(presets(device))}")
-    if base is not None and preset == base.preset and device == base.device:
-        merged = base.to_dict()
-    else:
-        merged = {f.name: f.default for f in dataclasses.fields(Spec)} | dict(presets(device)[preset])
-        if base is not None:  # a resume that names another preset keeps the run's other settings
-            merged |= {k: v for k, v in base.to_dict().items() if not SETTINGS[k].axis and k != "budget_ms"}
-    name = values.get("model") or (base.model if base else None)
-    if name and not (base is not None and name == base.model):  # the model's settings, under the flags'
-        from bench.model.models import model
-
-        given_by_user = {k for k in values if k not in ("device", "preset")}
-        merged |= {k: v for k, v in model(name).settings(preset).items() if k not in given_by_user}
-    merged |= values | {"device": device, "preset": preset}
-    if merged.get("total_tokens"):
-        if "batch" in values:
-            raise UsageError("--total-tokens sets the batch at each length (T // n); give it or --batch, not both")
-        longest = max(merged["seq_lens"])
-        if merged["total_tokens"] < longest:
-            raise UsageError(f"--total-tokens {merged['total_tokens']} is below the longest length {longest}: "
-                             f"every length needs at least one sequence (T >= {longest})")
-    if merged.get("batch_mix"):
-        clash = [flag(k) for k in ("batch", "seq_lens", "kv_lens", "lengths", "align", "total_tokens") if k in values]
-        if clash:
-            raise UsageError(f"--batch-mix gives each mix its own sequences, lengths and alignment (bottom-right "
-                             f"within each sequence); give it or {', '.join(clash)}, not both")
-    if merged["variants"] is None:
-        merged["variants"] = registry.names()
-    choices("variant", registry.names())(merged["variants"], "--variants")
-    check_masks(merged["masks"])
-    for h, kvh in itertools.product(merged["heads"], merged["kv_heads"] or []):
-        if h % kvh:
-            raise UsageError(f"heads {h} is not divisible by kv_heads {kvh}; kv_heads must divide heads "
-                             f"(GQA groups of equal size)")
-    if merged.get("timer") == "graph" and device != "cuda":
-        raise UsageError("--timer graph captures CUDA graphs: it needs --device cuda (the CPU timer is perf_counter)")
-    merged["timeout"] = merged["timeout"] or DEFAULT_TIMEOUT_S[device]
-    timeout, budget = merged["timeout"], merged["budget_ms"]
-    if timeout * 1e3 < budget:
-        raise UsageError(f"--timeout {timeout:g} s is shorter than the timing budget (--budget-ms {budget:g}): no cell "
-                         f"could finish; give a timeout of at least {math.ceil(budget / 1e3)} s")
-    merged["plugins"] = list(merged["plugins"] or [])
-    return Spec(**merged)
 
 
 def spec_from_dict(saved: dict) -> Spec:
