@@ -570,6 +570,25 @@ def _ready() -> bool:
     return True
 
 
+DRAW_PROCESSES_ENV = "ATTNBENCH_DRAW_PROCESSES"  # how many processes draw beside the report's own
+
+
+def drawing_processes() -> int:
+    """How many processes draw the charts beside this one: $ATTNBENCH_DRAW_PROCESSES where it is
+    set (0: this process draws them all, as on a machine whose other cores are someone else's),
+    else one per usable core but this process's."""
+    from bench.errors import UsageError
+    from bench.measure.contention import usable_cpus
+
+    raw = os.environ.get(DRAW_PROCESSES_ENV, "").strip()
+    if not raw:
+        return len(usable_cpus()) - 1
+    if not raw.isdigit():
+        raise UsageError(f"{DRAW_PROCESSES_ENV}={raw!r}: a whole number of processes that draw charts beside the "
+                         "report's own, 0 or more (0: the report's process draws them all)")
+    return int(raw)
+
+
 @contextlib.contextmanager
 def drawing_pool():
     """The drawing processes, started on entry: a spawned one imports pandas and matplotlib for a
@@ -578,9 +597,7 @@ def drawing_pool():
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from bench.measure.contention import usable_cpus
-
-    workers = len(usable_cpus()) - 1  # this process draws too
+    workers = drawing_processes()
     pool = None
     if workers >= 1:
         try:

@@ -87,12 +87,19 @@ def check_every_variant(registry, case, skip=("flex",)) -> list[str]:
     return ran
 
 
-def eager_flex(case, **kw):
+def eager_flex(case, traced=False, **kw):
     """flex_attention uncompiled (its reference implementation, which the CPU also runs) on the
-    case's inputs, its block mask from the case's mask_mod: (output, (q, k, v)); ``kw`` go to
-    flex_attention (return_lse=True makes the output (out, lse))."""
+    case's inputs, its block mask from the case's mask_mod (per batch and head where the mask
+    depends on them): (output, (q, k, v)); ``kw`` go to flex_attention (return_lse=True makes the
+    output (out, lse)).
+
+    Untraced by default: the mask_mod and score_mod run in Python under vmap, as the definitions
+    read, which costs milliseconds.  ``traced=True`` is flex_attention's own default, where dynamo
+    first traces them whole (fullgraph, eager backend) as torch.compile would: a few hundred
+    milliseconds for each new mask, so the tests that ask for it are slow."""
     import warnings
 
+    import torch.nn.attention.flex_attention as fa
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     from bench.measure.inputs import make_inputs
@@ -100,10 +107,30 @@ def eager_flex(case, **kw):
 
     bound = masks.bind(case)
     q, k, v = make_inputs(case)
+    per_batch, per_head = bound.depends
     block_mask = None if bound.mask_mod() is None else create_block_mask(
-        bound.mask_mod(), None, None, case.q_len, case.kv_len, device="cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "called without torch.compile": that is the point here
-        out = flex_attention(q, k, v, block_mask=block_mask, score_mod=bound.score_mod(), scale=case.scale,
-                             enable_gqa=case.is_gqa, **kw)
+        bound.mask_mod(), case.batch if per_batch else None, case.heads if per_head else None,
+        case.q_len, case.kv_len, device="cpu")
+    untraced = getattr(fa, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", None)
+    fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = not traced
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "called without torch.compile": that is the point here
+            out = flex_attention(q, k, v, block_mask=block_mask, score_mod=bound.score_mod(), scale=case.scale,
+                                 enable_gqa=case.is_gqa, **kw)
+    finally:
+        fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced
     return out, (q, k, v)
+
+
+def pytest_configure(config):
+    """A test process of ``-n auto`` runs torch on one thread and draws a report's charts in its
+    own process: there is one test process per core already, and a second thread or a drawing
+    process each would only contend (the suite's small tensors ran about a third slower, and a
+    report built in a test spawned a process that imports matplotlib).  The sweeps the tests start
+    choose their own threads."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+        os.environ.setdefault("ATTNBENCH_DRAW_PROCESSES", "0")

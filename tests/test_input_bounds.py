@@ -6,14 +6,13 @@ Also the mask forms README shows, through every variant that declares them (flex
 from __future__ import annotations
 
 import re
-import warnings
 
 import pytest
 
 from bench.cli import main
 from bench.model import masks, workload
 from bench.model.case import MAX_LEN, Case, CaseError
-from tests.conftest import ROOT, write_plugin
+from tests.conftest import ROOT, eager_flex, write_plugin
 
 SMALL = ["--variants", "naive", "--seq-lens", "64", "--heads", "2", "--head-dims", "16", "--budget-ms", "5",
          "--device", "cpu", "--no-report", "--quiet", "--dry-run"]
@@ -382,8 +381,6 @@ def test_every_readme_mask_form_runs_through_every_variant_that_declares_it(regi
     """Flex's mask_mod and score_mod as a sweep builds them, through eager flex_attention (its
     reference implementation: the same create_block_mask and the same checks of what it is
     given); the other variants as they are timed.  Each against the float64 reference."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
     from bench.measure.bound import bind_variant
     from bench.measure.reference import check, reference, run_and_check
 
@@ -392,18 +389,7 @@ def test_every_readme_mask_form_runs_through_every_variant_that_declares_it(regi
     assert "naive" in names and "flex" in names
     for name in names:
         if name == "flex":
-            bound = masks.bind(case)
-            from bench.measure.inputs import make_inputs
-
-            q, k, v = make_inputs(case)
-            per_batch, per_head = bound.depends
-            block_mask = None if bound.mask_mod() is None else create_block_mask(
-                bound.mask_mod(), case.batch if per_batch else None, case.heads if per_head else None,
-                case.q_len, case.kv_len, device="cpu")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out = flex_attention(q, k, v, score_mod=bound.score_mod(), block_mask=block_mask, scale=case.scale,
-                                     enable_gqa=True)
+            out, (q, k, v) = eager_flex(case)
             result = check(case, out, reference(case, q, k, v).out)
         else:
             b = bind_variant(registry[name], case)

@@ -14,7 +14,7 @@ from bench.cli import main
 from bench.engine import maskfile
 from bench.measure.flops import flops
 from bench.model import masks
-from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
+from tests.conftest import ROOT, eager_flex, read_jsonl, run_cli, write_plugin
 
 # every built-in mask, at parameters that make each of its parts bite at these lengths
 BUILTIN_SPELLINGS = ["none", "causal", "window:5", "padding", "document:3", "document:4:causal=1",
@@ -209,33 +209,31 @@ WITH_MODS = ["causal+softcap:1", "causal+alibi", "bigbird:8+alibi+softcap:2", "d
              "padding+rel_bias:8"]
 
 
+def _flex_against_the_reference(spelling, shapes, traced):
+    from bench.measure.reference import check, reference
+
+    for q_len, kv_len, heads, kv_heads in shapes:
+        mask, window = masks.canonical(fit(spelling, q_len, kv_len), window=24)
+        case = Case("cpu", "float32", 2, heads, kv_heads, q_len, kv_len, 32, mask, window, "fwd")
+        out, (q, k, v) = eager_flex(case, traced=traced)
+        result = check(case, out, reference(case, q, k, v).out)
+        assert result.ok, (spelling, q_len, kv_len, result.reason)
+
+
 @pytest.mark.parametrize("spelling", BUILTIN_SPELLINGS + WITH_MODS)
 def test_flex_reads_every_mask_and_score_mod_as_defined(spelling):
     """The mask_mod and score_mod FlexAttention is given, run by eager flex_attention (its
     reference implementation, no compile), against the float64 reference: self, cross both
     ways, GQA and MQA."""
-    import warnings
+    _flex_against_the_reference(spelling, EAGER_SHAPES, traced=False)
 
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from bench.measure.inputs import make_inputs
-    from bench.measure.reference import check, reference
-
-    for q_len, kv_len, heads, kv_heads in EAGER_SHAPES:
-        mask, window = masks.canonical(fit(spelling, q_len, kv_len), window=24)
-        case = Case("cpu", "float32", 2, heads, kv_heads, q_len, kv_len, 32, mask, window, "fwd")
-        bound = masks.bind(case)
-        q, k, v = make_inputs(case)
-        per_batch, per_head = bound.depends
-        block_mask = None if bound.mask_mod() is None else create_block_mask(
-            bound.mask_mod(), case.batch if per_batch else None, case.heads if per_head else None,
-            q_len, kv_len, device="cpu")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "called without torch.compile": that is the point here
-            out = flex_attention(q, k, v, score_mod=bound.score_mod(), block_mask=block_mask, scale=case.scale,
-                                 enable_gqa=case.is_gqa)
-        result = check(case, out, reference(case, q, k, v).out)
-        assert result.ok, (spelling, q_len, kv_len, result.reason)
+@pytest.mark.slow
+@pytest.mark.parametrize("spelling", BUILTIN_SPELLINGS + WITH_MODS)
+def test_dynamo_traces_every_mask_and_score_mod_whole(spelling):
+    """The same definitions as torch.compile first sees them: traced whole by dynamo (fullgraph,
+    flex_attention's own uncompiled default), at the cross shape with GQA."""
+    _flex_against_the_reference(spelling, EAGER_SHAPES[:1], traced=True)
 
 
 ALGEBRA = ["document:4&causal", "causal&window:8+sink:2", "document:lengths=20/28&window:5",

@@ -165,6 +165,29 @@ def test_report_with_failed_cells_shows_their_statuses(tmp_path):
     assert failures.count("OutOfMemoryError") == 1 and failures.count("RuntimeError: boom") == 1
 
 
+def test_the_drawing_processes_draw_what_the_reports_own_process_draws(tmp_path, monkeypatch, capsys):
+    """Charts drawn beside the report's process (the default on a machine of several cores) are
+    the same files, byte for byte, as the ones it draws alone ($ATTNBENCH_DRAW_PROCESSES=0, which
+    the suite's test processes use: one per core already); a value that is no count is refused."""
+    import reports.charts as charts
+
+    rows = _timed_rows("naive", 1.0, 0.02) + _timed_rows("sdpa.flash", 0.5, 0.02)
+    for r in rows:
+        r["peak_mem_bytes"] = 4.0 * r["q_len"] ** 2
+    run = _run_folder(tmp_path / "run", rows)
+    drawn = {}
+    for processes in ("1", "0"):
+        monkeypatch.setenv(charts.DRAW_PROCESSES_ENV, processes)
+        assert charts.drawing_processes() == int(processes)
+        charts_dir = build_report([run], tmp_path / f"drawn-by-{processes}").parent / "charts"
+        drawn[processes] = {p.relative_to(charts_dir): p.read_bytes() for p in charts_dir.rglob("*.png")}
+    assert len(drawn["0"]) >= 3 and drawn["1"] == drawn["0"]
+    monkeypatch.setenv(charts.DRAW_PROCESSES_ENV, "two")
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "ATTNBENCH_DRAW_PROCESSES='two'" in err and "0 or more" in err and "Traceback" not in err
+
+
 def test_fit_leaves_out_a_flagged_point_and_counts_it():
     rows = [dict(variant="quad", q_len=n, median_ms=1e-6 * n**2, peak_mem_bytes=4.0 * n**2)
             for n in (256, 512, 1024, 2048)]
