@@ -70,6 +70,9 @@ def test_gpu_check_quick_rehearsal_on_cpu(tmp_path):
 
 def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
     import bench.engine.cell as cell
+    from bench.engine.result import CellResult
+    from bench.measure.settings import MeasureSettings
+    from bench.model.case import Case
 
     def broken():
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -77,7 +80,8 @@ def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", broken)
     monkeypatch.setattr(torch.cuda, "empty_cache", broken)
     cell._free("cuda")  # the error is already in the row; freeing must not raise again
-    row = cell.fail({}, RuntimeError("cuDNN Frontend error: No execution plans support the graph"))
+    result = CellResult("sdpa.cudnn", Case(device="cuda"), MeasureSettings())
+    row = result.fail(RuntimeError("cuDNN Frontend error: No execution plans support the graph")).row()
     assert row["status"] == "unsupported"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)

@@ -119,15 +119,19 @@ def test_a_backward_is_captured_on_the_stream_its_forward_ran_on():
         GraphTimer(lambda: prebuilt, cuda=cuda).run_round(1.0)
 
 
-def _live(registry, case):
-    from bench.engine.cell import _Live
+def _timed(registry, case):
+    """The naive variant bound on ``case``, and its result as the worker holds it after a timing
+    of median 0.05 ms."""
+    from bench.engine.result import CellResult
+    from bench.measure.timing import Timing
 
-    bound = bind_variant(registry["naive"], case)
-    return _Live(registry["naive"], bound, {"median_ms": 0.05, "status": ""})
+    timing = Timing([0.05] * 10, 1, 5, "cuda-events").summary()
+    return bind_variant(registry["naive"], case), CellResult("naive", case, MeasureSettings(), timing=timing)
 
 
 def test_a_failed_cross_check_is_recorded_and_never_wipes_the_timing(registry):
     from bench.engine.cell import _gpu_checks
+    from bench.model.row import Status
 
     class Uncapturable:
         def __init__(self, make_call):
@@ -137,10 +141,10 @@ def test_a_failed_cross_check_is_recorded_and_never_wipes_the_timing(registry):
             raise RuntimeError("operation would make the legacy stream depend on a capturing blocking stream")
 
     case = Case(batch=1, heads=2, kv_heads=2, q_len=32, kv_len=32, head_dim=8, direction="bwd")
-    item = _live(registry, case)
-    _gpu_checks(item, item.row, MeasureSettings(), names_of=lambda call, dev: (["flash_bwd_kernel"], 0.04),
-                graph_timer=Uncapturable)
-    row = item.row
+    bound, result = _timed(registry, case)
+    result.gpu_checks = _gpu_checks(bound, result.timing.median_ms, MeasureSettings(),
+                                    names_of=lambda call, dev: (["flash_bwd_kernel"], 0.04), graph_timer=Uncapturable)
+    row = result.decide(Status.OK).row()
     assert row["median_ms"] == 0.05 and row["graph_median_ms"] is None  # the timing stays
     assert row["graph_error"].startswith("RuntimeError: operation would make the legacy stream")
     assert row["kernels"] == ["flash_bwd_kernel"] and "kernels_error" not in row
@@ -148,11 +152,12 @@ def test_a_failed_cross_check_is_recorded_and_never_wipes_the_timing(registry):
     def no_profiler(call, dev):
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
-    item = _live(registry, case.replace(direction="fwd"))
-    _gpu_checks(item, item.row, MeasureSettings(budget_ms=5.0), names_of=no_profiler,
-                graph_timer=lambda make: _FixedGraph(make, 0.049))
-    assert item.row["kernels_error"] == "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"
-    assert item.row["graph_median_ms"] == pytest.approx(0.049) and item.row["median_ms"] == 0.05
+    bound, result = _timed(registry, case.replace(direction="fwd"))
+    result.gpu_checks = _gpu_checks(bound, result.timing.median_ms, MeasureSettings(budget_ms=5.0),
+                                    names_of=no_profiler, graph_timer=lambda make: _FixedGraph(make, 0.049))
+    row = result.decide(Status.OK).row()
+    assert row["kernels_error"] == "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"
+    assert row["graph_median_ms"] == pytest.approx(0.049) and row["median_ms"] == 0.05
 
 
 class _FixedGraph:

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
+from bench.engine.result import CellResult, base_row
 from bench.errors import first_line
 from bench.measure import contention, kernels, nvml
-from bench.measure import flops as flopcount
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
 from bench.measure.leftovers import Leftovers
 from bench.measure.memory import peak_bytes
-from bench.measure.origin import classify
 from bench.measure.reference import check_form, determinism, reference, run_and_check
 from bench.measure.settings import MeasureSettings
 from bench.measure.steps import run_steps
@@ -34,42 +33,11 @@ from bench.measure.timing import (
     release_flush_buffer,
     timer_disagreement,
 )
-from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import Variant, compile_dynamic, probe_reason
-from bench.model.row import CONTENTION, GPU_STATE, KERNELS, MEASURED, TIMING, ReasonKind, Status, default_kind
+from bench.model.row import ReasonKind, Status
 
-
-def base_row(variant: str, case: Case, status: str = "", reason: str = "", kind: str | None = None) -> dict:
-    """The columns every row has, measured or not (None until measured), as a dict to fill;
-    ``bench.model.row.make_row`` types it when it is written.  ``kind``: a ReasonKind
-    (default: the status's own)."""
-    kind = kind if kind is not None else (default_kind(Status(status)).value if status else "")
-    workload = {} if case.unsupported_reason else {**masks.row_columns(case), "flops": flopcount.flops(case),
-                                                   "bytes": flopcount.min_bytes(case)}
-    if case.mixed and workload:  # each phase's share of the work
-        workload["phases"] = flopcount.mix_phases(case)
-    return {"variant": variant, **case.to_dict(), "status": status, "reason": reason, "reason_kind": kind,
-            **workload} | dict.fromkeys(MEASURED)
-
-
-def fail(row: dict, exc: BaseException, during: str = "") -> dict:
-    """The row's status and reason from an exception, by where it was raised
-    (``bench.measure.origin``), never by its words.  A failed row keeps no figure of a
-    pass that did not finish: the timing and memory columns go (``during`` names the pass)."""
-    status, kind, where = classify(exc)
-    why = f"{type(exc).__name__}: {first_line(exc)}"
-    if status == "error":
-        why = f"{why} (raised in {where})"
-    if during:
-        why = f"{during}: {why}"
-    row.update(status=status, reason=why[:500], reason_kind=kind)
-    for key in (*TIMING, *CONTENTION, *KERNELS, *GPU_STATE, "peak_mem_bytes", "tflops", "gbps", "pct_peak"):
-        if key in row:
-            row[key] = None
-    for key in ("samples_ms", "round_medians_ms"):
-        row.pop(key, None)
-    return row
+__all__ = ["REFERENCE", "ReferenceCache", "WorkerTainted", "base_row", "cuda_broken", "profile_group", "run_group"]
 
 
 _NVML: dict = {}  # this worker's NVML handle, its GPU's steady clock and power limit, and one L2 flush's energy
@@ -168,7 +136,7 @@ class _Live:
     """A variant that passed its check and waits for its timing."""
     variant: Variant
     bound: BoundVariant | None
-    row: dict
+    result: CellResult
     call: Callable = None
     timer: object = None
     failed: bool = False
@@ -218,14 +186,13 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
             item = _setup_and_check(var, case, settings, cache, inputs, skip_reference)
             left = leftovers.check() if leftovers is not None else ""
             if left:
-                item.row.update(status=Status.ERROR.value, reason_kind=ReasonKind.ERROR.value,
-                                reason=f"the variant left work running after its setup and check: {left} (raised in "
-                                       f"variant code, {var.source or var.module}); the worker was restarted and no "
-                                       f"other cell was timed beside it")
-                emit(item.row)
+                item.result.decide(Status.ERROR, f"the variant left work running after its setup and check: {left} "
+                                                 f"(raised in variant code, {var.source or var.module}); the worker "
+                                                 f"was restarted and no other cell was timed beside it")
+                emit(item.result.row())
                 raise WorkerTainted(f"{var.name} left {left}")
-            if item.row["status"]:
-                emit(item.row)
+            if item.result.status is not None:
+                emit(item.result.row())
             else:
                 live.append(item)
         if live:
@@ -236,36 +203,33 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
 
 
 def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "") -> _Live:
-    row = settings.stamp(base_row(var.name, case), case.device) | {"approximate": var.approximate}
+    result = CellResult(var.name, case, settings, approximate=var.approximate)
     try:
         why = probe_reason(var, case)  # the library's own refusal, here in the worker
         if why:
-            row.update(status=Status.UNSUPPORTED.value, reason=why, reason_kind=ReasonKind.LIBRARY.value)
-            return _Live(var, None, row)
+            return _Live(var, None, result.decide(Status.UNSUPPORTED, why, ReasonKind.LIBRARY))
         bound = bind_variant(var, case, inputs)
-        row["setup_ms"] = bound.setup_ms
-        row["extra"] = _extra(bound.prepared.info)
+        result.setup_ms = bound.setup_ms
+        result.extra = _extra(bound.prepared.info)
         if case.ragged or case.mixed:  # how the variant held the batch: packed, nested, padded or a dense mask
-            row["layout"] = row["extra"].pop("layout", "packed")
+            result.layout = result.extra.pop("layout", "packed")
         (q, k, v), grad_out = inputs
         if skip_reference:  # timed unchecked: the output's form is still checked, its values cannot be
-            row["reference_skipped"] = skip_reference
+            result.reference_skipped = skip_reference
             with bound.scope():
-                result = check_form(case, bound.fn(q, k, v))
+                check = check_form(case, bound.fn(q, k, v))
         else:
             with bound.scope():
-                result = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
-                                       var.error_budget, var.approximate)
-        row.update(result.columns())
-        if not result.ok:
-            row.update(status=Status.MISMATCH.value, reason=result.reason, reason_kind=result.kind)
-        elif getattr(result, "outputs", None) is not None:  # two more calls on the same inputs: bitwise the same?
+                check = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
+                                      var.error_budget, var.approximate)
+        result.checked(check)
+        if check.ok and getattr(check, "outputs", None) is not None:  # two more calls on its inputs: the same bits?
             with bound.scope():
-                same, diff = determinism(case, bound.fn, q, k, v, grad_out, result.outputs)
-            row.update(deterministic=same, nondeterminism=None if same else diff)
-        return _Live(var, bound, row)
-    except Exception as exc:  # every failure becomes the row's status
-        return _Live(var, None, fail(row, exc))
+                same, diff = determinism(case, bound.fn, q, k, v, grad_out, check.outputs)
+            result.deterministic, result.nondeterminism = same, None if same else diff
+        return _Live(var, bound, result)
+    except Exception as exc:  # every failure becomes the result's status
+        return _Live(var, None, result.fail(exc))
 
 
 def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at) -> None:
@@ -295,7 +259,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
 
     def on_error(name, exc):
         by_name[name].failed = True
-        emit(fail(by_name[name].row, exc, "timing"))
+        emit(by_name[name].result.fail(exc, "timing").row())
 
     graph = case.device == "cuda" and settings.timer == "graph"  # captured from a call built on its own stream
     for item in list(live):
@@ -307,7 +271,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
             item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer,
                                     make_call=item.bound.timed)
             if per_turn:
-                item.row["bwd_forward"] = "per turn"
+                item.result.bwd_forward = "per turn"
         except Exception as exc:
             on_error(item.variant.name, exc)
     timers = {item.variant.name: item.timer for item in live if not item.failed}
@@ -318,68 +282,67 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
     other_cpu = window.stop() if case.device == "cpu" else None
     release_flush_buffer()
     for item in live:
-        if item.failed:
-            continue
-        row = item.row
-        during = "timing"
-        try:
-            at(item.variant.name)
-            timing = item.timer.result().summary()
-            row.update(timing.columns(), interleave_id=together)
-            if case.device == "cpu":
-                row.update(contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms))
-            if gpu:
-                row.update(states[item.variant.name].columns(_NVML["device"], case.batch * case.q_len,
-                                                             _NVML["flush_mj"]))
-            item.call = None  # the retained graph of a bwd call goes before the memory pass
-            _free(case.device)
-            during = f"memory pass (after a timing of median {timing.median_ms:.4g} ms, not kept)"
-            with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
-                row["peak_mem_bytes"] = peak_bytes(case.device,
-                                                   item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
-            if case.device == "cuda":  # the kernels that ran, the backend they belong to, and a second timer
-                during = "kernel names (a profiled call after the timing)"
-                _gpu_checks(item, row, settings)
-            if not item.variant.approximate:  # an approximation does not do exact attention's FLOPs
-                row["tflops"] = row["flops"] / (timing.median_ms * 1e-3) / 1e12
-            row["gbps"] = row["bytes"] / (timing.median_ms * 1e-3) / 1e9
-            row["status"] = Status.OK.value
-            if getattr(settings, "steps", 0):  # --steps: what a step costs beyond the kernel
-                during = "steps (after the timing, kept)"
-                try:
-                    row["extra"].update(run_steps(item.variant, case, settings.steps))
-                except Exception as exc:  # the cell's timing stays; the steps say why they are missing
-                    row["extra"]["steps_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
-        except Exception as exc:
-            fail(row, exc, during)
-        emit(row)
+        if not item.failed:
+            _finish(item, case, settings, together, other_cpu, states[item.variant.name] if gpu else None, at)
+            emit(item.result.row())
 
 
-def _gpu_checks(item: _Live, row: dict, settings: MeasureSettings, names_of=kernels.names_of_one_call,
-                graph_timer=GraphTimer) -> None:
+def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, other_cpu, state, at) -> None:
+    """A timed cell's result: its timing, the machine's state around it, its memory pass, its
+    GPU checks and its --steps; a pass that raises ends the cell there, with what it held before."""
+    result = item.result
+    during = "timing"
+    try:
+        at(item.variant.name)
+        timing = result.timing = item.timer.result().summary()
+        result.interleave_id = together
+        if case.device == "cpu":
+            result.contention = contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms)
+        if state is not None:
+            result.gpu_state = state.columns(_NVML["device"], case.batch * case.q_len, _NVML["flush_mj"])
+        item.call = None  # the retained graph of a bwd call goes before the memory pass
+        _free(case.device)
+        during = f"memory pass (after a timing of median {timing.median_ms:.4g} ms, not kept)"
+        with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
+            result.peak_mem_bytes = peak_bytes(case.device, item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
+        if case.device == "cuda":  # the kernels that ran, the backend they belong to, and a second timer
+            during = "kernel names (a profiled call after the timing)"
+            result.gpu_checks = _gpu_checks(item.bound, timing.median_ms, settings)
+        result.decide(Status.OK)
+        if getattr(settings, "steps", 0):  # --steps: what a step costs beyond the kernel
+            try:
+                result.extra.update(run_steps(item.variant, case, settings.steps))
+            except Exception as exc:  # the cell's timing stays; the steps say why they are missing
+                result.extra["steps_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    except Exception as exc:
+        result.fail(exc, during)
+
+
+def _gpu_checks(bound: BoundVariant, median_ms: float, settings: MeasureSettings,
+                names_of=kernels.names_of_one_call, graph_timer=GraphTimer) -> dict:
     """A GPU cell's kernel names and backend (a profiled call), and, under GRAPH_CHECK_MS with
-    the event timer, its time as a CUDA graph: the row keeps every figure and flags a
+    the event timer, its time as a CUDA graph: its columns keep every figure and flag a
     disagreement beyond AGREE between them (``timer_mismatch``).  Each check has its own
     ``try``: one that fails is recorded (``kernels_error``, ``graph_error``) and never takes
     the cell's timing with it."""
-    names, kernel_ms, graph_ms = [], None, None
-    with item.bound.scope():
+    names, kernel_ms, graph_ms, errors = [], None, None, {}
+    with bound.scope():
         try:
-            names, kernel_ms = names_of(item.bound.timed(), "cuda")
+            names, kernel_ms = names_of(bound.timed(), "cuda")
         except Exception as exc:
-            row["kernels_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
-        if settings.timer == "events" and row["median_ms"] < GRAPH_CHECK_MS:
+            errors["kernels_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+        if settings.timer == "events" and median_ms < GRAPH_CHECK_MS:
             try:
-                graph = graph_timer(item.bound.timed)  # a bwd call's forward runs on the capturing stream
+                graph = graph_timer(bound.timed)  # a bwd call's forward runs on the capturing stream
                 graph.run_round(min(settings.budget_ms, 50.0))
                 graph_ms = graph.result().stats.median
             except Exception as exc:
-                row["graph_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+                errors["graph_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     ran = kernels.backend_of(names) if names else None
-    row.update(kernels=names or None, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
-               kernel_mismatch=(kernels.mismatch(item.bound.prepared.info.get("backend"), ran) or None) if names
-               else None,
-               timer_mismatch=timer_disagreement(row["median_ms"], graph_ms, kernel_ms) or None)
+    return errors | dict(
+        kernels=names or None, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
+        kernel_mismatch=(kernels.mismatch(bound.prepared.info.get("backend"), ran) or None) if names else None,
+        timer_mismatch=timer_disagreement(median_ms, graph_ms, kernel_ms) or None)
 
 
 def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None],

@@ -9,7 +9,8 @@ import threading
 from pathlib import Path
 
 from bench.engine import store
-from bench.engine.cell import REFERENCE, base_row
+from bench.engine.cell import REFERENCE
+from bench.engine.result import base_row
 from bench.engine.runner import Worker, WorkerSettings, park, release_prestarted, reuse
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
