@@ -330,13 +330,9 @@ def _y_range(values, logy: bool) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
-def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, baseline: str | None,
-          out: Path, peaks: dict | None = None, guides: bool = False, band: tuple[str, str] | None = None,
-          logy: bool = True, hline: float | None = None, band_label: str = "IQR band",
-          exact_only: bool = False) -> list[Path]:
-    """One metric against n, a panel per facet of ``df`` (one report group), a line per variant.
-    ``exact_only``: approximations left out (their speed-up and FLOP rate are not the same work's).
-    A variant with no ok cell in ``df`` is not drawn: the page lists it once, with its reasons."""
+def _panels(df: pd.DataFrame, metric: str, baseline: str | None, logy: bool, exact_only: bool):
+    """(the frame of the variants that ran, its facets as (label, rows), and each facet's drawable
+    ok rows): a variant with no ok cell is left out, as are approximations with ``exact_only``."""
     if exact_only and "approximate" in df:
         df = df[~df["approximate"].fillna(False).astype(bool)]
     ran = df.loc[df["status"] == "ok", "variant"].unique()
@@ -344,6 +340,93 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     groups = [(label, with_metrics(ran_here(g), baseline)) for label, g in facet_groups(df)]
     groups = [(label, g) for label, g in groups if not g.empty]
     usable = [g[(g["status"] == "ok") & g[metric].notna() & ((g[metric] > 0) if logy else True)] for _, g in groups]
+    return df, groups, usable
+
+
+def _lines(ax, g: pd.DataFrame, ok: pd.DataFrame, metric: str, band, style: dict, beside: set) -> tuple[set, bool]:
+    """A facet's line per variant, hollow marks on its shaky cells and its band; a failed n in
+    between breaks the line instead of being bridged.  Returns (the variants drawn, any shaky)."""
+    facet_ns: dict = {}
+    for name, n in zip(g["variant"], g["n"]):
+        facet_ns.setdefault(name, set()).add(n)
+    cells: dict = {}  # variant -> n -> (value, shaky, band low, band high): a cell's first row
+    flags = ok["shaky"] if "shaky" in ok and metric not in UNTIMED else pd.Series(False, index=ok.index)
+    lows = ok[band[0]] if band else pd.Series(np.nan, index=ok.index)
+    highs = ok[band[1]] if band else pd.Series(np.nan, index=ok.index)
+    for name, n, y, sh, b0, b1 in zip(ok["variant"], ok["n"], ok[metric], flags, lows, highs):
+        cells.setdefault(name, {}).setdefault(n, (y, bool(sh) if not pd.isna(sh) else False, b0, b1))
+    any_shaky = False
+    for name in sorted(cells):
+        ns = sorted(facet_ns[name])
+        pts = [cells[name].get(n, (np.nan, False, np.nan, np.nan)) for n in ns]
+        x = np.asarray(ns, dtype=float) * (1.03 if name in beside else 1.0)
+        y = np.array([p[0] for p in pts], dtype=float)
+        st = style[name]
+        ax.plot(x, y, color=st["color"], lw=st["lw"], marker=st["marker"], ms=4.5, zorder=st["z"])
+        shaky = np.array([p[1] for p in pts], dtype=bool)
+        if shaky.any():  # memory is counted in a pass of its own: never shaky (UNTIMED)
+            ax.plot(x[shaky], y[shaky], ls="none", marker=st["marker"], ms=5, color=st["color"],
+                    markerfacecolor="white", markeredgewidth=1.3, zorder=st["z"] + 0.5)
+            any_shaky = True
+        if band:
+            ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=st["color"], alpha=0.18, lw=0,
+                            zorder=2)
+    return set(cells), any_shaky
+
+
+def _axes_of(ax, i: int, layout: Layout, n_panels: int, ns, y_range: tuple[float, float], logy: bool,
+             ylabel: str, xlabel: str, label: str, same_x: bool) -> None:
+    """A panel's axes: the shared y range, y labels on the outer panels only, x labels on the
+    lowest row where the panels share their lengths, its facet as its title."""
+    lo, hi = y_range
+    _x_axis(ax, ns)
+    if logy:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(FixedLocator(log_tick_values(lo, hi)))
+        ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.set_ylim(lo, hi)
+    ax.tick_params(labelsize=10)
+    if i % layout.cols:
+        ax.tick_params(axis="y", labelleft=False)
+    else:
+        ax.set_ylabel(ylabel, fontsize=11)
+    lowest = i + layout.cols >= n_panels
+    if same_x and not lowest:
+        ax.tick_params(axis="x", labelbottom=False)
+    else:
+        ax.set_xlabel(xlabel, fontsize=10)
+    ax.set_title("" if label == "all cells" else "\n".join(textwrap.wrap(label, 52)[:2]), fontsize=11)
+    ax.grid(True, which="major", color="#e6e6e6", lw=0.7)
+    ax.set_axisbelow(True)
+
+
+def _legend_entries(style: dict, shown: set, guides: bool, peak_labels: set, band, band_label: str,
+                    any_shaky: bool, any_fail: bool) -> list:
+    """The legend: a line per variant drawn, then the guides, peaks, band and marks the panels use."""
+    handles = [Line2D([], [], color=style[n]["color"], marker=style[n]["marker"], lw=1.6, label=n)
+               for n in sorted(shown)]
+    if guides:
+        handles += [Line2D([], [], color="#9a9a9a", ls=dash, lw=0.9, label=name) for name, _, dash in GUIDES]
+    handles += [Line2D([], [], color="#b22222", ls="-.", lw=1.2, label=text) for text in sorted(peak_labels)]
+    if band:
+        handles.append(Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label=band_label))
+    if any_shaky:
+        handles.append(Line2D([], [], color="#555555", marker="o", markerfacecolor="white", ls="none",
+                              label="hollow: shaky (few samples, noisy, contended)"))
+    if any_fail:
+        handles.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed or stopped (status)"))
+    return handles
+
+
+def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, baseline: str | None,
+          out: Path, peaks: dict | None = None, guides: bool = False, band: tuple[str, str] | None = None,
+          logy: bool = True, hline: float | None = None, band_label: str = "IQR band",
+          exact_only: bool = False) -> list[Path]:
+    """One metric against n, a panel per facet of ``df`` (one report group), a line per variant.
+    ``exact_only``: approximations left out (their speed-up and FLOP rate are not the same work's).
+    A variant with no ok cell in ``df`` is not drawn: the page lists it once, with its reasons."""
+    df, groups, usable = _panels(df, metric, baseline, logy, exact_only)
     if not any(len(m) for m in usable):
         return []  # nothing measured to draw: the failures are listed in the tables
     same_x = len({tuple(sorted(g["n"].unique())) for _, g in groups}) == 1  # else each panel its own n axis
@@ -354,18 +437,14 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     dtypes = set(df["dtype"]) if "dtype" in df else set()
     peak_values = {d: peaks[d] for d in dtypes if peaks and peaks.get(d)} if len(dtypes) == 1 else {}
     values += list(peak_values.values())
-    lo, hi = _y_range(values, logy)
-    names = sorted(set(df["variant"]))
-    notes_together: set = set()
-    panel_series = [_series_by_variant(ok, metric) for ok in usable]
-    panel_pairs = [_coinciding(series) for series in panel_series]
-    for pairs in panel_pairs:
-        notes_together.update(f"{b} = {a}" for a, b in pairs)
-    note = ("drawn 3 % to the right, equal within 3 % to the one named: " + ", ".join(sorted(notes_together))
-            if notes_together else "")
+    y_range = _y_range(values, logy)
+    panel_pairs = [_coinciding(_series_by_variant(ok, metric)) for ok in usable]
+    together = {f"{b} = {a}" for pairs in panel_pairs for a, b in pairs}
+    note = ("drawn 3 % to the right, equal within 3 % to the one named: " + ", ".join(sorted(together))
+            if together else "")
     note_lines = textwrap.wrap(note, 170)
     subtitle = _subtitle(df)
-    legend_labels = names + ["hollow: shaky (few samples, noisy, contended)"]
+    legend_labels = sorted(set(df["variant"])) + ["hollow: shaky (few samples, noisy, contended)"]
     layout = Layout(len(groups), 1 + subtitle.count("\n") + 1, len(note_lines),
                     max(len(x) for x in legend_labels), own_x=not same_x,
                     rotated=any(g["n"].nunique() >= ROTATE_AT for _, g in groups))
@@ -373,35 +452,11 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
     shown, peak_labels = set(), set()
     any_fail = any_shaky = False
     xlabel = x_label(df)
-    has_band = bool(band) and all(c in df for c in band)
+    band = band if band and all(c in df for c in band) else None
     for i, (ax, (label, g), ok, pairs) in enumerate(zip(axes, groups, usable, panel_pairs)):
-        beside = {b for _, b in pairs}  # drawn a step to the right of the one it would hide under
-        facet_ns: dict = {}
-        for name, n in zip(g["variant"], g["n"]):
-            facet_ns.setdefault(name, set()).add(n)
-        cells: dict = {}  # variant -> n -> (value, shaky, band low, band high): a cell's first row
-        flags = ok["shaky"] if "shaky" in ok and metric not in UNTIMED else pd.Series(False, index=ok.index)
-        lows = ok[band[0]] if has_band else pd.Series(np.nan, index=ok.index)
-        highs = ok[band[1]] if has_band else pd.Series(np.nan, index=ok.index)
-        for name, n, y, sh, b0, b1 in zip(ok["variant"], ok["n"], ok[metric], flags, lows, highs):
-            cells.setdefault(name, {}).setdefault(n, (y, bool(sh) if not pd.isna(sh) else False, b0, b1))
-        for name in sorted(cells):
-            # a failed n in between breaks the line instead of being bridged
-            ns = sorted(facet_ns[name])
-            pts = [cells[name].get(n, (np.nan, False, np.nan, np.nan)) for n in ns]
-            x = np.asarray(ns, dtype=float) * (1.03 if name in beside else 1.0)
-            y = np.array([p[0] for p in pts], dtype=float)
-            st = style[name]
-            ax.plot(x, y, color=st["color"], lw=st["lw"], marker=st["marker"], ms=4.5, zorder=st["z"])
-            shaky = np.array([p[1] for p in pts], dtype=bool)
-            if shaky.any():  # memory is counted in a pass of its own: never shaky (UNTIMED)
-                ax.plot(x[shaky], y[shaky], ls="none", marker=st["marker"], ms=5, color=st["color"],
-                        markerfacecolor="white", markeredgewidth=1.3, zorder=st["z"] + 0.5)
-                any_shaky = True
-            shown.add(name)
-            if has_band:
-                ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=st["color"], alpha=0.18, lw=0,
-                                zorder=2)
+        drawn, shaky = _lines(ax, g, ok, metric, band, style, beside={b for _, b in pairs})
+        shown |= drawn
+        any_shaky = any_shaky or shaky
         if guides and not ok.empty:
             _guides(ax, g["n"], ok[ok["n"] == ok["n"].min()][metric])
         if hline is not None:
@@ -415,49 +470,17 @@ def chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, b
         _failed_marks(ax, fails, style)
         shown.update(fails["variant"])
         any_fail = any_fail or not fails.empty
-        _x_axis(ax, g["n"])
-        if logy:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_locator(FixedLocator(log_tick_values(lo, hi)))
-            ax.yaxis.set_minor_locator(NullLocator())
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-        ax.set_ylim(lo, hi)
-        ax.tick_params(labelsize=10)
-        if i % layout.cols:
-            ax.tick_params(axis="y", labelleft=False)
-        else:
-            ax.set_ylabel(ylabel, fontsize=11)
-        lowest = i + layout.cols >= len(groups)
-        if same_x and not lowest:
-            ax.tick_params(axis="x", labelbottom=False)
-        else:
-            ax.set_xlabel(xlabel, fontsize=10)
-        ax.set_title("" if label == "all cells" else "\n".join(textwrap.wrap(label, 52)[:2]), fontsize=11)
-        ax.grid(True, which="major", color="#e6e6e6", lw=0.7)
-        ax.set_axisbelow(True)
+        _axes_of(ax, i, layout, len(groups), g["n"], y_range, logy, ylabel, xlabel, label, same_x)
     if same_x:
         xs = [ax.get_xlim() for ax in axes]
         for ax in axes:
             ax.set_xlim(min(a for a, _ in xs), max(b for _, b in xs))
-    handles = [Line2D([], [], color=style[n]["color"], marker=style[n]["marker"], lw=1.6, label=n)
-               for n in sorted(shown)]
-    extra = []
-    if guides:
-        extra += [Line2D([], [], color="#9a9a9a", ls=dash, lw=0.9, label=name) for name, _, dash in GUIDES]
-    extra += [Line2D([], [], color="#b22222", ls="-.", lw=1.2, label=text) for text in sorted(peak_labels)]
-    if band:
-        extra.append(Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, label=band_label))
-    if any_shaky:
-        extra.append(Line2D([], [], color="#555555", marker="o", markerfacecolor="white", ls="none",
-                            label="hollow: shaky (few samples, noisy, contended)"))
-    if any_fail:
-        extra.append(Line2D([], [], color="#555555", marker="X", ls="none", label="failed or stopped (status)"))
     fig.suptitle(f"{title}\n{subtitle}", fontsize=13, y=1 - 0.12 / layout.height, va="top")
     if note_lines:
         fig.text(0.5, 0.1 / layout.height, "\n".join(note_lines), ha="center", va="bottom", fontsize=8,
                  color="#555555")
-    fig.legend(handles=handles + extra, loc="center left", bbox_to_anchor=layout.legend_anchor(), ncol=1,
-               fontsize=10, frameon=False)
+    fig.legend(handles=_legend_entries(style, shown, guides, peak_labels, band, band_label, any_shaky, any_fail),
+               loc="center left", bbox_to_anchor=layout.legend_anchor(), ncol=1, fontsize=10, frameon=False)
     return save_figure(fig, out)
 
 
