@@ -185,58 +185,84 @@ class ReportParts:
 
 
 def write_page(r: ReportParts) -> Path:
-    folder, df, envs, scaling, cross = r.folder, r.df, r.envs, r.scaling, r.cross
-    counts, fails, charts, baseline, masks = r.counts, r.fails, r.charts, r.baseline, r.masks
+    """index.html: the trust box and what ran, which variant to use, the charts, the masks, the
+    scaling, the tables, the statuses and the environment, in that order (report.md's too)."""
+    several = len(r.groups) > 1
+    parts = [*_head_html(r, several), *_overview_html(r.groups, r.not_run, variant_style(r.df["variant"], r.baseline)),
+             *_charts_html(r, several), *_masks_html(r.masks), *_scaling_html(r), *_tables_html(r, several),
+             *_statuses_html(r.df, r.counts, r.fails),
+             "<h2 id=env>Environment</h2>" + _table_html(env_summary(r.envs)),
+             "</main>" + (PICKER_JS if several else "") + "</body></html>"]
+    path = r.folder / "index.html"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
+
+
+def _head_html(r: ReportParts, several: bool) -> list[str]:
+    """The title, the trust box, what ran against which baseline, the navigation, and the group
+    selector where the report has several groups."""
+    df = r.df
     variants = sorted(df["variant"].unique())
     ran = sorted(df[df["status"] == "ok"]["variant"].unique())
-    title = report_title(envs)
-    flop_text = " ".join(FLOP_DOC.split())
-    groups = r.groups
-    several = len(groups) > 1
+    title = report_title(r.envs)
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
              f"<style>{CSS}</style></head><body><main>",
              f"<h1>{html.escape(title)}</h1>",
-             _trust_html(df, envs),
+             _trust_html(df, r.envs),
              f"<p class=muted>{len(df)} cells, {len(variants)} variants "
-             f"({len(ran)} ran here: {html.escape(', '.join(ran))}); baseline <b>{html.escape(str(baseline))}</b>"
-             + (f"; {len(groups)} groups, one at a time (the selector below)" if several else "") + ".</p>",
+             f"({len(ran)} ran here: {html.escape(', '.join(ran))}); baseline <b>{html.escape(str(r.baseline))}</b>"
+             + (f"; {len(r.groups)} groups, one at a time (the selector below)" if several else "") + ".</p>",
              "<nav><a href=#overview>which to use</a><a href=#charts>charts</a><a href=#masks>masks</a>"
              "<a href=#scaling>scaling</a><a href=#tables>tables</a>"
              "<a href=#status>statuses</a><a href=#env>environment</a></nav>"]
     if several:
         options = "".join(f"<option value='{html.escape(p.group.slug)}'>{html.escape(p.group.label)}</option>"
-                          for p in groups)
+                          for p in r.groups)
         parts.append(f"<div class=picker><label>Group: <select id=group>{options}</select></label> "
                      f"<span class=muted>switches the overview, the charts and the tables</span></div>")
-    parts += _overview_html(groups, r.not_run, variant_style(df["variant"], baseline))
-    parts.append("<h2 id=charts>Charts</h2>")
-    for part in groups:
+    return parts
+
+
+def _charts_html(r: ReportParts, several: bool) -> list[str]:
+    """Each group's charts (shown with its group), then the charts drawn across the groups."""
+    parts = ["<h2 id=charts>Charts</h2>"]
+    for part in r.groups:
         parts.append(_open(part, several))
         for name, paths in part.charts.items():
             png = next(p for p in paths if p.suffix == ".png")
             parts.append(f"<figure>{_img(png)}<figcaption class=muted>{name}{_svg_link(paths)}</figcaption></figure>")
         parts.append("</div>")
-    for name, paths in charts.items():  # drawn across the groups
+    for name, paths in r.charts.items():  # drawn across the groups
         png = next(p for p in paths if p.suffix == ".png")
         parts.append(f"<figure>{_img(png)}<figcaption class=muted>{name} (every group){_svg_link(paths)}"
                      f"</figcaption></figure>")
-    parts += _masks_html(masks)
-    parts.append("<h2 id=scaling>Scaling</h2><p class=muted>Exponent of the log-log least-squares fit of "
-                 "median time and of peak memory against n (2 = quadratic, 1 = linear), with R² "
-                 "and the n range it covers; none from fewer than 3 lengths (two points always lie on a line). "
-                 "For decode, n is the KV cache length.</p>")
-    parts.append(_table_html(fmt_scaling(scaling), index=False) if not scaling.empty else "<p>no ok cells</p>")
+    return parts
+
+
+def _scaling_html(r: ReportParts) -> list[str]:
+    """The fitted exponents, the memory model, the cost per step, the workload and the crossovers."""
+    parts = ["<h2 id=scaling>Scaling</h2><p class=muted>Exponent of the log-log least-squares fit of "
+             "median time and of peak memory against n (2 = quadratic, 1 = linear), with R² "
+             "and the n range it covers; none from fewer than 3 lengths (two points always lie on a line). "
+             "For decode, n is the KV cache length.</p>",
+             _table_html(fmt_scaling(r.scaling), index=False) if not r.scaling.empty else "<p>no ok cells</p>"]
     parts += _section_html("memory", "Memory model and frontier", r.memory, "predicted frontier")
     parts += _section_html("steps", "Cost per step", r.steps, "step against kernel")
-    parts += _workload_html(df)
+    parts += _workload_html(r.df)
     parts.append("<h3>Crossovers</h3>")
-    parts.append(_table_html(cross, index=False) if not cross.empty else
-                 f"<p class=muted>{html.escape(crossover_note(df, cross))}</p>")
-    parts.append("<h2 id=tables>Tables</h2><p class=muted>Per facet, sequence length by variant. "
-                 "Failed cells show their status. FLOP convention: " + html.escape(flop_text) + "</p>")
-    parts.append("<p class=muted>" + "<br>".join(f"{html.escape(k)} {html.escape(v)}" for k, v in NOTES.items())
-                 + "</p>")
-    for part in groups:
+    parts.append(_table_html(r.cross, index=False) if not r.cross.empty else
+                 f"<p class=muted>{html.escape(crossover_note(r.df, r.cross))}</p>")
+    return parts
+
+
+def _tables_html(r: ReportParts, several: bool) -> list[str]:
+    """Per group and facet, each metric's table of sequence length by variant (time open)."""
+    flop_text = " ".join(FLOP_DOC.split())
+    parts = ["<h2 id=tables>Tables</h2><p class=muted>Per facet, sequence length by variant. "
+             "Failed cells show their status. FLOP convention: " + html.escape(flop_text) + "</p>",
+             "<p class=muted>" + "<br>".join(f"{html.escape(k)} {html.escape(v)}" for k, v in NOTES.items())
+             + "</p>"]
+    for part in r.groups:
         parts.append(_open(part, several))
         for label, ts in part.tables:
             parts.append(f"<h3>{html.escape(label)}</h3>")
@@ -245,8 +271,13 @@ def write_page(r: ReportParts) -> Path:
                 parts.append(f"<details{open_attr}><summary>{html.escape(METRICS[metric][0])}</summary>"
                              f"{_table_html(t)}</details>")
         parts.append("</div>")
-    parts.append("<h2 id=status>Statuses</h2>")
-    parts.append(_table_html(counts))
+    return parts
+
+
+def _statuses_html(df, counts, fails) -> list[str]:
+    """Cells by status, the failed cells grouped by variant, status and reason, and the first
+    reason each variant gave for a combination it does not support."""
+    parts = ["<h2 id=status>Statuses</h2>", _table_html(counts)]
     if not fails.empty:
         parts.append(f"<h3>Failed cells and reasons</h3><p class=muted>{int(fails['cells'].sum())} cells in "
                      f"{len(fails)} groups of one variant, status and reason (failures.csv lists every cell)</p>"
@@ -255,11 +286,7 @@ def write_page(r: ReportParts) -> Path:
     if not unsupported.empty:
         parts.append("<details><summary>unsupported combinations (first reason per variant)</summary>"
                      + _table_html(unsupported, index=False) + "</details>")
-    parts.append("<h2 id=env>Environment</h2>" + _table_html(env_summary(envs)))
-    parts.append("</main>" + (PICKER_JS if several else "") + "</body></html>")
-    path = folder / "index.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
-    return path
+    return parts
 
 
 OVERVIEW_NOTE = ("Per facet and n, the fastest exact variant (least median time; approximations are left out), its "
