@@ -232,6 +232,8 @@ def test_dry_run_prints_the_projection_and_writes_nothing(capsys, tmp_path, monk
     assert re.search(r"^per shard: 1: .+, 2: .+, 3: .+$", capsys.readouterr().out, re.M)
     assert not (tmp_path / "runs").exists()  # a dry run makes no folder
     assert launched == []  # and starts no worker
+    assert main(["sweep", "--device", "cpu", "--seq-lens", "64,abc"]) == 2  # nor does a value no setting takes
+    assert "--seq-lens takes positive integers" in capsys.readouterr().err and launched == []
 
 
 # --- end to end -----------------------------------------------------------------------------

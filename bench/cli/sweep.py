@@ -60,21 +60,21 @@ def run(argv: list[str]) -> int:
 def command(args) -> int:
     if getattr(args, "started", None) is None:
         args.started = process_started()  # the command's wall time counts the interpreter's start-up
+    flags = given_settings(args)  # a value no setting takes is refused before any worker starts
     prestart(_workers_hint(args))  # the workers import torch while this process does the same
     try:
-        return _command(args)
+        return _command(args, flags)
     finally:
         release_prestarted()  # any that no worker took (a dry run, a refusal)
 
 
-def _command(args) -> int:
+def _command(args, flags: dict) -> int:
     from bench.engine import peaks, plan
     from bench.engine.request import sweep_spec
     from bench.engine.sweep import SweepOptions, run_sweep, worker_slots
     from bench.measure import contention
     from bench.model import masks
 
-    flags = given_settings(args)
     resume = Path(args.resume) if args.resume else None
     spec, registry, given = sweep_spec(flags, resume, args.config)  # the one path bench.api takes too
     if flags.get("window") is not None and not any(masks.uses_window_flag(m) for m in spec.masks):

@@ -234,6 +234,38 @@ class Variant:
 MODULE_ATTR = "__attnbench_variants__"
 
 
+def _declared(name, devices, dtypes, masks, score_mods, capabilities: dict, approximate: bool,
+              error_budget) -> tuple:
+    """What ``@variant`` was given, checked: every name a known one, each capability a bool, an
+    error budget only for an approximation.  Returns the capabilities it declares away from
+    their defaults, as sorted (name, value) pairs."""
+    from bench.model import masks as mask_defs
+
+    for label, given, valid in (("devices", devices, DEVICES), ("dtypes", dtypes, CASE_DTYPES),
+                                ("masks", masks, [mask_defs.ANY, *mask_defs.names("mask")]),
+                                ("score_mods", score_mods,
+                                 [mask_defs.ANY, mask_defs.ADDITIVE, *mask_defs.names("score_mod")])):
+        if isinstance(given, str):
+            raise RegistryError(f"variant {name!r}: {label} takes a tuple of names, got the string {given!r}")
+        bad = set(given) - set(valid)
+        if bad:
+            raise RegistryError(f"variant {name!r}: unknown {label} {sorted(bad)}; valid: {', '.join(valid)} "
+                                f"(define a mask before the variants that use it)")
+
+    unknown = sorted(set(capabilities) - set(capability_names()))
+    if unknown:
+        raise RegistryError(f"variant {name!r}: unknown keyword(s) {unknown}; the capabilities it may declare: "
+                            f"{', '.join(capability_names())}")
+    if any(not isinstance(v, bool) for v in capabilities.values()):
+        raise RegistryError(f"variant {name!r}: a capability is True or False, got {capabilities}")
+    defaults = {cap.name: cap.default for cap in CAPABILITIES}
+    declared = tuple(sorted((k, v) for k, v in capabilities.items() if v != defaults[k]))
+    if error_budget is not None and (not approximate or not error_budget > 0):
+        raise RegistryError(f"variant {name!r}: error_budget is a positive relative error, for approximate=True "
+                            f"variants only (an exact variant is held to the dtype's tolerance)")
+    return declared
+
+
 def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, score_mods: Iterable[str] = (),
             requires: Iterable[str] = (), baseline: bool = False, check: Callable[[Case], str | None] | None = None,
@@ -268,30 +300,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
     ``masks`` names the masks the variant computes (``bench.model.masks.ANY``: every registered one,
     through ``bench.model.masks``); ``score_mods`` the score mods it applies (``ANY``, or
     ``bench.model.masks.ADDITIVE`` for every mod that is a bias added to the scores)."""
-    from bench.model import masks as mask_defs
-
-    for label, given, valid in (("devices", devices, DEVICES), ("dtypes", dtypes, CASE_DTYPES),
-                                ("masks", masks, [mask_defs.ANY, *mask_defs.names("mask")]),
-                                ("score_mods", score_mods,
-                                 [mask_defs.ANY, mask_defs.ADDITIVE, *mask_defs.names("score_mod")])):
-        if isinstance(given, str):
-            raise RegistryError(f"variant {name!r}: {label} takes a tuple of names, got the string {given!r}")
-        bad = set(given) - set(valid)
-        if bad:
-            raise RegistryError(f"variant {name!r}: unknown {label} {sorted(bad)}; valid: {', '.join(valid)} "
-                                f"(define a mask before the variants that use it)")
-
-    unknown = sorted(set(capabilities) - set(capability_names()))
-    if unknown:
-        raise RegistryError(f"variant {name!r}: unknown keyword(s) {unknown}; the capabilities it may declare: "
-                            f"{', '.join(capability_names())}")
-    if any(not isinstance(v, bool) for v in capabilities.values()):
-        raise RegistryError(f"variant {name!r}: a capability is True or False, got {capabilities}")
-    defaults = {cap.name: cap.default for cap in CAPABILITIES}
-    declared = tuple(sorted((k, v) for k, v in capabilities.items() if v != defaults[k]))
-    if error_budget is not None and (not approximate or not error_budget > 0):
-        raise RegistryError(f"variant {name!r}: error_budget is a positive relative error, for approximate=True "
-                            f"variants only (an exact variant is held to the dtype's tolerance)")
+    declared = _declared(name, devices, dtypes, masks, score_mods, capabilities, approximate, error_budget)
 
     def deco(factory):
         mod = sys.modules.get(factory.__module__)
