@@ -40,8 +40,6 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, list[dict]]:
 
 def with_profile(df: pd.DataFrame, profiled: list[dict]) -> pd.DataFrame:
     """The share_* columns of ``sweep --profile``'s pass (profile.jsonl) beside their cells."""
-    from bench.model.case import CASE_FIELDS
-
     if not profiled or df.empty:
         return df
     keys = ["variant", *CASE_FIELDS]
@@ -164,8 +162,6 @@ def speedups(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     """``speedup`` (baseline time / variant time, the median over the interleaved rounds),
     ``speedup_lo`` and ``speedup_hi`` (its spread), per ok row with an ok baseline row of the
     same case in the same run."""
-    from bench.model.case import CASE_FIELDS
-
     df = df.copy()
     df["speedup"] = df["speedup_lo"] = df["speedup_hi"] = np.nan
     if not baseline or df.empty:

@@ -216,7 +216,6 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         _pin(settings)  # cores only: a worker with an environment to set is never started ahead
     if settings.log_path:  # native libraries write straight to fd 1 and 2
         _log_to(settings.log_path)
-    import functools
     import gc
 
     from bench.engine.cell import ReferenceCache, WorkerTainted, cuda_broken, profile_group, run_group
