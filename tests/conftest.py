@@ -111,7 +111,7 @@ def eager_flex(case, traced=False, **kw):
     block_mask = None if bound.mask_mod() is None else create_block_mask(
         bound.mask_mod(), case.batch if per_batch else None, case.heads if per_head else None,
         case.q_len, case.kv_len, device="cpu")
-    untraced = getattr(fa, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", None)
+    previous = getattr(fa, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", None)
     fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = not traced
     try:
         with warnings.catch_warnings():
@@ -119,7 +119,7 @@ def eager_flex(case, traced=False, **kw):
             out = flex_attention(q, k, v, block_mask=block_mask, score_mod=bound.score_mod(), scale=case.scale,
                                  enable_gqa=case.is_gqa, **kw)
     finally:
-        fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced
+        fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = previous
     return out, (q, k, v)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.engine.result import CellResult, base_row
+from bench.engine.result import CellResult
 from bench.errors import first_line
 from bench.measure import contention, kernels, nvml
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
@@ -37,7 +37,7 @@ from bench.model.case import Case
 from bench.model.registry import Variant, compile_dynamic, probe_reason
 from bench.model.row import ReasonKind, Status
 
-__all__ = ["REFERENCE", "ReferenceCache", "WorkerTainted", "base_row", "cuda_broken", "profile_group", "run_group"]
+__all__ = ["REFERENCE", "ReferenceCache", "WorkerTainted", "cuda_broken", "profile_group", "run_group"]
 
 
 _NVML: dict = {}  # this worker's NVML handle, its GPU's steady clock and power limit, and one L2 flush's energy
