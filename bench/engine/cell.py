@@ -139,7 +139,6 @@ class _Live:
     result: CellResult
     call: Callable = None
     timer: object = None
-    failed: bool = False
 
 
 def _nowhere(name: str) -> None:
@@ -258,7 +257,6 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
                     item.timer.call = None  # its graph goes with it
 
     def on_error(name, exc):
-        by_name[name].failed = True
         emit(by_name[name].result.fail(exc, "timing").row())
 
     graph = case.device == "cuda" and settings.timer == "graph"  # captured from a call built on its own stream
@@ -274,7 +272,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
                 item.result.bwd_forward = "per turn"
         except Exception as exc:
             on_error(item.variant.name, exc)
-    timers = {item.variant.name: item.timer for item in live if not item.failed}
+    timers = {item.variant.name: item.timer for item in live if item.result.status is None}
     together = uuid.uuid4().hex[:12]  # the rows timed in these rounds: their round medians pair by index
     window = contention.LoadWindow().start()
     interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=on_error,
@@ -282,7 +280,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
     other_cpu = window.stop() if case.device == "cpu" else None
     release_flush_buffer()
     for item in live:
-        if not item.failed:
+        if item.result.status is None:  # not failed in the rounds
             _finish(item, case, settings, together, other_cpu, states[item.variant.name] if gpu else None, at)
             emit(item.result.row())
 
