@@ -134,3 +134,78 @@ def test_the_align_flag_and_the_decode_preset(capsys):
                      "--device", "cpu", "--dry-run"]) == 0
         counts.append(int(capsys.readouterr().out.split(" cells")[0].split()[-1]))
     assert counts[1] == 2 * counts[0] > 0  # each alignment its own cells
+
+
+# every catalogue mask at parameters that bite at these lengths; a mask added to the catalogue and not
+# here fails the first test below (None: varlen is what --batch-mix builds, tests/test_mix.py; tree takes
+# one parent per query, tests/test_trees.py)
+BOTTOM_RIGHT_FORMS = {"none": "none", "causal": "causal", "window": "window:8", "padding": "padding",
+                      "document": "document:2:causal=1", "varlen": None,
+                      "prefix_lm": "prefix_lm:8", "chunked_causal": "chunked_causal:8",
+                      "dilated": "dilated:2:window=8", "sink": "sink:2+window:8", "gym_window": "gym_window:8",
+                      "gym_dilated": "gym_dilated:2:window=8", "tree": None, "tree_chain": "tree_chain",
+                      "tree_binary": "tree_binary", "tree_topk": "tree_topk:2", "bigbird": "bigbird:8"}
+
+
+def test_every_catalogue_mask_is_covered_under_bottom_right():
+    from bench.model import maskdefs
+
+    builtin = [n for n, d in maskdefs.catalogue().items() if d.kind == "mask" and d.module == "bench.model.mask_catalog"]
+    assert sorted(builtin) == sorted(BOTTOM_RIGHT_FORMS)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in BOTTOM_RIGHT_FORMS.items() if s))
+@pytest.mark.parametrize("q, kv", [(5, 40), (40, 136)])
+def test_every_catalogue_mask_bottom_right_with_fewer_queries_than_keys(registry, name, q, kv):
+    """The pair counts agree with the dense mask, and every exact variant that declares bottom-right
+    computes the mask against the float64 reference (bigbird once indexed its block table by the
+    query's row, not its position, and crashed here)."""
+    from bench.model.registry import available
+
+    case = _case(BOTTOM_RIGHT_FORMS[name], q, kv, "bottom-right")
+    bound_mask = masks.bind(case)
+    keep = bound_mask.keep()
+    dense = keep.expand(2, 4, q, kv) if keep is not None else torch.ones(2, 4, q, kv, dtype=torch.bool)
+    assert bound_mask.counts[0] == int(dense.sum())
+    ran = 0
+    for vname in _bottom_right_variants(registry):
+        ok, why = available(registry[vname], case)
+        if not ok:
+            assert why
+            continue
+        bound = bind_variant(registry[vname], case)
+        with bound.scope():
+            result = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out)
+        assert result.ok, (vname, result.reason)
+        ran += 1
+    assert ran >= 2, name  # naive and chunked.online take every catalogue mask
+
+
+def test_padded_decode_aligns_each_sequences_queries_to_its_own_real_length(registry):
+    """padding&causal bottom-right: query i of a sequence of real length L sits at L - q_len + i
+    (FlashAttention's seqlens_k), not at the padded end; checked against each sequence computed
+    alone in float64, and the kept keys per row against FlashAttention's [L-3, L-2, L-1, L]."""
+    from bench.measure.inputs import make_inputs
+
+    case = Case(batch=3, heads=2, kv_heads=2, q_len=4, kv_len=54, head_dim=8, mask="padding&causal",
+                align="bottom-right", dtype="float32")
+    lens = masks.kv_lengths_of_padding(case)
+    assert len(set(lens)) == 3 and max(lens) <= 54  # three real lengths, none the padded one for all
+    keep = masks.bind(case).keep().expand(3, 2, 4, 54)
+    for b, length in enumerate(lens):
+        assert keep[b, 0].sum(-1).tolist() == [length - 3, length - 2, length - 1, length]
+    q, k, v = make_inputs(case)
+    want = []
+    for b, length in enumerate(lens):  # each sequence alone: its queries are its last q_len tokens
+        qb, kb, vb = q[b].double(), k[b, :, :length].double(), v[b, :, :length].double()
+        scores = qb @ kb.transpose(-1, -2) * case.scale
+        pos = torch.arange(4).view(-1, 1) + length - 4
+        scores = scores.masked_fill(torch.arange(length).view(1, -1) > pos, float("-inf"))
+        want.append(torch.softmax(scores, -1) @ vb)
+    want = torch.stack(want)
+    for name in ("naive", "chunked.online", "sdpa"):
+        bound = bind_variant(registry[name], case)
+        with bound.scope():
+            out = bound.fn(*bound.inputs)
+        assert torch.allclose(out.double(), want, atol=1e-5), name
+    assert masks.bind(case).counts[0] == int(keep.sum())

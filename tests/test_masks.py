@@ -20,7 +20,7 @@ from tests.conftest import ROOT, eager_flex, read_jsonl, run_cli, write_plugin
 BUILTIN_SPELLINGS = ["none", "causal", "window:5", "padding", "document:3", "document:4:causal=1",
                      "document:lengths=7/1/REST", "prefix_lm:9", "chunked_causal:6", "dilated:3:window=4",
                      "sink:2", "sink:3+window:5", "bigbird:4", "bigbird:3:window=0:globals=2:random=3:seed=7",
-                     "causal+chunked_causal:4", "tree_chain", "tree_binary", "tree_topk:3"]
+                     "causal+chunked_causal:4", "tree_chain", "tree_binary", "tree_topk:3", "gym_dilated:3:window=7"]
 SHAPES = [(37, 37), (19, 44), (50, 13), (1, 9)]  # self, more keys, more queries, one query
 
 
@@ -205,7 +205,7 @@ def test_a_plugin_mask_is_swept_checked_and_counted(tmp_path):
 EAGER_SHAPES = [(40, 136, 4, 2), (150, 45, 4, 1)]  # cross both ways: the alignment matters
 
 
-WITH_MODS = ["causal+softcap:1", "causal+alibi", "bigbird:8+alibi+softcap:2", "document:3:causal=1+rel_bias:16",
+WITH_MODS = ["causal+softcap:1", "causal+alibi", "alibi_symmetric", "bigbird:8+alibi+softcap:2", "document:3:causal=1+rel_bias:16",
              "padding+rel_bias:8"]
 
 
@@ -323,3 +323,66 @@ def test_the_algebra_runs_in_naive_and_chunked_online_against_the_reference(regi
         bound = bind_variant(registry[name], case)
         result = run_and_check(case, bound.fn, *bound.inputs, bound.grad_out)
         assert result.ok, (name, result.reason)
+
+
+def _bias(spelling, q_len=7, kv_len=11, heads=3, align="top-left"):
+    mask, window = masks.canonical(spelling)
+    case = Case(batch=1, heads=heads, kv_heads=heads, q_len=q_len, kv_len=kv_len, head_dim=8, mask=mask,
+                window=window, align=align)
+    bound = masks.bind(case)
+    return bound.apply_mods(torch.zeros(1, heads, q_len, kv_len)), bound
+
+
+@pytest.mark.parametrize("align", ["top-left", "bottom-right"])
+def test_symmetric_alibi_is_flash_attentions_non_causal_alibi(align):
+    """FlashAttention's attention_ref: bias = -slope * |i + kv_len - q_len - j| (bottom-right) without a
+    causal mask; the one-sided alibi (attention-gym's) differs from it after the query, and agrees with it
+    on every pair a causal mask keeps."""
+    from bench.model.mask_catalog import alibi_slopes
+
+    q_len, kv_len, heads = 7, 11, 3
+    sym, _ = _bias("alibi_symmetric", q_len, kv_len, heads, align)
+    one, _ = _bias("alibi", q_len, kv_len, heads, align)
+    slopes = torch.tensor(alibi_slopes(heads)).view(1, -1, 1, 1)
+    shift = kv_len - q_len if align == "bottom-right" else 0
+    i, j = torch.arange(q_len).view(1, 1, -1, 1), torch.arange(kv_len).view(1, 1, 1, -1)
+    assert torch.allclose(sym, -slopes * (i + shift - j).abs())
+    assert torch.allclose(one, slopes * (j - i - shift))  # attention-gym's score + slope * (kv - q)
+    kept = j <= i + shift
+    assert torch.equal(sym.expand_as(one)[kept.expand_as(one)], one[kept.expand_as(one)])
+    assert not torch.allclose(sym, one)
+
+
+def test_alibi_slopes_follow_the_paper_for_any_head_count_and_gyms_differ_off_powers_of_two():
+    from bench.model.mask_catalog import alibi_slopes
+
+    def gym(heads):  # attention-gym's generate_alibi_bias: 2^(-8(h+1)/H) for every H
+        return [2 ** (-8 * (h + 1) / heads) for h in range(heads)]
+    assert alibi_slopes(8) == pytest.approx(gym(8))
+    assert alibi_slopes(12) != pytest.approx(gym(12))
+    assert alibi_slopes(12)[:8] == pytest.approx(gym(8))  # the paper: the closest power of two's first
+    listing = subprocess.run([sys.executable, "-m", "bench", "list", "--masks"], capture_output=True, text=True,
+                             cwd=ROOT).stdout
+    assert "alibi_symmetric" in listing and "FlashAttention" in listing and "attention-gym" in listing
+
+
+def test_gym_dilated_is_attention_gyms_two_sided_dilated_window_and_its_causal_half_is_dilated():
+    d, w, n = 3, 7, 40
+    mask, _ = masks.canonical(f"gym_dilated:{d}:window={w}")
+    case = Case(batch=1, heads=1, kv_heads=1, q_len=n, kv_len=n, head_dim=8, mask=mask)
+    keep = masks.bind(case).keep()[0, 0]
+    i, j = torch.arange(n).view(-1, 1), torch.arange(n).view(1, -1)
+    diff = (i - j).abs()
+    assert torch.equal(keep, (diff <= w) & (diff % d == 0))  # attention-gym's dilated_sliding_window
+    causal_half, _ = masks.canonical(f"dilated:{d}:window={w // d + 1}")
+    ours = masks.bind(Case(batch=1, heads=1, kv_heads=1, q_len=n, kv_len=n, head_dim=8, mask=causal_half)).keep()
+    assert torch.equal(keep & (j <= i), ours[0, 0])
+    assert masks.bind(case).counts[0] == int(keep.sum())
+
+
+def test_a_union_inside_a_document_is_refused_with_the_form_that_works(capsys):
+    assert main(["sweep", "--masks", "document:4(prefix_lm:8+gym_window:16)", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "not supported" in err and "document:4(prefix_lm:8)+document:4(gym_window:16)" in err
+    assert "prefix takes int" not in err
+    masks.canonical("document:4(prefix_lm:8)+document:4(gym_window:16)")  # the form it names is taken

@@ -47,8 +47,9 @@ def _find(name: str, root: Path) -> Path:
         return path
     if (Path(root) / name / jobs.SWEEP_FILE).is_file():
         return Path(root) / name
-    runs = sorted(p.parent for p in Path(root).glob(f"*/{store.ENV}") if store.read_env(p.parent).get("sweep_id")
-                  == name)
+    # runs/latest is a link to one of them, not a run of its own
+    runs = sorted({p.parent.resolve(): p.parent for p in Path(root).glob(f"*/{store.ENV}")
+                   if not p.parent.is_symlink() and store.read_env(p.parent).get("sweep_id") == name}.values())
     if len(runs) == 1:
         return runs[0]
     if len(runs) > 1:

@@ -218,11 +218,11 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
         print(note)
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v)
           + f"  ({summary.cells} cells in {summary.elapsed_s:.0f} s)")
-    print(shaky_count(rows, frozenset({"contended"}) if summary.remeasured else frozenset()))
+    print(shaky_count(rows, frozenset({"contended"}) if summary.remeasured else frozenset(), run_dir))
     warning = contention_warning(rows, spec)
     if warning:
         print(warning, file=sys.stderr)
-    report_s, report = 0.0, None
+    report_s, report, report_failed = 0.0, None, False
     if not args.no_report:
         from reports.build import build_report
 
@@ -230,7 +230,8 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
         try:
             report = build_report([run_dir])
         except Exception as exc:  # the rows are measured and kept: a report is rebuilt from them
-            print(f"warning: the report could not be built ({type(exc).__name__}: {exc}); the rows are in "
+            report_failed = True
+            print(f"error: the report could not be built ({type(exc).__name__}: {exc}); the rows are kept in "
                   f"{run_dir / store.RESULTS}, and `python -m bench report {run_dir}` builds it again",
                   file=sys.stderr)
         report_s = time.perf_counter() - t0
@@ -244,10 +245,10 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
     if args.strict and bad:
         print(f"strict: {len(bad)} failed cell(s), e.g. {bad[0]}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if report_failed else 0  # a report that was asked for and not built is a failed command
 
 
-def shaky_count(rows, remeasured: frozenset = frozenset()) -> str:
+def shaky_count(rows, remeasured: frozenset = frozenset(), run_dir=None) -> str:
     """How many of the ok cells (their current rows) are shaky, by reason, and what would help."""
     from bench.engine import judge
 
@@ -256,10 +257,10 @@ def shaky_count(rows, remeasured: frozenset = frozenset()) -> str:
     text = f"shaky: {t.shaky} of {t.ok} ok cells ({judge.reasons_text(t.counts)})"
     if not t.shaky:
         return text
-    return text + "; " + "; ".join(remedies(current, t, remeasured))
+    return text + "; " + "; ".join(remedies(current, t, remeasured, run_dir))
 
 
-def remedies(rows, t, remeasured: frozenset = frozenset()) -> list[str]:
+def remedies(rows, t, remeasured: frozenset = frozenset(), run_dir=None) -> list[str]:
     """What would help each reason the cells are shaky for, with its cost where it can be told;
     never a remedy the sweep has just applied (``remeasured``: the flags its end-of-sweep pass
     measured again)."""
@@ -272,12 +273,12 @@ def remedies(rows, t, remeasured: frozenset = frozenset()) -> list[str]:
         if flag == "few_samples":
             need, more = judge.interval_cost(rows)
             out.append(f"{n} with too few samples: --ceiling-s {max(1, math.ceil(need))} would give them an interval "
-                       f"(about {more / 60:.1f} more minutes of timing: --resume RUN --retry few_samples)")
+                       f"(about {more / 60:.1f} more minutes of timing: --resume {run} --retry few_samples)")
         elif flag == "contended" and "contended" in remeasured:
             out.append(f"{n} contended after the end-of-sweep re-measurement: a quieter machine, or fewer --threads "
                        f"than cores")
         else:
-            out.append(f"{n} {judge.WHY[flag]}: {judge.REMEDY[flag]}")
+            out.append(f"{n} {judge.WHY[flag]}: {judge.remedy(flag, run_dir)}")
     return out
 
 

@@ -85,6 +85,14 @@ REMEDY = {
 }
 
 
+def remedy(flag: str, run: str | None = None) -> str:
+    """What would help cells shaky for ``flag``, naming the run folder ``run`` in its command
+    (RUN where there is none, or several)."""
+    import shlex
+
+    return REMEDY[flag].replace("RUN", shlex.quote(str(run)) if run else "RUN")
+
+
 def shaky_flags(row: dict) -> list[str]:
     """The flags of an ok row that make it shaky ([] for a clean one or a failed one)."""
     if row.get("status") != Status.OK:
@@ -207,7 +215,7 @@ class Trust:
             return "trustworthy"
         if self.shaky <= SHAKY_CARE * max(1, self.ok):
             return "mostly trustworthy"
-        remedies = "; ".join(REMEDY[f] for f, n in self.counts.items() if n)
+        remedies = "; ".join(remedy(f) for f, n in self.counts.items() if n)
         return f"read with care, {self.shaky} of {self.ok} ok cells are shaky ({remedies})"
 
 

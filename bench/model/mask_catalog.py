@@ -42,12 +42,12 @@ def window(b, h, q_idx, kv_idx, window):
     return (kv_idx <= q_idx) & (q_idx - kv_idx < window)
 
 
-def _padding_lengths(case: Case) -> dict:
+def padding_lengths(case: Case) -> dict:
     b2 = 2 * case.batch
     return {"lens": torch.tensor([case.kv_len - ((b + 1) * case.kv_len) // b2 for b in range(case.batch)])}
 
 
-@mask("padding", prepare=_padding_lengths,
+@mask("padding", prepare=padding_lengths,
       description="batch element b has kv_len - ((b+1) * kv_len) // (2 * batch) valid keys: from nearly "
                   "kv_len down to about kv_len / 2",
       intervals=lambda q, case, lens: [(0, lens.view(-1, 1))])
@@ -192,6 +192,29 @@ def gym_window(b, h, q_idx, kv_idx, window):
     return (kv_idx <= q_idx) & (q_idx - kv_idx <= window)
 
 
+def _gym_dilated_bound(case: Case, dilation: int, window: int) -> dict:
+    if dilation > 1 and window // dilation > MAX_SPANS:
+        raise ValueError(f"gym_dilated keeps 2 * (window // dilation) + 1 keys a query: window // dilation "
+                         f"takes up to {MAX_SPANS:,}, got {window // dilation:,}")
+    return {}
+
+
+def _gym_dilated_intervals(q, case, dilation, window):
+    if dilation == 1:
+        return [(q - window, q + window + 1)]
+    reach = window // dilation
+    return [(q + m * dilation, q + m * dilation + 1) for m in range(-reach, reach + 1)]
+
+
+@mask("gym_dilated", params={"dilation": 2, "window": 64}, prepare=_gym_dilated_bound,
+      ranges={"dilation": f"1..{MAX_LEN}", "window": f"0..{MAX_LEN}"}, intervals=_gym_dilated_intervals,
+      description="attention-gym's dilated sliding window: two-sided, |i - j| <= window and |i - j| % dilation == 0 "
+                  "(window is a distance); its causal half is dilated:D:window=W//D+1")
+def gym_dilated(b, h, q_idx, kv_idx, dilation, window):
+    d = (q_idx - kv_idx).abs()
+    return (d <= window) & (d % dilation == 0)
+
+
 # -- speculative-decoding trees -------------------------------------------------------------------
 # A draft tree of T tokens verified in one call: the queries are the tree's tokens, in the order
 # given (a parent before its children), at positions offset .. offset + T - 1 (so with
@@ -289,7 +312,10 @@ mask("tree_topk", params={"width": 4}, ranges={"width": f"1..{MAX_TREE}"}, prepa
 def _bigbird_blocks(case: Case, block: int, window: int, globals: int, random: int, seed: int) -> dict:
     if block < 1 or window < 0 or globals < 0 or random < 0:
         raise ValueError("bigbird takes block >= 1 and window, globals, random >= 0")
-    nq, nk = math.ceil(case.q_len / block), math.ceil(case.kv_len / block)
+    # a row per block of query *positions*: bottom-right puts query i at kv_len - q_len + i, so the
+    # positions reach kv_len - 1 however few the queries are
+    nq = math.ceil(max(case.q_len + case.offset, case.q_len) / block)
+    nk = math.ceil(case.kv_len / block)
     g = torch.Generator().manual_seed(seed)
     rand = torch.randint(0, nk, (nq, random), generator=g) if random else torch.zeros(nq, 0, dtype=torch.long)
     qb, kb = torch.arange(nq).view(-1, 1), torch.arange(nk).view(1, -1)
@@ -335,9 +361,19 @@ def alibi_slopes(heads: int) -> list[float]:
 
 
 @score_mod("alibi", additive=True, prepare=lambda case: {"slopes": torch.tensor(alibi_slopes(case.heads))},
-           description="ALiBi: score + slope_h * (j - i), with the paper's slopes per head")
+           description="ALiBi: score + slope_h * (j - i), one-sided (keys after the query gain): attention-gym's "
+                       "form, and FlashAttention's under a causal mask; the paper's slopes per head (attention-gym's "
+                       "generate_alibi_bias uses 2^(-8(h+1)/H) for every H, which differs when H is not a power of two)")
 def alibi(score, b, h, q_idx, kv_idx, slopes):
     return score + slopes[h] * (kv_idx - q_idx)
+
+
+@score_mod("alibi_symmetric", additive=True,
+           prepare=lambda case: {"slopes": torch.tensor(alibi_slopes(case.heads))},
+           description="ALiBi by distance: score - slope_h * |i - j|, FlashAttention's alibi_slopes without a causal "
+                       "mask (the same as alibi under one); the paper's slopes per head")
+def alibi_symmetric(score, b, h, q_idx, kv_idx, slopes):
+    return score - slopes[h] * (q_idx - kv_idx).abs()
 
 
 @score_mod("softcap", params={"cap": 50.0}, ranges={"cap": "> 0..1e6"},

@@ -226,7 +226,11 @@ def _term(text: str, window: int | None):
     if doc.d.name != "document":
         raise MaskError(f"mask {text!r}: only document wraps a mask: document[:params](INNER), e.g. "
                         f"document:4(prefix_lm:16); {doc.d.name} does not")
-    inner = _group(rest[:-1], window)
+    inner_text = rest[:-1]
+    if len(_split_top(inner_text, "+")) > 1:
+        raise MaskError(f"mask {text!r}: a union ('+') inside document(...) is not supported; write one document "
+                        f"per part, e.g. " + "+".join(f"{head}({p})" for p in _split_top(inner_text, "+")))
+    inner = _group(inner_text, window)
     if inner.d.kind != "mask":
         raise MaskError(f"mask {text!r}: the inner term of document(...) is a mask; {inner.text()} is a score mod")
     return Within(doc, inner)

@@ -77,6 +77,11 @@ class CaseMask:
         self.masks = [] if full else [(t, self._extra(t)) for t in ms]
         self.mods = [(t, self._extra(t)) for t in mods if not t.d.sink]
         self.sinks = [(t, self._extra(t)) for t in mods if t.d.sink]  # learned sinks: the denominator's term
+        if self.offset and any(_mentions(t, "padding") for t, _ in self.masks):
+            # bottom-right over padded keys: each sequence's queries sit at the end of its own real keys, as
+            # FlashAttention (seqlens_k), FlashInfer and serving engines place them, not at the padded end
+            lens = torch.tensor(kv_lengths_of_padding(case))
+            self.offset = lens - case.q_len  # (B,): query i of sequence b at position lens[b] - q_len + i
         self._devices: dict = {}
         self._validated = False
 
@@ -169,11 +174,11 @@ class CaseMask:
         if not ms:
             return None
         fns = [(t.d.fn, kw) for t, kw in ms]
-        off = self.offset
+        position = self._position(device)
 
         def mask_mod(b, h, q_idx, kv_idx):
             out = None
-            pos = q_idx + off if off else q_idx  # the query's position among the keys
+            pos = position(b, q_idx)  # the query's position among the keys
             for fn, kw in fns:
                 keep = fn(b, h, pos, kv_idx, **kw)
                 out = keep if out is None else out | keep
@@ -186,14 +191,29 @@ class CaseMask:
         if not mods:
             return None
         fns = [(t.d.fn, kw) for t, kw in mods]
-        off = self.offset
+        position = self._position(device)
 
         def composed(score, b, h, q_idx, kv_idx):
-            pos = q_idx + off if off else q_idx
+            pos = position(b, q_idx)
             for fn, kw in fns:
                 score = fn(score, b, h, pos, kv_idx, **kw)
             return score
         return composed
+
+    @property
+    def per_sequence_offset(self) -> bool:
+        """True when each sequence's queries have their own position (bottom-right over padded keys)."""
+        return isinstance(self.offset, torch.Tensor)
+
+    def _position(self, device) -> Callable:
+        """position(b, q_idx): query row q_idx of batch element b among the keys."""
+        off = self.offset
+        if isinstance(off, torch.Tensor):
+            off = off.to(device)
+            return lambda b, q_idx: q_idx + off[b]
+        if off:
+            return lambda b, q_idx: q_idx + off
+        return lambda b, q_idx: q_idx
 
     @functools.cached_property
     def depends(self) -> tuple[bool, bool]:
@@ -253,6 +273,8 @@ class CaseMask:
 
     def _count_intervals(self) -> tuple[int, int]:
         c = self.case
+        if self.per_sequence_offset:  # rows at positions of their own per sequence: counted on the dense form
+            raise NotImplementedError
         total, fewest = 0, c.kv_len
         step = 1 << 14  # query rows at a time: memory stays bounded at any length
         for s in range(0, c.q_len, step):
@@ -364,6 +386,18 @@ def bind(case: Case) -> CaseMask:
 
 
 # -- what variants, FLOP counts and rows ask of a case's mask ------------------------------------------------
+
+def _mentions(t, name: str) -> bool:
+    """Whether the mask term ``t`` is ``name`` or an intersection with it as a part."""
+    return t.d.name == name or name in (getattr(t, "names", None) or ())
+
+
+def kv_lengths_of_padding(case: Case) -> list[int]:
+    """The valid key count per batch element that the padding mask keeps."""
+    from bench.model.mask_catalog import padding_lengths
+
+    return padding_lengths(case)["lens"].flatten().tolist()
+
 
 def kv_lengths(case: Case) -> list[int]:
     """Valid key count per batch element under the padding mask (the lengths its definition
