@@ -280,9 +280,13 @@ def summary_table(rows: list[dict]) -> str:
     df = df.groupby(facets + ["variant"], dropna=False).filter(
         lambda g: not (g["status"] == "unsupported").all())
     lines = []
+    mixed = "mix" in df and not df.empty and bool((df["mix"].astype(str) != "none").all())
+    if mixed:  # a mix is one batch, not a length: one column per mix
+        facets = [f for f in facets if f not in ("mix", "kv_len")]
     if not df.empty:
-        table = cell_pivot(df, facets + ["variant"], "q_len", "cell", label="n={}")
-        lines.append("median ms (or status) by sequence length")
+        column, label = ("mix", "{}") if mixed else ("q_len", "n={}")
+        table = cell_pivot(df, facets + ["variant"], column, "cell", label=label)
+        lines.append("median ms (or status) by batch mix" if mixed else "median ms (or status) by sequence length")
         lines.append(tabulate(table.reset_index(), headers="keys", showindex=False))
         if shaky[df.index].any():
             lines.append("* shaky: too few samples for a 95% interval of the median, noisy (the interval reaches "

@@ -165,3 +165,15 @@ def test_no_layer_reads_the_words_of_a_reason():
         for path in (ROOT / top).rglob("*.py"):
             found += [f"{path.relative_to(ROOT)}:{line}" for line in reason_parsing(path.read_text())]
     assert not found, found
+
+
+def test_the_remedies_name_the_run_they_would_measure_again(tmp_path):
+    from bench.cli.sweep import shaky_count
+
+    run = tmp_path / "my run"
+    rows = _rows() + [BASE | {"variant": "naive", "q_len": 512, "kv_len": 512, "status": "ok", "few_samples": True,
+                              "median_ms": 900.0, "samples_ms": [900.0], "number": 1}]
+    line = shaky_count(rows, run_dir=run)
+    assert f"--resume '{run}' --retry contended" in line and f"--resume '{run}' --retry few_samples" in line
+    assert "RUN" not in line and "<function" not in line
+    assert "--resume RUN --retry contended" in shaky_count(rows)  # no run given: the placeholder

@@ -263,9 +263,10 @@ def shaky_count(rows, remeasured: frozenset = frozenset(), run_dir=None) -> str:
 def remedies(rows, t, remeasured: frozenset = frozenset(), run_dir=None) -> list[str]:
     """What would help each reason the cells are shaky for, with its cost where it can be told;
     never a remedy the sweep has just applied (``remeasured``: the flags its end-of-sweep pass
-    measured again)."""
+    measured again); ``run_dir``: the run folder its commands name (RUN where none is given)."""
     from bench.engine import judge
 
+    run = shlex.quote(str(run_dir)) if run_dir else "RUN"
     out = []
     for flag, n in t.counts.items():
         if not n:

@@ -1,0 +1,113 @@
+"""Serving mixes (--batch-mix) drawn as what they are: one bar group per mix, a bar per variant
+with its interquartile whisker, and beneath them each mix's phases (prefill, chunked prefill,
+decode) as shares of its FLOPs, query tokens and keys read.  A mix is one point, not a length
+to scale over, so no scaling guide or band is drawn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from reports.charts import log_tick_values, new_figure, save_figure
+from reports.frames import ran_here
+
+PHASE_COLORS = {"prefill": "#4c72b0", "chunked_prefill": "#dd8452", "decode": "#55a868"}
+SHARES = (("flops", "FLOPs"), ("q_tokens", "query tokens"), ("kv_bytes", "keys read"))
+
+
+def is_mix_frame(df: pd.DataFrame) -> bool:
+    """Whether every row of the frame is a mixed batch (its charts are bar groups, not scaling lines)."""
+    return "mix" in df and not df.empty and bool((df["mix"].astype(str) != "none").all())
+
+
+def phase_shares(phases) -> dict:
+    """{(what, phase): share} of one mix's phases dict (FLOPs, query tokens, KV bytes)."""
+    from bench.model.workload import PHASES
+
+    out = {}
+    if not isinstance(phases, dict):
+        return out
+    for key, _label in SHARES:
+        total = sum(p.get(key, 0) for p in phases.values()) or 1
+        for ph in PHASES:
+            out[(key, ph)] = phases.get(ph, {}).get(key, 0) / total
+    return out
+
+
+def mix_chart(df: pd.DataFrame, metric: str, ylabel: str, title: str, style: dict, out: Path,
+              low: str | None = None, high: str | None = None, logy: bool = True, **_ignored) -> list[Path]:
+    """Bars of ``metric`` per variant in one group per mix (whiskers from ``low`` to ``high``), and
+    each mix's phase shares below."""
+    from bench.model.workload import PHASES
+
+    ok = ran_here(df)
+    ok = ok[(ok["status"] == "ok") & ok[metric].notna()] if metric in ok else ok.iloc[0:0]
+    if ok.empty:
+        return []
+    mixes = sorted(ok["mix"].unique(), key=lambda m: float(ok.loc[ok["mix"] == m, "q_len"].iloc[0]))
+    variants = sorted(ok["variant"].unique())
+    width = 0.8 / len(variants)
+    fig, (ax, shares) = new_figure(2, 1, figsize=(max(7.0, 1.6 + 1.2 * len(mixes) * max(1, len(variants)) * 0.45),
+                                                  6.2), height_ratios=[3, 1.3])
+    x = np.arange(len(mixes))
+    timed = metric == "time_ms"  # shaky is the timing's flag: a memory peak is drawn filled
+    for i, name in enumerate(variants):
+        v = ok[ok["variant"] == name].set_index("mix")
+        ys = [float(v.loc[m, metric]) if m in v.index else np.nan for m in mixes]
+        st = style.get(name, {"color": "gray"})
+        shaky = [bool(v.loc[m, "shaky"]) if timed and m in v.index and "shaky" in v else False for m in mixes]
+        pos = x - 0.4 + width * (i + 0.5)
+        ax.bar(pos, ys, width * 0.9, color=[st["color"] if not s else "white" for s in shaky],
+               edgecolor=st["color"], lw=1.2, label=name, zorder=2)
+        if low and high and low in v and high in v:
+            lo = [float(v.loc[m, low]) if m in v.index else np.nan for m in mixes]
+            hi = [float(v.loc[m, high]) if m in v.index else np.nan for m in mixes]
+            err = np.array([np.subtract(ys, lo), np.subtract(hi, ys)]).clip(min=0)
+            ax.errorbar(pos, ys, yerr=err, fmt="none", ecolor="#333333", elinewidth=0.8, capsize=2, zorder=3)
+    if logy:
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(FixedLocator(log_tick_values(*ax.get_ylim())))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}"))
+        ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_xticks(x, [f"mix {i + 1}: " + _mix_label(ok, m) for i, m in enumerate(mixes)], fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.grid(True, axis="y", which="both", alpha=0.25)
+    ax.set_title(title, fontsize=11)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+              title="hollow: shaky" if timed and "shaky" in ok and ok["shaky"].any() else None, title_fontsize=8)
+    _draw_shares(shares, ok, mixes, PHASES)
+    return save_figure(fig, out)
+
+
+def _mix_label(ok: pd.DataFrame, mix: str) -> str:
+    r = ok[ok["mix"] == mix].iloc[0]
+    return f"{mix.replace('+', '+' + chr(10))}\n({int(r['q_len'])} query tokens)"
+
+
+def _draw_shares(ax, ok: pd.DataFrame, mixes: list, phases) -> None:
+    """Per mix, three thin stacked bars: the phases' shares of its FLOPs, query tokens and keys read."""
+    first = ok.drop_duplicates("mix").set_index("mix")
+    rows = []
+    for i, m in enumerate(mixes):
+        shares = phase_shares(first.loc[m, "phases"] if "phases" in first else None)
+        for j, (key, label) in enumerate(SHARES):
+            y = i * (len(SHARES) + 1) + j
+            left = 0.0
+            for ph in phases:
+                s = shares.get((key, ph), 0.0)
+                ax.barh(y, s, left=left, color=PHASE_COLORS[ph], height=0.8,
+                        label=ph.replace("_", " ") if (i, j) == (0, 0) else None)
+                if s >= 0.12:
+                    ax.text(left + s / 2, y, f"{100 * s:.0f}%", ha="center", va="center", fontsize=6, color="white")
+                left += s
+            rows.append((y, f"{label}" if j else f"mix {i + 1}: {label}"))
+    ax.set_yticks([y for y, _ in rows], [t for _, t in rows], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the mix (by phase)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
