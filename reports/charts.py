@@ -17,6 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
+from bench.engine.judge import SAME_WITHIN
 from bench.model.row import Status
 from reports.frames import constant_facets, facet_groups, ran_here, x_label
 from reports.tables import UNTIMED, failed_cells, with_metrics
@@ -25,39 +26,52 @@ MARKERS = "osD^v<>phX*"
 FAIL_MARK = {s.value: "UNSUPP." if s is Status.UNSUPPORTED else s.word for s in Status if s is not Status.OK}
 
 
-PALETTE = (list(matplotlib.colormaps["tab10"].colors) + list(matplotlib.colormaps["Dark2"].colors)
-           + list(matplotlib.colormaps["tab20b"].colors)[::2])
-# every built-in variant has its own slot of PALETTE, the same in every chart of every run (the
-# baseline is drawn in near-black), chosen so that the variants drawn together on a CPU (the exact
-# ones beside the approximations) differ in hue; a plugin's variant takes a slot from its name's CRC-32
+# colours told apart at a glance (no two oranges, no two greys): the built-in variants take the first
+# slots, the same in every chart of every run; plugins share the rest
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#1b9e77", "#222222", "#393b79", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#637939",
+           "#a50026", "#7b4173", "#5254a3", "#9c9ede", "#d6616b", "#6b6ecf")
+# every built-in variant has its own slot of PALETTE (naive, the default baseline, near-black), chosen so that
+# the variants drawn together on a CPU (the exact ones beside the approximations) differ in hue; a plugin's
+# variant takes a free slot from its name's CRC-32, the next free one where another variant of the same
+# report took it
 BUILTIN_SLOTS = {"flex": 0, "chunked.online": 1, "nystrom": 2, "sdpa.cudnn": 3, "sdpa": 4, "sdpa.efficient": 5,
-                 "sdpa.math": 6, "sdpa.flash": 7, "window.chunked": 8, "xformers": 9, "performer": 10, "naive": 17,
-                 "linear.elu": 24}
+                 "sdpa.math": 6, "sdpa.flash": 7, "window.chunked": 8, "xformers": 9, "performer": 10, "naive": 11,
+                 "linear.elu": 12}
 PLUGIN_SLOTS = [i for i in range(len(PALETTE)) if i not in BUILTIN_SLOTS.values()]
 
 
-def _slot(name: str) -> int:
+def _slots(names) -> dict:
+    """{name: slot}: a built-in's own; a plugin's from its name's CRC-32 among PLUGIN_SLOTS, moved on to the
+    next free one when another plugin of ``names`` holds it (distinct while there are slots left)."""
     import zlib
 
-    if name in BUILTIN_SLOTS:
-        return BUILTIN_SLOTS[name]
-    return PLUGIN_SLOTS[zlib.crc32(name.encode()) % len(PLUGIN_SLOTS)]
+    out = {n: BUILTIN_SLOTS[n] for n in names if n in BUILTIN_SLOTS}
+    taken: set = set()
+    for n in sorted(n for n in names if n not in BUILTIN_SLOTS):
+        k = zlib.crc32(n.encode()) % len(PLUGIN_SLOTS)
+        for step in range(len(PLUGIN_SLOTS)):
+            if PLUGIN_SLOTS[(k + step) % len(PLUGIN_SLOTS)] not in taken:
+                k = (k + step) % len(PLUGIN_SLOTS)
+                break
+        taken.add(PLUGIN_SLOTS[k])
+        out[n] = PLUGIN_SLOTS[k]
+    return out
 
 
 def variant_style(variants, baseline: str | None) -> dict:
-    """A colour and marker per variant that depend on its name alone (the same in every chart
-    of every run, whatever else is drawn beside it)."""
+    """A colour and marker per variant: a built-in's depend on its name alone (the same in every chart of
+    every run, whatever else is drawn beside it); plugins' are distinct among the variants given.  The
+    baseline keeps its colour and is drawn as a circle."""
     names = sorted(set(variants))
+    slots = _slots(names)
     style = {}
     for i, name in enumerate(names):
         # earlier names are drawn wider and lower, so identical curves stay visible as an outline
         width = 1.4 + 1.6 * (len(names) - 1 - i) / max(1, len(names) - 1)
-        if name == baseline:
-            style[name] = {"color": "#222222", "marker": "o", "lw": width, "z": 3 + i / 100}
-            continue
-        k = _slot(name)
-        style[name] = {"color": PALETTE[k % len(PALETTE)], "marker": MARKERS[k % len(MARKERS)], "lw": width,
-                       "z": 3 + i / 100}
+        k = slots[name]
+        style[name] = {"color": PALETTE[k], "marker": "o" if name == baseline else MARKERS[k % len(MARKERS)],
+                       "lw": width, "z": 3 + i / 100}
     return style
 
 
@@ -110,7 +124,7 @@ def _guides(ax, ns, ys) -> None:
         ax.plot(ns, y0 * (ns / n0) ** k, ls=dash, lw=0.9, color="#9a9a9a", zorder=1)
 
 
-COINCIDE = 0.03  # two variants whose values agree within 3 % at every n they share are drawn apart
+COINCIDE = SAME_WITHIN  # two variants whose values agree this closely at every n they share are drawn apart
 
 
 def _series_by_variant(ok: pd.DataFrame, metric: str) -> dict:

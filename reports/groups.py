@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from bench.engine.judge import beyond_same
 from reports.frames import facet_groups, facet_labels, natural, paired_ratio, varying_facets
 
 MAX_FACETS = 12  # panels in one chart: more and a 1400 px page shows hairlines under overlapping titles
@@ -113,6 +114,12 @@ def overview(group: Group) -> pd.DataFrame:
         if len(ranked) > 1:
             second = ranked[1]
             med, lo, hi, paired = paired_ratio(best, second)
+            if med < 1.0:  # the rounds, paired, rank them the other way round: they decide, not the two medians
+                best, second = second, best
+                med, lo, hi = 1.0 / med, 1.0 / hi, 1.0 / lo
+                mem = best.get("peak_mem_bytes")
+                row.update({"fastest": best["variant"], "median ms": best["median_ms"],
+                            "memory MiB": np.nan if mem is None or pd.isna(mem) else mem / 2**20})
             row.update({"runner-up": second["variant"], "runner-up ms": second["median_ms"], "margin": med,
                         "margin low": lo, "margin high": hi, "paired": paired,
                         "shaky": bool(best.get("shaky") or second.get("shaky"))})
@@ -128,7 +135,8 @@ def _num(x) -> str:
 
 def overview_display(t: pd.DataFrame) -> pd.DataFrame:
     """The overview as the page shows it: the margin with its spread in one column; a margin
-    whose spread reaches 1 (or a shaky pair) says the two are not told apart."""
+    whose spread reaches 1, or that is within judge.SAME_WITHIN (or a shaky pair), says the two are
+    not told apart."""
     if t.empty:
         return t
     margin = []
@@ -137,8 +145,9 @@ def overview_display(t: pd.DataFrame) -> pd.DataFrame:
             margin.append("only one ran")
             continue
         text = f"{m:.2f}x ({lo:.2f}-{hi:.2f})"
-        if lo <= 1.0 or shaky:
-            text += " not told apart" if lo <= 1.0 else " shaky"
+        apart = beyond_same(m, lo, hi) != 0  # its spread clear of 1, and more than the 3 % the charts call equal
+        if not apart or shaky:
+            text += " not told apart" if not apart else " shaky"
         margin.append(text)
     out = pd.DataFrame({"facet": t["facet"], "n": t["n"], "fastest exact": t["fastest"],
                         "median ms": [_num(x) for x in t["median ms"]],
@@ -189,11 +198,12 @@ def winner_grid(t: pd.DataFrame, style: dict) -> str:
 
 
 def not_run(df: pd.DataFrame) -> pd.DataFrame:
-    """The variants with no ok cell at all, each with its statuses and first reason per status:
-    listed once above the charts, never drawn as a label in every panel."""
+    """The variants that did not run here at all (every cell unsupported), each with its first
+    reason: listed once above the charts, never drawn as a label in every panel.  A variant that
+    ran and failed is not here: its cells are the failures'."""
     rows = []
     for name, g in df.groupby("variant", sort=True):
-        if (g["status"] == "ok").any():
+        if (g["status"] != "unsupported").any():
             continue
         for status, s in g.groupby("status", sort=True):
             reasons = s["reason"].replace("", np.nan).dropna()

@@ -100,7 +100,8 @@ def _first(s: pd.Series, fmt: str) -> str:
 
 
 def pattern_chart(pics: dict, out: Path) -> list[Path]:
-    """Each mask's keep pattern at n = 256 (query rows down, keys across), with its density."""
+    """Each mask's keep pattern (query rows down, keys across) at the length where it shows (four times
+    its largest size in tokens, at least 256), with its density there."""
     items = [(k, v) for k, v in sorted(pics.items()) if v.get("rows")]
     if not items:
         return []
@@ -112,13 +113,16 @@ def pattern_chart(pics: dict, out: Path) -> list[Path]:
         ax.set_axis_off()
     for ax, (label, pic) in zip(axes.flat, items):
         keep = maskfile.unpack(pic["rows"])
-        ax.imshow(keep, cmap="Blues", vmin=0, vmax=1.25, interpolation="nearest", aspect="equal")
+        n = pic["size"]
+        ax.imshow(keep, cmap="Blues", vmin=0, vmax=1.25, interpolation="nearest", aspect="equal",
+                  extent=(-0.5, n - 0.5, n - 0.5, -0.5))
         ax.set_axis_on()
-        ax.set_xticks([0, pic["size"] - 1], ["0", str(pic["size"] - 1)], fontsize=7)
-        ax.set_yticks([0, pic["size"] - 1], ["0", str(pic["size"] - 1)], fontsize=7)
-        ax.set_title(f"{label}\ndensity {pic['density']:.2f}", fontsize=9)
-    fig.suptitle(f"Mask patterns at n = {items[0][1]['size']}\n(query rows down, keys across; "
-                 "blue = kept; batch element 0)", fontsize=11)
+        ax.set_xticks([0, n - 1], ["0", str(n - 1)], fontsize=7)
+        ax.set_yticks([0, n - 1], ["0", str(n - 1)], fontsize=7)
+        ax.set_title(f"{label}\nn = {n}, density {pic['density']:.2f}", fontsize=9)
+    sizes = sorted({pic["size"] for _, pic in items})
+    at = f"n = {sizes[0]}" if len(sizes) == 1 else "the length where each shows (4x its largest size)"
+    fig.suptitle(f"Mask patterns at {at}\n(query rows down, keys across; blue = kept; batch element 0)", fontsize=11)
     return save_figure(fig, out)
 
 

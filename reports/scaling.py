@@ -76,13 +76,12 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
 def _side(a: dict, b: dict) -> int:
     """+1 when a is slower than b beyond noise, -1 when faster, 0 when it cannot be told.
     Paired (both measured in the same interleaved rounds): a/b in every round on one side
-    of 1.  Otherwise: the interquartile ranges apart."""
+    of 1.  Otherwise: the interquartile ranges apart.  Either way the ratio must also be
+    beyond judge.SAME_WITHIN, the closeness the charts draw as equal."""
+    from bench.engine.judge import beyond_same
+
     ratio, lo, hi, _ = paired_ratio(b, a)  # a / b
-    if lo > 1:
-        return 1
-    if hi < 1:
-        return -1
-    return 0
+    return beyond_same(ratio, lo, hi)  # and beyond the 3 % within which the charts call two the same
 
 
 def crossover_note(df: pd.DataFrame, cross: pd.DataFrame) -> str:

@@ -386,3 +386,16 @@ def test_a_union_inside_a_document_is_refused_with_the_form_that_works(capsys):
     assert "not supported" in err and "document:4(prefix_lm:8)+document:4(gym_window:16)" in err
     assert "prefix takes int" not in err
     masks.canonical("document:4(prefix_lm:8)+document:4(gym_window:16)")  # the form it names is taken
+
+
+def test_a_masks_picture_is_drawn_at_a_length_where_it_shows():
+    """window:256 at n = 256 is causal to the eye: its picture is at n = 1024, pooled to 256 pixels, and
+    differs from causal's there; a mask of no size keeps n = 256."""
+    from bench.engine import maskfile
+
+    win, causal = maskfile.picture(Case(mask="window", window=256)), maskfile.picture(Case(mask="causal"))
+    assert (win["size"], causal["size"]) == (1024, 256)
+    a, b = maskfile.unpack(win["rows"]), maskfile.unpack(causal["rows"])
+    assert a.shape == b.shape == (256, 256)
+    assert not (a == b).all() and not a[-1, 0] and b[-1, 0]  # the last row sees no early key under the window
+    assert win["density"] == pytest.approx(sum(min(i + 1, 256) for i in range(1024)) / 1024**2)

@@ -611,3 +611,20 @@ def test_compare_explains_a_cell_with_its_samples_and_the_commands_to_measure_it
     assert out[2].startswith("measure it again in A's conditions: python -m bench sweep --variants v1")
     assert main(["compare", str(a), str(b), "--explain", "n=64"]) == 2  # three cells answer: it says so
     assert "3 matching cells answer to it" in capsys.readouterr().err
+
+
+def test_each_variant_keeps_one_colour_across_charts_distinct_within_a_chart():
+    import itertools
+    import math
+
+    from matplotlib.colors import to_rgb
+
+    from reports.charts import BUILTIN_SLOTS, variant_style
+
+    names = list(BUILTIN_SLOTS) + ["einsum", "my.einsum", "plugin.a", "plugin.b", "chunked.online2"]
+    style = variant_style(names, "naive")
+    colours = [to_rgb(style[n]["color"]) for n in names]
+    assert min(math.dist(a, b) for a, b in itertools.combinations(colours, 2)) > 0.15  # no two alike
+    # the baseline's colour is its own in every chart, baseline or not (frontier bars draw with no baseline)
+    assert variant_style(["naive", "sdpa"], None)["naive"]["color"] == style["naive"]["color"]
+    assert variant_style(["naive", "sdpa.flash"], "naive")["naive"]["color"] != style["sdpa.flash"]["color"]

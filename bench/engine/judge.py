@@ -85,6 +85,21 @@ REMEDY = {
 }
 
 
+# two figures closer than this are the same as far as the report says: the charts draw them as one
+# ("equal within 3 %"), and no crossover or winner is stated between them
+SAME_WITHIN = 0.03
+
+
+def beyond_same(ratio: float, lo: float, hi: float) -> int:
+    """+1 when a ratio's whole spread [lo, hi] is above 1 and the ratio itself beyond SAME_WITHIN,
+    -1 when below both, 0 when the two cannot be told apart."""
+    if lo > 1 and ratio > 1 + SAME_WITHIN:
+        return 1
+    if hi < 1 and ratio < 1 / (1 + SAME_WITHIN):
+        return -1
+    return 0
+
+
 def remedy(flag: str, run: str | None = None) -> str:
     """What would help cells shaky for ``flag``, naming the run folder ``run`` in its command
     (RUN where there is none, or several)."""

@@ -28,23 +28,49 @@ def label(mask_: str, window) -> str:
     return mask_ + (f"({int(window)})" if window not in (None, "-") and window == window else "")
 
 
-def picture(case: Case, size: int = 256) -> dict:
+PIXELS = 256  # a picture's rows and columns, whatever length it shows
+LENGTH_PARAMS = ("window", "prefix", "chunk", "block", "sinks", "width", "max_distance")  # sizes in tokens
+MAX_PICTURE_N = 4096  # the longest length a picture is computed at (a bool n x n, pooled to PIXELS)
+
+
+def picture_length(case: Case) -> int:
+    """The length a mask's picture is drawn at: four times its largest size in tokens (a window of
+    256 is a band at n = 1024, where at n = 256 it is causal), at least PIXELS."""
+    from bench.model import masks
+
+    ms, mods = masks.parse(case.mask, case.window)
+    sizes = [int(v) for t in ms + mods for k, v in t.params if k in LENGTH_PARAMS and isinstance(v, (int, float))]
+    longest = max(sizes, default=0)
+    n = PIXELS
+    while n < min(4 * longest, MAX_PICTURE_N):
+        n *= 2
+    return n
+
+
+def picture(case: Case, size: int | None = None) -> dict:
     """What masks.json keeps of a case's mask: the definitions and parameters of its terms, its
-    density at q_len = kv_len = ``size``, and that keep pattern (batch element 0, head 0) as one
-    hex string per query row (bit j of a row: key j kept)."""
+    density at q_len = kv_len = ``size`` (picture_length by default), and that keep pattern
+    (batch element 0, head 0) pooled to PIXELS x PIXELS (a pixel kept when any pair in it is) as
+    one hex string per row (bit j of a row: column j kept)."""
     import torch
 
     from bench.model import masks
 
     try:
+        size = size or picture_length(case)
         keep = pattern(case, size).bool()
     except masks.MaskError as exc:
-        return {"mask": case.mask, "window": case.window, "size": size, "error": str(exc)}
+        return {"mask": case.mask, "window": case.window, "size": size or PIXELS, "error": str(exc)}
+    density = float(keep.float().mean())
+    if size > PIXELS:
+        f = size // PIXELS
+        keep = keep.view(PIXELS, f, PIXELS, f).any(3).any(1)
+    px = keep.shape[0]
     weights = 1 << torch.arange(3, -1, -1)
-    nibbles = (keep.view(size, -1, 4).long() * weights).sum(-1)
+    nibbles = (keep.view(px, -1, 4).long() * weights).sum(-1)
     rows = ["".join("0123456789abcdef"[int(x)] for x in r) for r in nibbles]
     ms, mods = masks.parse(case.mask, case.window)
-    return {"mask": case.mask, "window": case.window, "size": size, "density": float(keep.float().mean()),
+    return {"mask": case.mask, "window": case.window, "size": size, "density": density,
             "terms": [{"name": t.d.name, "kind": t.d.kind, "params": {k: list(v) if isinstance(v, tuple) else v
                                                                      for k, v in t.params},
                        "description": t.d.description} for t in ms + mods],
