@@ -183,6 +183,12 @@ def _broken_error_axis(ax, errs) -> None:
     ax.text(EXACT_BREAK, 0.02, "//", transform=ax.get_xaxis_transform(), ha="center", fontsize=9, color="#555555")
 
 
+def _n_size(ns: pd.Series, lo: float, hi: float):
+    """A marker's area from its n, on a log scale from 12 (the shortest) to 110 (the longest)."""
+    span = max(math.log2(hi / lo), 1e-9) if hi > lo else 1.0
+    return (12 + 98 * np.log2(ns.astype(float) / lo) / span).clip(12, 110)
+
+
 def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -> list[Path]:
     """Achieved TFLOP/s against arithmetic intensity (FLOPs per minimum byte moved), under
     the measured ceilings: the copy bandwidth (the slope) and the matmul peak (the roof)."""
@@ -206,8 +212,14 @@ def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -
         ax.annotate(f"copy bandwidth {bw:.3g} GB/s", (lo * 1.5, lo * 1.5 * bw / 1e3), fontsize=7, rotation=0,
                     va="bottom")
         ax.axvline(ridge, color="#999999", lw=0.7, ls=":")
-        for name, v in g.groupby("variant", sort=True):
-            _points(ax, v, "intensity", "tflops", _style(style, name), name)
+        n_lo, n_hi = float(g["n"].min()), float(g["n"].max())
+        for name, v in g.groupby("variant", sort=True):  # n as the marker's size: small to large
+            st = _style(style, name)
+            ax.scatter(v["intensity"], v["tflops"], s=_n_size(v["n"], n_lo, n_hi), color=st["color"],
+                       marker=st["marker"], alpha=0.85, edgecolors="white", linewidths=0.4, zorder=st["z"] + 0.1,
+                       label=name)
+        for n in sorted({n_lo, n_hi, float(2 ** round(math.log2(math.sqrt(n_lo * n_hi))))}):
+            ax.scatter([], [], s=_n_size(pd.Series([n]), n_lo, n_hi), color="#999999", label=f"n = {int(n)}")
         decode = g[g["q_len"] <= 8]
         if not decode.empty:
             ax.scatter(decode["intensity"], decode["tflops"], s=110, facecolors="none", edgecolors="#d62728",
@@ -221,5 +233,5 @@ def roofline_chart(df: pd.DataFrame, out: Path, style: dict, envs: list[dict]) -
         ax.set_title(f"{dtype}" + ("" if len({r for (r, _), _ in panels}) == 1 else f", run {run}")
                      + f"; left of the ridge ({ridge:.3g} FLOP/B) memory-bound", fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
-    fig.suptitle("Roofline: each ok cell under the measured ceilings", fontsize=11)
+    fig.suptitle("Roofline: each ok cell under the measured ceilings (marker size: n)", fontsize=11)
     return finish(fig, axes, out)

@@ -9,7 +9,6 @@ import os
 import textwrap
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure

@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter
 
@@ -140,25 +141,61 @@ def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None, margin: f
     return m, regressions, warnings, chart, trust
 
 
+COMPARE_COLORS = {"faster": "#2e8b57", "slower": "#c0392b", "same": "#8c8c8c", "unsure": "#b0b0b0",
+                  SHAKY: "#d9b44a", OTHER_TIMER: "#7f6fb0"}
+COMPARE_COLUMNS = 4  # panels across: one per variant, however many cells each has
+
+
 def _chart(m: pd.DataFrame, path: Path, name_a: str, name_b: str) -> Path:
-    colors = {"faster": "#2e8b57", "slower": "#c0392b", "same": "#8c8c8c", "unsure": "#c9c9c9", SHAKY: "#d9b44a",
-              OTHER_TIMER: "#7f6fb0"}
+    """B/A per cell with its interval (the bootstrap 95% interval of the ratio of medians; the
+    quartiles' spread where the rows hold no samples), one panel per variant with n across and a
+    line per mask and direction: its size follows the variants, not the cells."""
+    import math
+
     m = m.sort_values(["variant", "mask", "direction", "q_len"]).reset_index(drop=True)
-    labels = [f"{r.variant} {r.mask} {r.direction} n={r.q_len}" for r in m.itertuples()]
-    fig, ax = new_figure(figsize=(9, max(2.5, 0.24 * len(m) + 1.2)), layout="constrained")
-    ax.barh(range(len(m)), m["ratio"] - 1.0, left=1.0, color=[colors[v] for v in m["verdict"]])
-    ax.axvline(1.0, color="#333333", lw=1)
-    ax.set_xscale("log", base=2)  # 0.5x and 2x sit equally far from 1
-    lo, hi = float(m["ratio"].min()), float(m["ratio"].max())
-    ticks = [t for t in (0.125, 0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0, 8.0) if lo / 1.3 <= t <= hi * 1.3] or [1.0]
-    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylim(len(m) - 0.5, -0.5)
-    ax.set_yticks(range(len(m)), labels, fontsize=7)
-    ax.set_xlabel(f"time ratio B/A  (A = {name_a}, B = {name_b}; < 1 is faster)")
-    fig.suptitle("Run comparison: median time ratio per cell (bootstrap intervals, false discoveries controlled)",
-                 fontsize=11)
-    handles = [Rectangle((0, 0), 1, 1, color=c, label=v) for v, c in colors.items()]
-    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=4, frameon=False)
-    fig.savefig(path, dpi=130)
+    lo = m["ratio_lo"].where(m["ratio_lo"].notna(), m["q1_ms_b"] / m["q3_ms_a"])
+    hi = m["ratio_hi"].where(m["ratio_hi"].notna(), m["q3_ms_b"] / m["q1_ms_a"])
+    m = m.assign(lo=lo.clip(upper=m["ratio"]), hi=hi.clip(lower=m["ratio"]))
+    variants = sorted(m["variant"].unique())
+    cols = min(COMPARE_COLUMNS, len(variants))
+    rows = math.ceil(len(variants) / cols)
+    fig, axes = new_figure(rows, cols, figsize=(3.3 * cols + 0.6, 2.7 * rows + 1.3), squeeze=False, sharey=True,
+                           layout="constrained")
+    for ax in axes.flat[len(variants):]:
+        ax.set_axis_off()
+    series = sorted({(r.mask, r.direction) for r in m.itertuples()})
+    markers = {key: "osD^v<>phX*"[i % 11] for i, key in enumerate(series)}
+    lo_all, hi_all = float(m["lo"].min()), float(m["hi"].max())
+    for ax, name in zip(axes.flat, variants):
+        g = m[m["variant"] == name]
+        for key, s in g.groupby(["mask", "direction"], sort=True):
+            ax.plot(s["q_len"], s["ratio"], color="#999999", lw=0.8, zorder=1)
+            ax.errorbar(s["q_len"], s["ratio"], yerr=[s["ratio"] - s["lo"], s["hi"] - s["ratio"]], fmt="none",
+                        ecolor="#555555", elinewidth=0.8, capsize=2, zorder=2)
+            ax.scatter(s["q_len"], s["ratio"], c=[COMPARE_COLORS[v] for v in s["verdict"]], marker=markers[key],
+                       s=30, zorder=3, edgecolors="#333333", linewidths=0.4)
+        ax.axhline(1.0, color="#333333", lw=0.9)
+        ax.axhspan(1 / (1 + judge.COMPARE_MARGIN), 1 + judge.COMPARE_MARGIN, color="#eeeeee", zorder=0)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ns = sorted(g["q_len"].unique())
+        ax.set_xticks(ns, [str(int(n)) for n in ns], fontsize=7)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("n", fontsize=8)
+    ticks = [t for t in (0.125, 0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 2.0, 4.0, 8.0)
+             if lo_all / 1.15 <= t <= hi_all * 1.15] or [1.0]
+    for ax in axes[:, 0]:
+        ax.set_yticks(ticks, [f"{t:g}x" for t in ticks], fontsize=7)
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel("time ratio B/A (< 1: B faster)", fontsize=8)
+    axes.flat[0].set_ylim(min(ticks[0], lo_all) / 1.1, max(ticks[-1], hi_all) * 1.1)
+    fig.suptitle(f"Run comparison, B/A per cell with its 95% interval (A = {name_a}, B = {name_b}; shaded: within "
+                 f"the {100 * judge.COMPARE_MARGIN:.0f}% margin)", fontsize=10)
+    handles = [Rectangle((0, 0), 1, 1, color=c, label=v) for v, c in COMPARE_COLORS.items()
+               if v in set(m["verdict"])]
+    handles += [Line2D([], [], color="#555555", marker=mk, ls="none", label=f"{mask}, {d}")
+                for (mask, d), mk in markers.items()]
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=min(6, len(handles)), frameon=False)
+    fig.savefig(path, dpi=100)
     return path

@@ -42,7 +42,8 @@ def trust_line(df, envs, lead: bool = True) -> str:
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
                       f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
     run = envs[0].get("path") if len(envs) == 1 else None  # one run: its own folder in the commands
-    remedies = "; ".join(judge.remedy(f, run) for f, n in t.counts.items() if n) if t.state == "care" and t.shaky else ""
+    care = t.state == "care" and t.shaky
+    remedies = "; ".join(judge.remedy(f, run) for f, n in t.counts.items() if n) if care else ""
     opening = f"{t.verdict}: " if lead else (f"remedies: {remedies}. Counts: " if remedies else "")
     text = (f"{opening}{t.ok} ok cells, {t.clean} clean, {t.few_samples} with too few samples for an "
             f"interval, {t.noisy} noisy, {t.contended} contended"

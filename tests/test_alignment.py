@@ -150,7 +150,8 @@ BOTTOM_RIGHT_FORMS = {"none": "none", "causal": "causal", "window": "window:8", 
 def test_every_catalogue_mask_is_covered_under_bottom_right():
     from bench.model import maskdefs
 
-    builtin = [n for n, d in maskdefs.catalogue().items() if d.kind == "mask" and d.module == "bench.model.mask_catalog"]
+    builtin = [n for n, d in maskdefs.catalogue().items()
+               if d.kind == "mask" and d.module == "bench.model.mask_catalog"]
     assert sorted(builtin) == sorted(BOTTOM_RIGHT_FORMS)
 
 

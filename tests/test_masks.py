@@ -205,8 +205,8 @@ def test_a_plugin_mask_is_swept_checked_and_counted(tmp_path):
 EAGER_SHAPES = [(40, 136, 4, 2), (150, 45, 4, 1)]  # cross both ways: the alignment matters
 
 
-WITH_MODS = ["causal+softcap:1", "causal+alibi", "alibi_symmetric", "bigbird:8+alibi+softcap:2", "document:3:causal=1+rel_bias:16",
-             "padding+rel_bias:8"]
+WITH_MODS = ["causal+softcap:1", "causal+alibi", "alibi_symmetric", "bigbird:8+alibi+softcap:2",
+             "document:3:causal=1+rel_bias:16", "padding+rel_bias:8"]
 
 
 def _flex_against_the_reference(spelling, shapes, traced):

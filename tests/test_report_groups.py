@@ -262,3 +262,55 @@ def test_the_page_and_report_md_give_their_sections_in_one_order(large_run):
     for title in ("Which to use", "Charts"):
         body = next(s for s in sections if s.startswith(title))
         assert re.findall(r"^### (.+)$", body, re.M)[-len(labels):] == labels
+
+
+def _rows_of(rows):
+    import pandas as pd
+
+    from reports.frames import tidy
+
+    base = dict(device="cpu", dtype="float32", batch=1, heads=8, kv_heads=8, head_dim=64, mask="none",
+                window=None, direction="fwd", reason="", status="ok")
+    return tidy(pd.DataFrame([base | r | {"kv_len": r["q_len"]} for r in rows]))
+
+
+def _rounds(variant, n, rounds, **kw):
+    med = sorted(rounds)[len(rounds) // 2]
+    return dict(variant=variant, q_len=n, median_ms=med, q1_ms=min(rounds), q3_ms=max(rounds),
+                round_medians_ms=list(rounds), interleave_id=f"rounds-{n}", **kw)
+
+
+def test_a_crossover_within_three_percent_is_not_stated():
+    """b beats a in every round above n = 512, but by 1 %: within what the charts call equal, so no
+    crossover; by 10 %, it is one."""
+    from reports.scaling import crossovers
+
+    def rows(gain):
+        out = []
+        for n, ratio in ((256, 1.10), (512, 1.10), (1024, gain), (2048, gain)):
+            out.append(_rounds("a", n, [1.0, 1.1, 0.9]))
+            out.append(_rounds("b", n, [1.0 * ratio, 1.1 * ratio, 0.9 * ratio]))
+        return out
+    assert crossovers(_rows_of(rows(0.99))).empty
+    c = crossovers(_rows_of(rows(0.90)))
+    assert list(c["faster_above"]) == ["b"]
+
+
+def test_which_to_use_never_shows_a_runner_up_faster_than_the_fastest():
+    """The medians put a first, the paired rounds put b first: the rounds decide, the margin is >= 1."""
+    from reports.groups import Group, overview, overview_display
+
+    a = _rounds("a", 256, [1.00, 1.50, 0.70])  # median 1.00
+    b = _rounds("b", 256, [0.98, 1.48, 1.01])  # median 1.01, yet faster than a in 2 of 3 rounds
+    t = overview(Group("", "all", _rows_of([a, b])))
+    assert t["margin"].iloc[0] >= 1.0 and t["fastest"].iloc[0] == "b"
+    assert "not told apart" in overview_display(t)["margin (spread)"].iloc[0]
+
+
+def test_not_run_here_lists_only_variants_that_never_ran():
+    from reports.groups import not_run
+
+    df = _rows_of([dict(variant="ok", q_len=64, median_ms=1.0),
+                   dict(variant="broken", q_len=64, status="error", reason="RuntimeError: x"),
+                   dict(variant="gpu.only", q_len=64, status="unsupported", reason="device cpu not supported")])
+    assert list(not_run(df)["variant"]) == ["gpu.only"]

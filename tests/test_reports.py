@@ -628,3 +628,46 @@ def test_each_variant_keeps_one_colour_across_charts_distinct_within_a_chart():
     # the baseline's colour is its own in every chart, baseline or not (frontier bars draw with no baseline)
     assert variant_style(["naive", "sdpa"], None)["naive"]["color"] == style["naive"]["color"]
     assert variant_style(["naive", "sdpa.flash"], "naive")["naive"]["color"] != style["sdpa.flash"]["color"]
+
+
+def test_the_compare_chart_has_a_panel_per_variant_and_whiskers_whatever_the_cell_count(tmp_path):
+    """104 cells (4 variants x 2 masks x 13 lengths) made a 3,400 px column of bars without intervals:
+    now a panel per variant, its height set by the variants, and every point with its interval."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+
+    def rows(scale):
+        out = []
+        for v in ("naive", "sdpa", "flex", "chunked.online"):
+            for mask in ("none", "causal"):
+                for n in [64 * 2**k for k in range(13)][:13]:
+                    med = 1e-3 * n * scale
+                    samples = list(med * (1 + 0.01 * rng.standard_normal(8)))
+                    out.append(dict(device="cpu", dtype="float32", batch=1, heads=8, kv_heads=8, head_dim=64,
+                                    mask=mask, window=None, direction="fwd", reason="", status="ok", variant=v,
+                                    q_len=n, kv_len=n, median_ms=float(np.median(samples)), q1_ms=min(samples),
+                                    q3_ms=max(samples), samples_ms=samples))
+        return out
+    a = _run_folder(tmp_path / "a", rows(1.0))
+    b = _run_folder(tmp_path / "b", rows(1.2))
+    m, _, _, chart, _ = compare_runs(a, b, out=tmp_path / "cmp")
+    assert len(m) == 104 and m["ratio_lo"].notna().all()  # every cell has its interval to draw
+    width, height = Image.open(chart).size
+    assert height < 800 and width < 1600, (width, height)
+
+
+def test_the_roofline_encodes_n_as_marker_size_with_a_key(tmp_path, monkeypatch):
+    import reports.accuracy as accuracy
+
+    drawn = {}
+    monkeypatch.setattr(accuracy, "finish", lambda fig, axes, out: drawn.setdefault("axes", axes) and [out])
+    rows = [dict(status="ok", variant=v, n=n, q_len=n, run="r", dtype="float32", tflops=0.01 * n / 64,
+                 intensity=n / 16, approximate=False) for v in ("naive", "sdpa") for n in (64, 256, 1024)]
+    accuracy.roofline_chart(pd.DataFrame(rows), tmp_path / "roofline", {}, [{"run": "r", "peak_gbps": 20.0,
+                                                                          "peaks_tflops": {"float32": 0.2}}])
+    ax = drawn["axes"][0]
+    sizes = [list(c.get_sizes()) for c in ax.collections if len(c.get_offsets()) == 3]
+    assert sizes and all(s[0] < s[1] < s[2] for s in sizes)  # n = 64, 256, 1024: small to large
+    labels = ax.get_legend_handles_labels()[1]
+    assert "n = 64" in labels and "n = 1024" in labels

@@ -363,7 +363,7 @@ def alibi_slopes(heads: int) -> list[float]:
 @score_mod("alibi", additive=True, prepare=lambda case: {"slopes": torch.tensor(alibi_slopes(case.heads))},
            description="ALiBi: score + slope_h * (j - i), one-sided (keys after the query gain): attention-gym's "
                        "form, and FlashAttention's under a causal mask; the paper's slopes per head (attention-gym's "
-                       "generate_alibi_bias uses 2^(-8(h+1)/H) for every H, which differs when H is not a power of two)")
+                       "generate_alibi_bias uses 2^(-8(h+1)/H) for every H: it differs when H is no power of two)")
 def alibi(score, b, h, q_idx, kv_idx, slopes):
     return score + slopes[h] * (kv_idx - q_idx)
 
