@@ -12,6 +12,7 @@ from reports.frames import load_runs, speedups, with_peaks
 from reports.groups import Group, not_run, overview, split
 from reports.markdown import write_markdown
 from reports.masks import density_chart, mask_table, pattern_chart, pictures, with_labels
+from reports.mixes import is_mix_frame, mix_jobs
 from reports.page import ReportParts, write_page
 from reports.scaling import crossovers, scaling_table
 from reports.tables import facet_tables, failed_rows, failures, status_counts, with_metrics, write_csvs
@@ -26,9 +27,17 @@ class GroupPart:
     charts: dict = field(default_factory=dict)  # name -> paths
 
 
+def group_chart_jobs(frame, folder: Path, style: dict, baseline, peaks, bandwidth=None) -> list:
+    """A group's charts as drawing jobs: serving mixes as bar groups (reports.mixes), every other
+    group as lines over n (reports.charts)."""
+    if is_mix_frame(frame):  # a mix is one batch, not a length that scales
+        return mix_jobs(frame, folder, style)
+    return chart_jobs(frame, folder, style, baseline, peaks, bandwidth)
+
+
 def _group_jobs(g: Group, charts_dir: Path, style: dict, baseline, peaks, bandwidth) -> list:
     folder = charts_dir / g.slug if g.slug else charts_dir
-    return [(g.slug, job) for job in chart_jobs(g.frame, folder, style, baseline, peaks, bandwidth)]
+    return [(g.slug, job) for job in group_chart_jobs(g.frame, folder, style, baseline, peaks, bandwidth)]
 
 
 WHOLE = ("roofline", "error", "pareto", "density", "masks")  # charts across the groups, each of a bounded size

@@ -524,15 +524,6 @@ def chart_jobs(df: pd.DataFrame, folder: Path, style: dict, baseline: str | None
                bandwidth: float | None = None) -> list:
     """The metric charts and the breakdown of one group as drawing jobs ``(name, function,
     first argument, keyword arguments)``, written under ``folder``."""
-    from reports.mixes import is_mix_frame, mix_chart
-
-    if is_mix_frame(df):  # serving mixes: a bar group per mix, not lines over a length that does not scale
-        return [("time", mix_chart, df, dict(style=style, out=folder / "time", metric="time_ms", low="q1_ms",
-                                             high="q3_ms", ylabel="median time per call (ms; whisker: IQR)",
-                                             title="Time per mixed batch, by variant")),
-                ("memory", mix_chart, df, dict(style=style, out=folder / "memory", metric="mem_mib",
-                                               ylabel="peak memory above inputs (MiB)",
-                                               title="Peak memory per mixed batch, by variant"))]
     jobs = [(name, chart, df, dict(style=style, baseline=baseline, out=folder / name, **spec))
             for name, spec in metric_specs(df, baseline, peaks, bandwidth).items()]
     jobs.append(("breakdown", breakdown_chart, df, dict(out=folder / "breakdown")))
@@ -628,7 +619,7 @@ def drawing_processes() -> int:
     raw = os.environ.get(DRAW_PROCESSES_ENV, "").strip()
     if not raw:
         return len(usable_cpus()) - 1
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         raise UsageError(f"{DRAW_PROCESSES_ENV}={raw!r}: a whole number of processes that draw charts beside the "
                          "report's own, 0 or more (0: the report's process draws them all)")
     return int(raw)

@@ -17,6 +17,16 @@ PHASE_COLORS = {"prefill": "#4c72b0", "chunked_prefill": "#dd8452", "decode": "#
 SHARES = (("flops", "FLOPs"), ("q_tokens", "query tokens"), ("kv_bytes", "keys read"))
 
 
+def mix_jobs(df: pd.DataFrame, folder: Path, style: dict) -> list:
+    """The charts of a group of serving mixes as drawing jobs (as charts.chart_jobs gives a scaling group's)."""
+    return [("time", mix_chart, df, dict(style=style, out=folder / "time", metric="time_ms", low="q1_ms",
+                                         high="q3_ms", ylabel="median time per call (ms; whisker: IQR)",
+                                         title="Time per mixed batch, by variant")),
+            ("memory", mix_chart, df, dict(style=style, out=folder / "memory", metric="mem_mib",
+                                           ylabel="peak memory above inputs (MiB)",
+                                           title="Peak memory per mixed batch, by variant"))]
+
+
 def is_mix_frame(df: pd.DataFrame) -> bool:
     """Whether every row of the frame is a mixed batch (its charts are bar groups, not scaling lines)."""
     return "mix" in df and not df.empty and bool((df["mix"].astype(str) != "none").all())

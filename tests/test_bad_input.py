@@ -119,3 +119,199 @@ def test_plugin_masks_that_cannot_work_are_refused_before_any_cell_runs(tmp_path
         assert f"mask '{name}'" in err[0] and "badmasks.py" in err[0] and words in err[0], err[0]
         if name == "pythonic":
             assert "combine conditions with &, |, ~ and torch.where" in err[0]
+
+
+# -- every integer-valued flag, every subcommand: ASCII digits in range, or exit 2 and one line ----------------
+
+BAD_INTEGERS = ["²", "６", "-1", "0", "1" * 40]
+COMMANDS = {"sweep": ["--dry-run"], "frontier": ["--variants", "naive"], "profile": ["--variant", "naive"],
+            "selfcheck": ["--variants", "naive"]}
+
+
+def _integer_settings():
+    """(flag, lowest valid value) of every setting whose parser takes whole numbers."""
+    import inspect
+
+    from bench.model.spec import SETTINGS, flag
+
+    out = []
+    for name, s in SETTINGS.items():
+        parse = s.parse
+        kind = parse.__qualname__.split(".")[0]
+        free = inspect.getclosurevars(parse).nonlocals if parse.__closure__ else {}
+        if kind in ("ints", "head_dims") or parse.__name__ == "threads_or_auto":
+            out.append((flag(name), free.get("lo", 1)))
+        elif kind == "number" and free.get("whole"):
+            out.append((flag(name), free["lo"]))
+    return out
+
+
+def _flags_of(command: str) -> set:
+    import argparse
+
+    from bench.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    return {opt for a in sub._actions for opt in a.option_strings}
+
+
+def test_the_integer_settings_are_found():
+    flags = dict(_integer_settings())
+    assert {"--seq-lens", "--batch", "--head-dims", "--window", "--heads", "--rounds", "--threads"} <= set(flags)
+    assert flags["--steps"] == 0 and flags["--seq-lens"] == 1
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_integer_flag_of_every_subcommand_refuses_what_is_not_an_ascii_whole_number_in_range(command,
+                                                                                                    capsys):
+    flags = _flags_of(command)
+    walked = 0
+    for flag_, lo in _integer_settings():
+        if flag_ not in flags:
+            continue
+        for value in BAD_INTEGERS:
+            if value == "0" and lo == 0:
+                continue  # 0 is valid there (--steps 0: none)
+            argv = [command, flag_, value, *COMMANDS[command], "--device", "cpu"]
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+            if not value.isascii():
+                assert "ASCII" in err, (argv, err)
+            walked += 1
+    assert walked >= 20
+
+
+@pytest.mark.parametrize("argv", [["profile", "--variant", "naive", "--top"], ["gpu-check", "--device", "cpu",
+                                                                               "--seq-len"]])
+def test_the_commands_own_integer_flags_refuse_the_same(argv, capsys):
+    for value in BAD_INTEGERS:
+        assert main([*argv, value]) == 2, value
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("spelling", ["²x(4/8)", "1x(4/⁸)", "２x(4/8)", "2x(4/)"])
+def test_batch_mix_spellings_take_ascii_digits_and_whole_shapes(spelling, capsys):
+    _refused(capsys, ["sweep", "--batch-mix", spelling, "--dry-run", "--device", "cpu"], "--batch-mix")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--kv-layout", "paged:²"], "--kv-layout 'paged:²' is not valid"),
+    (["--masks", "window:²"], "(ASCII digits 0-9)"),
+    (["--lengths", "lognormal:０.5", "--batch", "4"], "--lengths 'lognormal:０.5' is not valid"),
+    (["--inputs", "outliers:1e-300"], "1 <= SCALE"),
+    (["--model", ""], "--model is empty; valid: llama3-8b"),
+    (["--batch-mix", "2x(8/16)", "--total-tokens", "64"], "give it or --total-tokens, not both"),
+    (["--seq-lens", "128", "--total-tokens", "200", "--lengths", "lognormal:0.5"], "give --total-tokens 256 or more"),
+    (["--plugin", "nofile.py"], "no such file"),
+    (["--threads", "999"], "--threads takes auto or a whole number from 1 to"),
+    (["--masks", "tree_topk:1024", "--seq-lens", "12", "--kv-lens", "64", "--align", "br", "--variants", "naive"],
+     "give a width of at most q_len"),
+])
+def test_surprising_values_are_refused_with_what_is_valid(argv, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, ["sweep", *argv, "--dry-run", "--device", "cpu"], words)
+
+
+def test_two_spellings_of_one_mix_are_one_cell():
+    from bench.model.workload import canonical_mix
+
+    assert canonical_mix("1x(4/8)+1x(4/8)") == canonical_mix("2x(4/8)") == "2x(4/8)"
+    assert canonical_mix("1x(4/8)+1x(1/8)+1x(4/8)") == "1x(4/8)+1x(1/8)+1x(4/8)"  # another packing order
+
+
+def test_a_tree_under_top_left_with_a_cache_warns(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--masks", "tree_chain", "--seq-lens", "12", "--kv-lens", "64", "--variants", "naive",
+                 "--dry-run", "--device", "cpu"]) == 0
+    assert "never see the cache's keys" in capsys.readouterr().err
+
+
+def test_gpu_check_quick_refuses_the_flags_it_ignores(capsys):
+    _refused(capsys, ["gpu-check", "--quick", "--variants", "nosuch"], "--variants is not taken with it")
+    _refused(capsys, ["gpu-check", "--device", "cpu", "--variants", "nosuch"], "unknown nosuch; valid:")
+
+
+# -- nothing already measured is written over --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    from tests.conftest import run_cli
+
+    out = tmp_path_factory.mktemp("measured") / "run"
+    res = run_cli("sweep", *SMALL[:-2], "--masks", "none,causal", "--out", out)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def _snapshot(folder):
+    import hashlib
+
+    return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_export_never_writes_over_a_runs_files_nor_any_file_without_force(measured, tmp_path, capsys):
+    before = _snapshot(measured)
+    for name in ("results.jsonl", "env.json", "masks.json"):
+        _refused(capsys, ["export", measured, "--out", measured / name], "export never writes over a run's files")
+        _refused(capsys, ["export", measured, "--out", measured / name, "--force"], "never writes over")
+    assert _snapshot(measured) == before
+    _refused(capsys, ["export", measured, "--out", tmp_path / "missing" / "x.json"], "does not exist")
+    _refused(capsys, ["export", measured, "--out", tmp_path], "a folder is there")
+    other = tmp_path / "mine.json"
+    other.write_text("keep me")
+    _refused(capsys, ["export", measured, "--out", other], "--force replaces it")
+    assert other.read_text() == "keep me"
+    assert main(["export", str(measured), "--out", str(other), "--force"]) == 0
+    assert json.loads(other.read_text())["benchmarks"]
+
+
+def test_no_command_writes_over_an_existing_run_folders_files(measured, tmp_path, capsys, monkeypatch):
+    """Every subcommand that reads a run leaves the files it found byte for byte as they were; only
+    sweep --resume (its rows), report (report/) and merge (its own merged/ folder) write into one."""
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(measured)
+    run = str(measured)
+    for argv in (["status", run], ["status", run, "--cells"], ["status", run, "--repro", "1"],
+                 ["export", run, "--out", str(tmp_path / "e.json")], ["export", run],
+                 ["compare", run, run, "--out", str(tmp_path / "cmp")], ["compare", run, run],
+                 ["list"], ["sweep", "--resume", run, "--dry-run"]):
+        main(argv)
+        after = _snapshot(measured)
+        assert {k: v for k, v in after.items() if k in before} == before, argv
+    capsys.readouterr()
+
+
+def test_report_of_one_run_named_twice_reads_it_once(measured, tmp_path, capsys):
+    import pandas as pd
+
+    assert main(["report", str(measured), str(measured), "--out", str(tmp_path / "rep")]) == 0
+    assert "named more than once" in capsys.readouterr().err
+    assert len(pd.read_csv(tmp_path / "rep" / "results.csv")) == len(
+        [line for line in (measured / "results.jsonl").read_text().splitlines() if line])
+
+
+def test_frontier_refuses_a_folder_that_holds_anything(tmp_path, capsys):
+    out = tmp_path / "f"
+    out.mkdir()
+    (out / "frontier.csv").write_text("variant,largest\nnaive,64\n")
+    _refused(capsys, ["frontier", "--variants", "naive", "--device", "cpu", "--memory-budget", "1GiB", "--out", out],
+             "not empty")
+    assert (out / "frontier.csv").read_text() == "variant,largest\nnaive,64\n"
+
+
+def test_resume_with_another_out_is_refused(measured, tmp_path, capsys):
+    _refused(capsys, ["sweep", "--resume", measured, "--out", tmp_path / "other", "--dry-run"], "give one of them")
+
+
+@pytest.mark.slow
+def test_a_frontier_where_nothing_fits_says_so_instead_of_naming_a_chart(tmp_path):
+    from tests.conftest import run_cli
+
+    res = run_cli("frontier", "--variants", "naive", "--memory-budget", "1B", "--out", tmp_path / "f")
+    assert res.returncode == 0, res.stderr
+    assert "chart None" not in res.stdout and "no chart: no variant fits" in res.stdout

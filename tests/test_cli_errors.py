@@ -25,7 +25,7 @@ def _one_line(capsys, words, code=2, argv=()):
     (lambda f: ["sweep", "--out", str(f / "under"), "--no-report"], "cannot write there"),
     (lambda f: ["sweep", "--out", "/proc/attnbench-run", "--no-report"], "cannot write there"),
     (lambda f: ["profile", "--variant", "naive", "--out", str(f)], "a file is there; give a folder"),
-    (lambda f: ["selfcheck", "--budget-ms", "abc"], "--budget-ms takes a positive number of milliseconds"),
+    (lambda f: ["selfcheck", "--budget-ms", "abc"], "--budget-ms takes a positive, finite number of milliseconds"),
     (lambda f: ["profile"], "give --variant NAME"),
 ])
 def test_paths_and_numbers(capsys, a_file, argv, words):

@@ -50,7 +50,8 @@ def test_a_report_that_cannot_be_built_fails_the_sweep_and_keeps_the_rows(tmp_pa
 
 
 def test_serving_mixes_are_bar_groups_with_phase_shares_and_the_summary_has_a_column_per_mix(tmp_path):
-    from reports.charts import chart, chart_jobs, variant_style
+    from reports.build import group_chart_jobs
+    from reports.charts import chart, variant_style
     from reports.frames import load_runs
     from reports.mixes import mix_chart, phase_shares
     from reports.tables import summary_table, with_metrics
@@ -68,7 +69,7 @@ def test_serving_mixes_are_bar_groups_with_phase_shares_and_the_summary_has_a_co
     assert sorted(line.split()[0] for line in body) == ["chunked.online", "naive"]
     assert all(len(line.split()) == 3 for line in body)
     df, _ = load_runs([out])
-    jobs = chart_jobs(with_metrics(df, None), tmp_path / "charts", variant_style(df["variant"], None), None, {})
+    jobs = group_chart_jobs(with_metrics(df, None), tmp_path / "charts", variant_style(df["variant"], None), None, {})
     assert [(name, fn) for name, fn, _, _ in jobs] == [("time", mix_chart), ("memory", mix_chart)]
     assert all(fn is not chart for _, fn, _, _ in jobs)
     decode_mix = next(r for r in rows if r["mix"] == "1x(16/16)+3x(1/64)")

@@ -13,7 +13,10 @@ import pytest
 
 from bench.cli import main
 from bench.cli.sweep import timed_share
+from bench.model.parsers import THREADS_PER_CORE, usable_cores
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
+
+THREADS_LIMIT = min(4096, THREADS_PER_CORE * usable_cores())  # --threads beyond this is refused here
 
 SMALL = ["--seq-lens", "32,64", "--heads", "2", "--head-dims", "16", "--masks", "none",
          "--budget-ms", "5", "--no-report", "--quiet", "--device", "cpu",  # the same on a GPU machine
@@ -157,8 +160,8 @@ def test_resume_with_one_more_variant_measures_only_its_cells(tmp_path):
     (["sweep", "--resume", "/nonexistent/run"], "no such run folder"),
     (["sweep", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["sweep", "--device", "tpu"], "unknown device 'tpu'; valid: cpu, cuda"),
-    (["sweep", "--threads", "0"], "--threads takes auto or a whole number from 1 to 4096, got 0"),
-    (["sweep", "--threads", "two"], "--threads takes auto or a whole number from 1 to 4096, got 'two'"),
+    (["sweep", "--threads", "0"], f"--threads takes auto or a whole number from 1 to {THREADS_LIMIT}, got 0"),
+    (["sweep", "--threads", "two"], f"--threads takes auto or a whole number from 1 to {THREADS_LIMIT}, got 'two'"),
     (["sweep", "--precision", "nan"], "--precision takes a number from 0.1 to 50, got 'nan'"),
     (["sweep", "--rounds", "0"], "--rounds takes a whole number from 1 to 100, got 0"),
     (["sweep", "--budget-ms", "nan"], "--budget-ms takes a positive, finite number of milliseconds, got 'nan'"),

@@ -52,7 +52,8 @@ def case_spec(args, defaults: dict, variants: list[str] | None = None):
     if variants is not None:
         given["variants"] = parse_values({"variants": variants})["variants"]
     device = given.get("device") or default_device()
-    given = parse_values({k: v for k, v in defaults.items() if k not in given}) | given
+    replaced = ("seq_lens", "batch", "kv_lens") if "batch_mix" in given else ()  # a mix is its own lengths and batch
+    given = parse_values({k: v for k, v in defaults.items() if k not in given and k not in replaced}) | given
     given.setdefault("dtypes", ["float32" if device == "cpu" else "bfloat16"])
     registry = discover(given.get("plugins") or [])
     return registry, build_spec(given | {"device": device}, registry)

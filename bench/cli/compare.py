@@ -45,6 +45,8 @@ def command(args):
     from reports.compare import compare_runs
 
     rule = parse_regression(args.fail_on_regression)
+    if args.explain is not None and not args.explain.strip():
+        raise UsageError("--explain takes words that name one cell, e.g. 'naive n=1024 causal fwd'; got nothing")
     require_run(args.run_b)
     out = writable_dir(args.out if args.out else Path(args.run_b) / "compare")
     m, regressions, warnings, chart, trust = compare_runs(args.run_a, args.run_b, out, rule, args.margin, args.fdr)
@@ -53,10 +55,13 @@ def command(args):
     for w in warnings:
         print(f"warning: the environments differ: {w}", file=sys.stderr)
     if m.empty:
+        if args.explain is not None:
+            raise UsageError(f"--explain {args.explain!r}: the two runs have no matching ok cell to explain (no cell "
+                             f"has the same variant and case, with status ok, in both)")
         print("no matching ok cells between the two runs: no cell has the same variant and case, "
               "with status ok, in both", file=sys.stderr)
         return 3 if rule else 0
-    if args.explain:
+    if args.explain is not None:
         return _explain(m, args)
     cols = ["variant", "dtype", "mask", "direction", "q_len", "median_ms_a", "median_ms_b", "ratio", "ratio_lo",
             "ratio_hi", "q", "verdict"]
@@ -110,10 +115,23 @@ def _explain(m, args) -> int:
         samples = r[f"samples_ms_{side}"]
         if isinstance(samples, list):
             print(f"{side.upper()} samples (ms): " + ", ".join(f"{x:.4g}" for x in samples))
-        cell = {k: r[k] for k in row.IDENTITY} | {"budget_ms": None}
+        cell = _measured_row(Path(run), r) or ({k: r[k] for k in row.IDENTITY} | {"budget_ms": None})
+        out = f"runs/repro-{repro.slug(cell)}-{side.upper()}"  # A's and B's measured apart, never into one folder
         print(f"measure it again in {side.upper()}'s conditions: "
-              f"{repro.command(cell, store.read_env(Path(run)).get('spec') or {})}")
+              f"{repro.command(cell, store.read_env(Path(run)).get('spec') or {}, out=out)}")
     return 0
+
+
+def _measured_row(run: Path, cell) -> dict | None:
+    """The run's own current row of the compared cell: the settings it was measured under
+    (budget, threads, precision) come with it, as ``status --repro`` gives them."""
+    from bench.engine import store
+
+    def same(a, b) -> bool:
+        blank = (None, "", "-")
+        a, b = (None if x in blank or x != x else x for x in (a, b))
+        return str(a) == str(b)
+    return next((x for x in store.read_current(run) if all(same(x.get(k), cell[k]) for k in row.IDENTITY)), None)
 
 
 def add_parser(sub) -> None:

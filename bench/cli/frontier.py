@@ -62,6 +62,9 @@ def command(args) -> int:
         gave = args.seq_lens is not None
         probes = spec.seq_lens if gave or spec.device == "cpu" else frontier.PROBES["n"]["cuda"]
     spec = spec.replace(remeasure=0, budget_ms=spec.budget_ms if args.budget_ms else 100.0)
+    if args.out and Path(args.out).is_dir() and any(Path(args.out).iterdir()):
+        raise UsageError(f"--out {args.out}: not empty; a frontier is written into a new or empty folder (an "
+                         f"earlier search's frontier.csv and cells are never mixed with or overwritten by another)")
     out = store.writable_dir(args.out) if args.out else store.new_run_dir(f"{spec.device}-frontier", link_latest=False)
     print(f"frontier: {axis} per variant within {frontier.gib(budget)} ({where}); cells in {out}", flush=True)
     base = spec.cases()[0]
@@ -161,7 +164,8 @@ def _write(results, out: Path, base, axis: str) -> None:
 
     path = frontier_chart(df, out / "frontier.png", f"Largest {axis} within {frontier.gib(results[0].budget)}: "
                                                     f"{shape_text(base, axis)}")
-    print(f"frontier: {out / 'frontier.csv'} (cells: frontier-cells.csv); chart {path}")
+    print(f"frontier: {out / 'frontier.csv'} (cells: frontier-cells.csv); "
+          + (f"chart {path}" if path else "no chart: no variant fits within the budget at any size searched"))
 
 
 def add_parser(sub) -> None:

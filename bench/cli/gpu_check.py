@@ -498,15 +498,27 @@ def sdpa_verdict(rows: list[dict], peak: float | None, absolute: float | None = 
 
 def command(args):
 
+    from bench.model.case import MAX_LEN
+    from bench.model.parsers import number
+
     out = Path(args.out) if args.out else None
     if args.quick:
+        given = [flag for flag, value, default in (("--variants", args.variants, None),
+                                                   ("--seq-len", args.seq_len, "2048")) if value != default]
+        if given:
+            raise UsageError(f"gpu-check --quick checks its own cells and lengths: {' and '.join(given)} "
+                             f"{'is' if len(given) == 1 else 'are'} not taken with it (drop --quick to choose them)")
         return run_quick_check(out, args.device)
-    try:
-        seq_len = int(args.seq_len)
-    except ValueError:
-        raise UsageError(f"--seq-len takes a positive whole number, got {args.seq_len!r}") from None
-    if seq_len < 16:
-        raise UsageError(f"--seq-len takes a whole number of 16 or more, got {seq_len}")
+    seq_len = number(16, MAX_LEN, True)(args.seq_len, "--seq-len")
+    if args.variants is not None:
+        from bench.api import discover
+
+        names = [v.strip() for v in args.variants.split(",") if v.strip()]
+        known = discover().names()
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise UsageError(f"--variants {args.variants!r}: unknown {', '.join(unknown) or '(none given)'}; "
+                             f"valid: {', '.join(known)}")
     variants = [v for v in (args.variants or "").split(",") if v] or None
     return run_gpu_check(out, seq_len, args.device, variants)
 

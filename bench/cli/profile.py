@@ -9,7 +9,9 @@ from bench.errors import UsageError
 
 def command(args):
     from bench.engine import store
+    from bench.model.parsers import number
 
+    args.top = number(1, 10_000, True)(args.top, "--top")  # a count: never a negative slice
     names = [args.variant] if args.variant else [v for v in (args.variants or "").split(",") if v]
     if not names:
         raise UsageError("profile: give --variant NAME (or --variants A,B); `python -m bench list` names them")
@@ -50,5 +52,5 @@ def add_parser(sub) -> None:
     pp.add_argument("--variant", help="the variant to profile (or --variants A,B for several)")
     add_setting_flags(pp, case_only=True)
     pp.add_argument("--out", metavar="DIR", help="folder for the trace and CSV (default: a new run folder)")
-    pp.add_argument("--top", type=int, default=15, help="operators to print (default 15)")
+    pp.add_argument("--top", default="15", help="operators to print, 1 to 10,000 (default 15)")
     pp.set_defaults(func=command)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 
 def command(args):
@@ -10,6 +12,15 @@ def command(args):
     from reports.build import build_report
 
     runs = args.runs or [str(DEFAULT_ROOT / "latest")]
+    first: dict = {}
+    for r in runs:  # one run named twice (or once more through runs/latest): read once
+        first.setdefault(Path(r).resolve(), r)
+    unique = list(first.values())
+    if len(unique) < len(runs):
+        twice = sorted({r for r in runs if runs.count(r) > 1 or r not in unique})
+        print(f"warning: {', '.join(twice)} named more than once (or through a link to the same folder): each run "
+              f"is read once", file=sys.stderr)
+        runs = unique
     out = writable_dir(args.out) if args.out else None
     if args.svg:
         from reports.charts import SVG_ENV

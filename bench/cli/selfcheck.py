@@ -4,21 +4,16 @@ triton's do_bench on a GPU), in interleaved rounds."""
 from __future__ import annotations
 
 from bench.cli.common import add_setting_flags, case_spec
-from bench.errors import UsageError
 
 
 def command(args):
-    import math
     import sys
 
     from tabulate import tabulate
 
-    try:
-        budget = float(args.budget_ms)
-    except ValueError:
-        budget = math.nan
-    if not 0 < budget < math.inf:
-        raise UsageError(f"--budget-ms takes a positive number of milliseconds, got {args.budget_ms!r}")
+    from bench.model.parsers import positive
+
+    budget = positive("milliseconds")(args.budget_ms, "--budget-ms")
     from bench.measure.selfcheck import check_cell, default_cases
     from bench.model.registry import available
 

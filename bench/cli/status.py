@@ -110,8 +110,9 @@ def _run(folder: Path, args) -> int:
 def _pick(rows: list[dict], cell: str) -> dict:
     """The cell ``cell`` names: its number in ``--cells``, or words every one of which is in its label."""
     from bench.engine import repro
+    from bench.model.digits import is_digits
 
-    if cell.isdigit():
+    if is_digits(cell):
         i = int(cell)
         if not 1 <= i <= len(rows):
             raise UsageError(f"--repro {cell}: the run has cells 1 to {len(rows)} (status RUN --cells lists them)")

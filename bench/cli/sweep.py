@@ -13,6 +13,7 @@ from bench.cli.common import Parser, add_setting_flags, given_settings, process_
 from bench.engine import store
 from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
+from bench.model.digits import is_digits
 from bench.model.row import STATUSES
 
 # torch and the engine are imported once the workers are started (prestart): they import
@@ -80,6 +81,10 @@ def _command(args, flags: dict) -> int:
     if flags.get("window") is not None and not any(masks.uses_window_flag(m) for m in spec.masks):
         print(f"warning: --window {','.join(map(str, flags['window']))} has no effect: no window mask in --masks "
               f"({','.join(spec.masks)}); add window to --masks to use it", file=sys.stderr)
+    if resume is not None and args.out and Path(args.out).resolve() != resume.resolve():
+        raise UsageError(f"--resume {resume} writes into that run folder; --out {args.out} names another: give one "
+                         f"of them")
+    _tree_alignment_warning(spec)
     _check_run_settings(spec, resume, args)
     if spec.executor:
         return _submit(spec, registry, args)
@@ -107,6 +112,17 @@ def _command(args, flags: dict) -> int:
                            others_cores_start=others)
     summary = run_sweep(spec, run_dir, options)
     return _finish(summary, spec, args, projection.wall_s)
+
+
+def _tree_alignment_warning(spec) -> None:
+    """A draft tree under top-left alignment with more keys than queries: the cache's keys sit after
+    the tree's positions and are never seen; verification runs bottom-right."""
+    trees = [m for m in spec.masks if "tree" in m]
+    longer = [kv for kv in (spec.kv_lens or []) if any(kv > q for q in spec.seq_lens)]
+    if trees and longer and "top-left" in spec.align:
+        print(f"warning: --masks {','.join(trees)} under --align top-left with --kv-lens {longer[0]} above the query "
+              f"length: the tree's queries sit at the first positions and never see the cache's keys; draft "
+              f"verification runs --align bottom-right", file=sys.stderr)
 
 
 def _check_run_settings(spec, resume, args) -> None:
@@ -200,7 +216,7 @@ def _workers_hint(args) -> int:
     if getattr(args, "dry_run", False):
         return 0
     text = str(args.workers or "1")
-    if args.gpus or args.device == "cuda" or not text.isdigit():
+    if args.gpus or args.device == "cuda" or not is_digits(text):
         return 1
     if int(text) > len(usable_cpus()):
         return 0

@@ -23,6 +23,9 @@ from bench.model.registry import ENTRY_POINT_GROUP, Registry, module_variants, p
 
 def _load_plugin(path: str):
     p = Path(path).expanduser().resolve()
+    if not p.exists():
+        raise RegistryError(f"--plugin {path}: no such file ({p}); give the path to a .py file (a plugin moved "
+                            f"since the run began is given again with --plugin NEW_PATH)")
     if not p.is_file() or p.suffix != ".py":
         raise RegistryError(f"--plugin {path}: not a Python file (expected a path to a .py file)")
     modname = plugin_module(path)

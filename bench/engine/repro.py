@@ -56,8 +56,13 @@ def command(row: dict, spec: dict | None = None, out: str | None = None) -> str:
             flags += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     for plugin in spec.get("plugins") or []:
         flags += ["--plugin", plugin]
-    flags += ["--out", out or f"runs/repro-{_slug(row)}"]
+    flags += ["--out", out or f"runs/repro-{slug(row)}"]
     return shlex.join(["python", "-m", "bench", "sweep", *flags])
+
+
+def slug(row: dict) -> str:
+    """A cell as a folder name."""
+    return _slug(row)
 
 
 def _slug(row: dict) -> str:

@@ -73,6 +73,33 @@ def writable_dir(path, flag: str = "--out") -> Path:
     return path
 
 
+def is_run_folder(path) -> bool:
+    """Whether ``path`` is a run folder (it holds results.jsonl or env.json)."""
+    path = Path(path)
+    return path.is_dir() and ((path / RESULTS).exists() or (path / ENV).exists())
+
+
+def output_file(path, flag: str = "--out", force: bool = False, own: tuple = ()) -> Path:
+    """``path`` as a new file a command may write, or a UsageError that says why not: its folder
+    must exist, it must not be a folder, it never replaces a file of a run folder (its rows, its
+    env.json, ...: only the names in ``own``, the command's own output there, with ``force``), and
+    it replaces no other existing file without ``force``."""
+    from bench.errors import UsageError
+
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: a folder is there; give the path of a file to write")
+    if not path.parent.is_dir():
+        raise UsageError(f"{flag} {path}: the folder {path.parent} does not exist; create it or give another path")
+    if path.exists():
+        if is_run_folder(path.parent) and path.name not in own:
+            raise UsageError(f"{flag} {path}: a file of the run folder {path.parent}; export never writes over a "
+                             f"run's files: give a path outside it")
+        if not force:
+            raise UsageError(f"{flag} {path}: the file exists; --force replaces it")
+    return path
+
+
 def require_run(run_dir) -> Path:
     """``run_dir`` as a Path, or a UsageError when it holds no results.jsonl."""
     from bench.errors import UsageError

@@ -286,6 +286,9 @@ def _tree_keep(b, h, q_idx, kv_idx, anc, base, **_):
 
 def _tree_of(kind):
     def prepare(case: Case, **kw) -> dict:
+        if kind == "topk" and kw.get("width", 2) > case.q_len:  # it would run as width q_len, labelled otherwise
+            raise ValueError(f"tree_topk:{kw['width']} puts {kw['width']} candidates in a level, more than the "
+                             f"{case.q_len} queries: give a width of at most q_len")
         return _tree(case, tree_shape(kind, case.q_len, kw.get("width", 2)))
     return prepare
 

@@ -18,18 +18,28 @@ from bench.model.maskdefs import MaskDef, MaskError, definition, format_value, n
 
 
 def _value(term: str, key: str, default, raw: str):
+    from bench.model import digits
+
     try:
         if isinstance(default, tuple):
-            return tuple(int(x) for x in raw.split("/") if x != "")
+            parts = [x for x in raw.split("/") if x != ""]
+            if not all(digits.is_int(x) for x in parts):
+                raise ValueError
+            return tuple(int(x) for x in parts)
         if isinstance(default, float):
+            if not digits.is_number(raw):
+                raise ValueError
             out = float(raw)
             if not math.isfinite(out):
                 raise ValueError
             return out
+        if not digits.is_int(raw):
+            raise ValueError
         return int(raw)
     except ValueError:
         kind = "numbers joined by '/'" if isinstance(default, tuple) else type(default).__name__
-        raise MaskError(f"mask term {term!r}: {key}={raw!r} is not valid: {key} takes {kind}") from None
+        raise MaskError(f"mask term {term!r}: {key}={raw!r} is not valid: {key} takes {kind} "
+                        f"(ASCII digits 0-9)") from None
 
 
 def _unknown(name: str) -> MaskError:

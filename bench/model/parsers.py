@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.errors import UsageError
+from bench.model import digits
 from bench.model.case import MASK_FORM, MASK_SPELLING
 
 
@@ -28,14 +29,19 @@ def _items(raw, name: str) -> list:
     return items
 
 
+def _ascii_note(raw) -> str:
+    """What a refusal adds when the value holds digits of another script (², ６): only ASCII's are taken."""
+    return f" ({digits.ASCII} only)" if isinstance(raw, str) and not raw.isascii() else ""
+
+
 def ints(limit: int, lo: int = 1):
     what = "positive integers" if lo == 1 else f"integers from {lo}"
 
     def parse(raw, name: str) -> list[int]:
         out = []
         for x in _items(raw, name):  # 64.5 and true are not lengths: no silent conversion
-            if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.lstrip("+-").isdigit())):
-                raise UsageError(f"{name} takes {what} up to {limit:,}, got {x!r}")
+            if isinstance(x, bool) or not (isinstance(x, int) or digits.is_int(x)):
+                raise UsageError(f"{name} takes {what} up to {limit:,}, got {x!r}{_ascii_note(x)}")
             if not lo <= int(x) <= limit:
                 raise UsageError(f"{name} takes {what} up to {limit:,}, got {int(x)}")
             out.append(int(x))
@@ -49,8 +55,8 @@ def head_dims(limit: int):
     valid = f"positive integers up to {limit:,}, or QK/V such as 192/128 (the value head dim apart)"
 
     def one(x, name):
-        if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.strip().isdigit())):
-            raise UsageError(f"{name} takes {valid}, got {x!r}")
+        if isinstance(x, bool) or not (isinstance(x, int) or digits.is_int(x)):
+            raise UsageError(f"{name} takes {valid}, got {x!r}{_ascii_note(x)}")
         if not 1 <= int(x) <= limit:
             raise UsageError(f"{name} takes {valid}, got {int(x)}")
         return int(x)
@@ -154,13 +160,16 @@ def choice(what: str, valid):
 def number(lo: float, hi: float, whole: bool):
     """A number in [lo, hi] (nan, inf and booleans refused; a whole number when ``whole``)."""
     def parse(raw, name: str):
-        what = f"{name} takes {'a whole number' if whole else 'a number'} from {lo:g} to {hi:g}"
+        span = f"{int(lo)} to {int(hi)}" if whole else f"{lo:g} to {hi:g}"
+        what = f"{name} takes {'a whole number' if whole else 'a number'} from {span}"
         try:
             if isinstance(raw, bool) or (whole and isinstance(raw, float) and not raw.is_integer()):
                 raise ValueError
+            if isinstance(raw, str) and not (digits.is_int(raw) if whole else digits.is_number(raw)):
+                raise ValueError  # ASCII digits only: int() and float() take other scripts' digits too
             value = int(raw) if whole else float(raw)
         except (TypeError, ValueError):
-            raise UsageError(f"{what}, got {raw!r}") from None
+            raise UsageError(f"{what}, got {raw!r}{_ascii_note(raw)}") from None
         if not lo <= value <= hi:  # also refuses nan
             raise UsageError(f"{what}, got {value if whole else repr(raw)}")
         return value
@@ -171,20 +180,35 @@ def threads_or_auto(raw, name: str):
     """``auto`` (None: chosen at the start of each sweep) or a whole number from 1 to 4096."""
     if isinstance(raw, str) and raw.strip().lower() == "auto":
         return None
+    cores = usable_cores()
+    limit = min(4096, THREADS_PER_CORE * cores)
     try:
-        return number(1, 4096, True)(raw, name)
+        return number(1, limit, True)(raw, name)
     except UsageError as exc:
-        raise UsageError(str(exc).replace(" takes ", " takes auto or ", 1)) from None
+        raise UsageError(str(exc).replace(" takes ", " takes auto or ", 1)
+                         + f" (this machine gives {cores} core(s) to this process: more than {THREADS_PER_CORE} "
+                           f"threads a core are still spinning after one cell when the next starts)") from None
+
+
+THREADS_PER_CORE = 32  # --threads beyond this many a core is refused: 64 on 2 cores is timed (contended), 999 is not
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def positive(unit: str):
     def parse(raw, name: str) -> float:
         try:
-            value = float(raw) if not isinstance(raw, bool) else math.nan
+            value = float(raw) if not isinstance(raw, bool) and not (isinstance(raw, str)
+                                                                      and not digits.is_number(raw)) else math.nan
         except (TypeError, ValueError):
             value = math.nan
         if not 0 < value < math.inf:
-            raise UsageError(f"{name} takes a positive, finite number of {unit}, got {raw!r}")
+            raise UsageError(f"{name} takes a positive, finite number of {unit}, got {raw!r}{_ascii_note(raw)}")
         return value
     return parse
 
@@ -192,10 +216,9 @@ def positive(unit: str):
 def shard_pair(text: str) -> tuple[int, int]:
     """``i/N`` as (i, N); (0, 0) when it is not two whole numbers."""
     i, _, n = str(text).partition("/")
-    try:
-        return int(i), int(n)
-    except ValueError:
+    if not (digits.is_int(i) and digits.is_int(n)):
         return 0, 0
+    return int(i), int(n)
 
 
 def shard_text(raw, name: str) -> str:
@@ -208,7 +231,7 @@ def shard_text(raw, name: str) -> str:
 
 def gpu_list(raw, name: str) -> str:
     text = str(raw).replace(" ", "")
-    if text != "all" and not all(x.isdigit() for x in text.split(",")):
+    if text != "all" and not all(digits.is_digits(x) for x in text.split(",")):
         raise UsageError(f"{name} takes all or GPU indices such as 0,1,3, got {raw!r}")
     return text
 

@@ -101,6 +101,10 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
         merged = {f.name: f.default for f in dataclasses.fields(Spec)} | dict(presets(device)[preset])
         if base is not None:  # a resume that names another preset keeps the run's other settings
             merged |= {k: v for k, v in base.to_dict().items() if not SETTINGS[k].axis and k != "budget_ms"}
+    if "model" in values and not str(values["model"] or "").strip():
+        from bench.model.models import MODELS
+
+        raise UsageError(f"--model is empty; valid: {', '.join(MODELS)} (python -m bench list --models)")
     name = values.get("model") or (base.model if base else None)
     if name and not (base is not None and name == base.model):  # the model's settings, under the flags'
         from bench.model.models import model
@@ -108,18 +112,23 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
         given_by_user = {k for k in values if k not in ("device", "preset")}
         merged |= {k: v for k, v in model(name).settings(preset).items() if k not in given_by_user}
     merged |= values | {"device": device, "preset": preset}
-    if merged.get("total_tokens"):
-        if "batch" in values:
-            raise UsageError("--total-tokens sets the batch at each length (T // n); give it or --batch, not both")
-        longest = max(merged["seq_lens"])
-        if merged["total_tokens"] < longest:
-            raise UsageError(f"--total-tokens {merged['total_tokens']} is below the longest length {longest}: "
-                             f"every length needs at least one sequence (T >= {longest})")
-    if merged.get("batch_mix"):
+    if merged.get("batch_mix"):  # first: a mix replaces the lengths the other checks would speak of
         clash = [flag(k) for k in ("batch", "seq_lens", "kv_lens", "lengths", "align", "total_tokens") if k in values]
         if clash:
             raise UsageError(f"--batch-mix gives each mix its own sequences, lengths and alignment (bottom-right "
                              f"within each sequence); give it or {', '.join(clash)}, not both")
+    elif merged.get("total_tokens"):
+        if "batch" in values:
+            raise UsageError("--total-tokens sets the batch at each length (T // n); give it or --batch, not both")
+        total, longest = merged["total_tokens"], max(merged["seq_lens"])
+        if total < longest:
+            raise UsageError(f"--total-tokens {total} is below the longest length {longest}: "
+                             f"every length needs at least one sequence (T >= {longest})")
+        ragged = [x for x in merged.get("lengths") or [] if str(x).split(":")[0] not in ("fixed",)]
+        if ragged and total < 2 * longest:
+            raise UsageError(f"--total-tokens {total} gives one sequence at n={longest} (T // n), and --lengths "
+                             f"{ragged[0]} needs a batch of 2 or more: give --total-tokens {2 * longest} or more, or "
+                             f"shorter --seq-lens")
     if merged["variants"] is None:
         merged["variants"] = registry.names()
     choices("variant", registry.names())(merged["variants"], "--variants")

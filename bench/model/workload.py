@@ -40,6 +40,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from bench.model import digits
+
 INPUT_KINDS = {"normal": None, "clustered": 8, "lowrank": 8, "outliers": 20.0}  # kind: default parameter
 
 MAX_TOKENS = 1 << 24  # a length, a page: as bench.model.case.MAX_LEN
@@ -48,6 +50,7 @@ MAX_RATIO = 1e6  # bimodal: SHORT and LONG, relative sizes
 MAX_TOPICS = MAX_TOKENS  # clustered:K (and K <= the case's keys)
 MAX_RANK = 1 << 16  # lowrank:R (and R <= the case's head_dim), as bench.model.case.MAX_DIM
 MAX_SCALE = 1e4  # outliers:SCALE: scores reach about SCALE^2 / 4, finite and far from float32's range
+MIN_SCALE = 1.0  # outliers:SCALE scales a few channels up: below 1 they are no outliers (and 1e-300 underflows)
 # the largest finite value of each dtype: an outlier channel's values, up to ~8 x SCALE, must fit
 DTYPE_MAX = {"float32": 3.4028e38, "bfloat16": 3.3895e38, "float16": 65504.0, "float8_e4m3fn": 448.0}
 
@@ -66,7 +69,7 @@ LENGTHS_VALID = (f"fixed, uniform:LO-HI (whole numbers, 1 <= LO < HI <= {MAX_TOK
                  f"0 < FRAC < 1; bimodal alone: 1/8:0.75) or an explicit list A/B/C (whole numbers from 1 to "
                  f"{MAX_TOKENS})")
 INPUTS_VALID = (f"normal, clustered[:K] (1 <= K <= the keys), lowrank[:R] (1 <= R <= head_dim), outliers[:SCALE] "
-                f"(0 < SCALE <= {MAX_SCALE:g})")
+                f"({MIN_SCALE:g} <= SCALE <= {MAX_SCALE:g})")
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,8 @@ def parse_lengths(text: str) -> Lengths:
     t = str(text).strip()
     name, _, rest = t.partition(":")
     try:
+        if not t.isascii():  # float() and int() take other scripts' digits: ASCII digits only
+            raise ValueError
         if t == "fixed":
             return Lengths("fixed")
         if name == "uniform":
@@ -237,7 +242,9 @@ def parse_lengths(text: str) -> Lengths:
             if not (0 < short < long <= MAX_RATIO and 0 < frac < 1):
                 raise ValueError
             return Lengths("bimodal", (short, long, frac))
-        if "/" in t or t.isdigit():
+        if "/" in t or digits.is_digits(t):
+            if not all(digits.is_digits(x) for x in t.split("/")):
+                raise ValueError
             values = tuple(int(x) for x in t.split("/"))
             if any(not 1 <= v <= MAX_TOKENS for v in values):
                 raise ValueError
@@ -267,11 +274,12 @@ def parse_inputs(text: str) -> Inputs:
     if not sep:
         return Inputs(name, default)
     top = {"clustered": MAX_TOPICS, "lowrank": MAX_RANK, "outliers": MAX_SCALE}.get(name)
+    low = MIN_SCALE if name == "outliers" else 1  # a scale below 1 shrinks the channels (1e-300 is zero in float32)
     try:
-        if default is None:
+        if default is None or not (digits.is_number(raw) if isinstance(default, float) else digits.is_digits(raw)):
             raise ValueError
         value = type(default)(raw)
-        if not 0 < value <= top:  # also refuses nan
+        if not low <= value <= top:  # also refuses nan
             raise ValueError
     except ValueError:
         raise WorkloadError(f"--inputs {t!r} is not valid; valid: {INPUTS_VALID} (K and R whole numbers)",
@@ -314,7 +322,7 @@ def parse_kv_layout(text: str) -> int | None:
     if t == "contiguous":
         return None
     name, _, raw = t.partition(":")
-    if name == "paged" and raw.isdigit() and 1 <= int(raw) <= MAX_TOKENS:
+    if name == "paged" and digits.is_digits(raw) and 1 <= int(raw) <= MAX_TOKENS:
         return int(raw)
     raise WorkloadError(f"--kv-layout {t!r} is not valid; valid: {KV_LAYOUTS_VALID}", "kv_layout")
 
@@ -347,7 +355,8 @@ def page_table(batch: int, kv_len: int, page: int, seed: int = 0) -> list[list[i
 MAX_MIX_TEXT = 200  # characters of a --batch-mix spelling
 MAX_MIX_SEQUENCES = 4096  # sequences in one mix
 PHASES = ("prefill", "chunked_prefill", "decode")
-MIX_VALID = ("terms joined by '+', each COUNTx(Q/KV): COUNT sequences of Q new query tokens against KV keys "
+MIX_VALID = ("terms joined by '+' in ASCII digits, each COUNTx(Q/KV): COUNT sequences of Q new query tokens "
+             "against KV keys "
              "(their cache and themselves, so 1 <= Q <= KV), e.g. 2x(512/512)+1x(128/4096)+8x(1/2048); "
              "'COUNTx' may be left out (one sequence) and Q alone is a prefill, Q/Q; at most "
              f"{MAX_MIX_SEQUENCES} sequences, {MAX_TOKENS} query or key tokens in all and {MAX_MIX_TEXT} "
@@ -405,9 +414,11 @@ def parse_mix(text: str) -> Mix:
             count, shape = "1", term
         if shape.startswith("(") and shape.endswith(")"):
             shape = shape[1:-1]
-        q, _, kv = shape.partition("/")
+        q, slash, kv = shape.partition("/")
+        if slash and not kv:  # 4/ is no shape: Q alone (a prefill) is written without the slash
+            raise bad
         kv = kv or q
-        if not (count.isdigit() and q.isdigit() and kv.isdigit()):
+        if not (digits.is_digits(count) and digits.is_digits(q) and digits.is_digits(kv)):
             raise bad
         run = (int(count), int(q), int(kv))
         if min(run) < 1:
@@ -415,7 +426,10 @@ def parse_mix(text: str) -> Mix:
         if run[1] > run[2]:
             raise WorkloadError(f"--batch-mix {term}: {run[1]} query tokens against {run[2]} keys; the keys of a "
                                 f"sequence are its cache and its new tokens, so Q <= KV ({MIX_VALID})", "mix")
-        runs.append(run)
+        if runs and runs[-1][1:] == run[1:]:  # 1x(4/8)+1x(4/8) is 2x(4/8): one batch, one spelling, one cell
+            runs[-1] = (runs[-1][0] + run[0], *run[1:])
+        else:
+            runs.append(run)
     mix = Mix(tuple(runs))
     if mix.sequences > MAX_MIX_SEQUENCES or max(mix.q_tokens, mix.kv_tokens) > MAX_TOKENS:
         raise bad
