@@ -315,3 +315,31 @@ def test_a_frontier_where_nothing_fits_says_so_instead_of_naming_a_chart(tmp_pat
     res = run_cli("frontier", "--variants", "naive", "--memory-budget", "1B", "--out", tmp_path / "f")
     assert res.returncode == 0, res.stderr
     assert "chart None" not in res.stdout and "no chart: no variant fits" in res.stdout
+
+
+def test_batch_mix_is_taken_by_profile_and_selfcheck(tmp_path, capsys):
+    mix = ["--batch-mix", "1x(8/8)+2x(1/16)", "--heads", "2", "--head-dims", "8", "--masks", "causal",
+           "--device", "cpu"]
+    assert main(["profile", "--variant", "naive", *mix, "--out", str(tmp_path / "p")]) == 0
+    assert "mix=" in capsys.readouterr().out or any((tmp_path / "p").iterdir())
+    assert main(["selfcheck", "--variants", "naive", *mix, "--budget-ms", "5"]) in (0, 1)  # a verdict, not exit 2
+    assert "mix=1x(8/8)+2x(1/16)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_compare_explain_gives_each_runs_own_settings_and_folders(tmp_path, capsys):
+    from tests.conftest import run_cli
+
+    runs = []
+    for name, budget in (("a", "5"), ("b", "7")):
+        out = tmp_path / name
+        res = run_cli("sweep", *SMALL[:-2], "--masks", "none", "--budget-ms", budget, "--threads", "1", "--out", out)
+        assert res.returncode == 0, res.stderr
+        runs.append(str(out))
+    assert main(["compare", *runs, "--explain", "naive n=16 none fwd", "--out", str(tmp_path / "cmp")]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("measure it again")]
+    assert len(lines) == 2
+    assert "--budget-ms 5 " in lines[0] and "--budget-ms 7 " in lines[1] and all("--threads 1" in x for x in lines)
+    outs = [x.split("--out ")[1] for x in lines]
+    assert outs[0] != outs[1]
+    _refused(capsys, ["compare", *runs, "--explain", ""], "--explain takes words")
