@@ -459,3 +459,29 @@ def test_energy_math_has_no_nan_for_zero_flush():
     s = nvml.Sample(1980, 600.0, 60, 0, 100.0)
     cell.turn(s, nvml.Sample(1980, 600.0, 60, 0, 120.0), calls=4)
     assert math.isclose(cell.columns(None, tokens=2)["energy_j_per_call"], 0.005)
+
+
+def test_deterministic_cells_run_with_cublas_fixed_workspace(monkeypatch):
+    """--deterministic on CUDA needs CUBLAS_WORKSPACE_CONFIG before cuBLAS starts, or every matmul under
+    deterministic algorithms raises: the cell sets it (keeping a value the user gave) before it runs."""
+    import os
+
+    from bench.engine.cell import deterministic_env, run_group
+
+    assert deterministic_env(True) == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"} and deterministic_env(False) == {}
+    from bench.api import discover
+
+    naive = discover(entry_points=False)["naive"]
+    case = Case(batch=1, heads=1, kv_heads=1, q_len=8, kv_len=8, head_dim=8)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    rows = []
+    try:
+        run_group([naive], case, MeasureSettings(budget_ms=2.0, rounds=1, deterministic=True), rows.append)
+        assert rows[0]["status"] == "ok" and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+        run_group([naive], case, MeasureSettings(budget_ms=2.0, rounds=1, deterministic=True), rows.append)
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"  # the user's own
+    finally:
+        import torch
+
+        torch.use_deterministic_algorithms(False)

@@ -3,6 +3,7 @@ built from its mask_mod, every score mod as its score_mod.  The block mask and t
 happen in setup, once per shape; the compile time (info['compile_ms']) and the share of blocks
 the block mask skips (info['block_sparsity'], percent) are reported as their own figures."""
 
+import contextlib
 import functools
 import math
 import time
@@ -31,12 +32,62 @@ def _dynamo_limits():
     return cfg.patch(**changes)
 
 
+@contextlib.contextmanager
+def no_donated_buffers():
+    """AOTAutograd's donated buffers off (``torch._functorch.config.donated_buffer``, on by default
+    since torch 2.6): a compiled backward that donates its saved buffers may run once, with
+    retain_graph=False, and the timed backward (bench.measure.timing.timed_call) goes through the
+    retained graph on every repetition, as CUDA-graph capture and the kernel-naming call do.  Set
+    around the compile (it is decided there, eagerly under --dynamic) and around every call."""
+    import torch._functorch.config as functorch_config
+
+    if not hasattr(functorch_config, "donated_buffer"):
+        yield
+        return
+    with functorch_config.patch(donated_buffer=False):
+        yield
+
+
+@contextlib.contextmanager
+def flex_scope():
+    """What flex's compile and calls run under: dynamo's limits and no donated buffers."""
+    with _dynamo_limits(), no_donated_buffers():
+        yield
+
+
 FP8_CPU = ("PyTorch: FlexAttention's CPU kernels (inductor's C++ template) take float32, float16 and bfloat16, "
            f"not {FP8} (its lowering raises NotImplementedError)")
 
 
 LSE_CPU = ("PyTorch: torch.compile on CPU only supports inference and `return_lse` is not supported yet "
            "(flex_cpu's lowering); flex takes a learned sink from the log-sum-exp it returns")
+
+
+DECODE_ROWS = 128  # flex_decoding serves q_len below this; its BLOCK_M (q_len x the GQA group, a power of two) must
+# divide 128 in torch 2.11, or no config is left (NoValidChoicesError; fixed upstream after 2.11)
+MAX_CUDA_QK_DIM = 256  # the QK head dim rounds up to a power of two; beyond 256 the Q tile outgrows shared memory
+
+
+def rounded_dim(d: int) -> int:
+    """A head dim as flex's kernels tile it: the next power of two (576 -> 1024)."""
+    return 1 << max(0, int(d) - 1).bit_length()
+
+
+def kernel_options(case, kv_block: int | None = None) -> dict | None:
+    """Flex's kernel_options for a CUDA case: the plain flex kernel where torch 2.11's decode
+    kernel has no valid config (fewer than 128 queries whose GQA group makes more than 128 rows),
+    and, for a paged cache, a KV tile the size of its block when that is under 128 (the H100/H200
+    default for bf16 at d = 64 is BLOCK_N = 128, which must divide the page).  None on the CPU."""
+    if case.device != "cuda":
+        return None
+    shape = case.packed()  # a ragged or mixed batch goes in packed
+    options = {}
+    group = case.heads // case.kv_heads if case.is_gqa else 1
+    if shape.q_len < DECODE_ROWS and shape.q_len * group > DECODE_ROWS:
+        options["FORCE_USE_FLEX_ATTENTION"] = True
+    if kv_block is not None and kv_block < 128:
+        options["BLOCK_N"] = kv_block
+    return options or None
 
 
 def _check(case):
@@ -46,6 +97,10 @@ def _check(case):
     still becomes the row's status and reason in the worker."""
     if case.dtype == FP8 and case.device == "cpu":
         return FP8_CPU
+    if case.device == "cuda" and rounded_dim(case.head_dim) > MAX_CUDA_QK_DIM:
+        return (f"flex tiles the QK head dim {case.head_dim} as {rounded_dim(case.head_dim)} (the next power of "
+                f"two): beyond {MAX_CUDA_QK_DIM} its Q tile alone exceeds the GPU's shared memory (Triton: out of "
+                f"resource)")
     if case.device == "cpu" and masks.bind(case).sinks:
         return LSE_CPU
     if case.paged and case.device == "cuda" and case.page_size % 16:
@@ -99,7 +154,7 @@ class FlexFactory:
         return self._compiled
 
     def __call__(self, case):
-        with _dynamo_limits():
+        with flex_scope():
             prepared = _prepare(case, self.compiled())
         prepared.info["compiled"] = (f"torch.compile fullgraph{', dynamic shapes' if self._dynamic else ''}; case "
                                      f"{self.compiles} since reset {self.resets}")
@@ -197,7 +252,7 @@ def _paged(case, flex):
     gqa, scale = case.is_gqa, case.scale
     score = score_mod if mod is not None else None
     # on a GPU the kernel's own KV tile must divide the block (flex's default tile is 64 or 128)
-    options = {"BLOCK_N": kv_block} if dev == "cuda" and kv_block < 64 else None
+    options = kernel_options(case, kv_block)
 
     sink = bound.sink_logits(dev)
 
@@ -225,7 +280,7 @@ def _prepare(case, flex):
         if case.device == "cuda":
             torch.cuda.synchronize()
         info["compile_ms"] = (time.perf_counter() - t0) * 1e3
-        return Prepared(attention, info, scope=_dynamo_limits)
+        return Prepared(attention, info, scope=flex_scope)
 
     block_mask, info = None, {}
     with prep(info, case.device):  # the block mask: rebuilt whenever the lengths or the documents change
@@ -246,13 +301,18 @@ def _prepare(case, flex):
         info["layout"] = "packed"
     sink = bound.sink_logits(case.device)  # (H,) float32, or None
 
+    options = kernel_options(case)
+    if options:
+        info["kernel_options"] = ", ".join(f"{k}={v}" for k, v in options.items())
+
     def attention(q, k, v):
-        return flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+        return flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa,
+                    kernel_options=options)
 
     if sink is not None:
         def attention(q, k, v):
             return _sunk(flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa,
-                              return_lse=True), sink)
+                              return_lse=True, kernel_options=options), sink)
         info["sink"] = "from the returned log-sum-exp"
 
     # compile (forward, and backward when the case has one) outside the timed call
@@ -264,7 +324,7 @@ def _prepare(case, flex):
     if case.device == "cuda":
         torch.cuda.synchronize()
     info["compile_ms"] = (time.perf_counter() - t0) * 1e3
-    return Prepared(attention, info, scope=_dynamo_limits)
+    return Prepared(attention, info, scope=flex_scope)
 
 
 variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True, ragged=True, mix=True,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -153,6 +154,17 @@ class WorkerTainted(Exception):
     worker must not time anything else (the sweep starts a fresh one for the rest)."""
 
 
+# cuBLAS runs deterministically only with a fixed workspace, set before its first handle: without it, a
+# matmul under torch.use_deterministic_algorithms(True) raises on CUDA (naive, sdpa.math, chunked.online and
+# the approximations would all be `error`)
+DETERMINISTIC_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
+
+def deterministic_env(deterministic: bool) -> dict:
+    """The worker's environment for --deterministic (a value the user set is kept)."""
+    return dict(DETERMINISTIC_ENV) if deterministic else {}
+
+
 def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
               cache: ReferenceCache | None = None, at: Callable[[str], None] = _nowhere,
               skip_reference: str = "", leftovers: Leftovers | None = None) -> None:
@@ -166,7 +178,9 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
     threads or processes behind after its setup and check is an ``error`` with what it left, and
     WorkerTainted is raised before any other variant runs beside it."""
     cache = cache or ReferenceCache()
-    torch.use_deterministic_algorithms(bool(getattr(settings, "deterministic", False)))  # --deterministic
+    deterministic = bool(getattr(settings, "deterministic", False))  # --deterministic
+    os.environ.update({k: v for k, v in deterministic_env(deterministic).items() if k not in os.environ})
+    torch.use_deterministic_algorithms(deterministic)
     compile_dynamic(bool(getattr(settings, "dynamic", False)))  # --dynamic
     if settings.threads is None:  # the rows record the threads the cells ran with
         settings = settings.replace(threads=torch.get_num_threads())

@@ -5,7 +5,8 @@ plugin whose own code raises ``ValueError("mode not supported")`` has a bug, not
 that refuses the case.  ``origin(exc)`` reads the traceback instead:
 
 - ``library``: the innermost frame is in an installed library (torch, xformers, triton,
-  the standard library, generated code), or the innermost frame of our code or the
+  the standard library, generated code: Inductor's cache included; ``pip --user`` or any other
+  install root of an imported library), or the innermost frame of our code or the
   variant's was calling into compiled code (a C function such as
   ``torch.nn.functional.scaled_dot_product_attention`` has no Python frame of its own);
 - ``harness``: the innermost frame is in ``bench/`` and was not such a call;
@@ -33,25 +34,66 @@ OOM_TEXTS = ("out of memory", "can't allocate memory")
 _CALLS = ("CALL", "PRECALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW", "CALL_FUNCTION_EX", "CALL_KW")
 
 
+LIBRARIES = ("torch", "triton", "xformers", "numpy")  # where one is imported, its install root is a library's
+
+
+def inductor_cache_dir(environ=None, user: str | None = None, tmp: str | None = None) -> Path:
+    """The folder Inductor writes the code it generates to: TORCHINDUCTOR_CACHE_DIR, or
+    torchinductor_<user> in the temporary folder (torch._inductor's own default), computed
+    without importing Inductor."""
+    import getpass
+    import os
+    import tempfile
+
+    environ = os.environ if environ is None else environ
+    if environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return Path(environ["TORCHINDUCTOR_CACHE_DIR"])
+    try:
+        user = user or getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return Path(tmp or tempfile.gettempdir()) / f"torchinductor_{user.replace(os.sep, '_')}"
+
+
+def library_roots(modules=None) -> tuple[Path, ...]:
+    """Every folder whose code counts as a library's: the interpreter's library paths, the user
+    site (``pip --user``), each imported library's own install root wherever it lies, and the
+    Inductor cache that holds the code torch.compile generates."""
+    import site
+    import sys
+
+    modules = sys.modules if modules is None else modules
+    roots = {Path(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
+             if (p := sysconfig.get_paths().get(key))}
+    try:
+        roots.add(Path(site.getusersitepackages()))
+    except (AttributeError, TypeError):  # a site module without a user site (some virtual environments)
+        pass
+    for name in LIBRARIES:
+        mod = modules.get(name)
+        if getattr(mod, "__file__", None):
+            roots.add(Path(mod.__file__).parent)
+    roots.add(inductor_cache_dir())
+    return tuple(sorted({r.resolve() for r in roots}))
+
+
 @functools.cache
-def _roots() -> tuple[tuple[Path, ...], Path, Path]:
-    """(library roots, the harness's folder, the built-in variants' folder)."""
+def _roots() -> tuple[Path, Path]:
+    """(the harness's folder, the built-in variants' folder)."""
     harness = Path(__file__).resolve().parents[1]  # bench/
-    libs = {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
-            if (p := sysconfig.get_paths().get(key))}
-    return tuple(libs), harness, harness.parent / "variants"  # the built-in variants lie beside bench/
+    return harness, harness.parent / "variants"  # the built-in variants lie beside bench/
 
 
 def _where(filename: str) -> str:
     if filename.startswith("<"):  # generated code: dynamo's, exec'd strings, frozen modules
         return "library"
     path = Path(filename).resolve()
-    libs, harness, builtin_variants = _roots()
+    harness, builtin_variants = _roots()
     if path.is_relative_to(harness):
         return "harness"
     if path.is_relative_to(builtin_variants):
         return "variant"
-    if any(path.is_relative_to(root) for root in libs):
+    if any(path.is_relative_to(root) for root in library_roots()):
         return "library"
     return "variant"  # a plugin file, wherever it lies
 
