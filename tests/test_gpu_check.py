@@ -48,7 +48,7 @@ def test_gpu_check_refuses_a_used_folder_and_a_bad_length(tmp_path, capsys):
     assert main(["gpu-check", "--device", "cpu", "--out", str(tmp_path)]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
     assert main(["gpu-check", "--device", "cpu", "--seq-len", "abc"]) == 2
-    assert "--seq-len takes a positive whole number, got 'abc'" in capsys.readouterr().err
+    assert "--seq-len takes a whole number from 16 to" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -174,3 +174,71 @@ def test_the_quick_check_fits_five_minutes_on_an_h200_by_its_own_projection():
     every = discover()  # the check's sweeps take every installed variant, xformers included
     projected = quick_projection(every, "cuda")
     assert 60 < projected <= QUICK_LIMIT_S, projected
+
+
+def test_gpu_check_sets_teardown_cupti_before_torch_is_imported(tmp_path):
+    """The full check profiles in its own process before it times there: TEARDOWN_CUPTI must be in
+    the environment when torch starts (Kineto reads it then), not only in the workers."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import importlib.abc, os, sys\n"
+        "seen = []\n"
+        "class Spy(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' and not seen:\n"
+        "            seen.append(os.environ.get('TEARDOWN_CUPTI'))\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Spy())\n"
+        "from bench.cli import main\n"
+        "main(['gpu-check', '--quick', '--dry-run', '--device', 'cpu'])\n"
+        "print('at torch import:', seen)\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TEARDOWN_CUPTI"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=300).stdout
+    assert "at torch import: ['1']" in out, out[-500:]
+
+
+def test_the_quick_check_and_its_extra_step_dry_run_with_their_cells_and_projections(capsys):
+    from bench.api import discover
+    from bench.cli.gpu_check import QUICK_LIMIT_S, extra_projection, extra_steps, quick_projection
+
+    assert main(["gpu-check", "--quick", "--dry-run"]) == 0
+    quick = capsys.readouterr().out
+    assert "matrix-compiled: 8 cells" in quick and "flex cuda bfloat16" in quick
+    assert quick.strip().splitlines()[-1].startswith("gpu-check --quick on cuda:")
+    assert main(["gpu-check", "--quick", "--extra", "--dry-run"]) == 0
+    extra = capsys.readouterr().out
+    for step in ("sinks", "mla", "mix", "cross-gqa", "ragged", "decode-gqa", "paged-64"):
+        assert f"{step}: " in extra, step
+    assert "causal+learned_sink" in extra and "192/128" in extra and "paged:64" in extra and "align=bottom-right" \
+        in extra
+    every = discover()
+    assert set(extra_steps(every, "cuda")) >= {"sinks", "mla", "mix", "cross-gqa", "ragged", "decode-gqa", "paged-64"}
+    assert quick_projection(every, "cuda") <= QUICK_LIMIT_S
+    assert quick_projection(every, "cuda") + extra_projection(every, "cuda") <= 8 * 60  # one device script
+    assert main(["gpu-check", "--extra"]) == 2  # with --quick only
+
+
+def test_a_cold_compile_with_a_backward_is_priced_as_one():
+    from bench.api import discover
+    from bench.engine import plan
+    from bench.model.case import Case
+
+    flex = discover()["flex"]
+    fwd = Case("cuda", "bfloat16", 2, 8, 8, 1024, 1024, 64, "causal", None, "fwd")
+    assert plan.cell_setup_s(flex, fwd) == plan.COMPILE_COLD_S["cuda"]
+    assert plan.cell_setup_s(flex, fwd.replace(direction="bwd")) == plan.COMPILE_COLD_BACKWARD_S["cuda"] >= 20
+
+
+@pytest.mark.slow
+def test_the_extra_step_rehearses_on_the_cpu_and_writes_each_verdict(tmp_path):
+    proc = run_cli("gpu-check", "--quick", "--extra", "--device", "cpu", "--out", tmp_path / "x", timeout=900)
+    verdicts = json.loads((tmp_path / "x" / "extra-check.json").read_text())
+    assert [v["check"].split()[0] for v in verdicts] == ["x1", "x2", "x3", "x4", "x5"]  # x6, x7: a GPU's
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "PASS", proc.stdout[-2000:]

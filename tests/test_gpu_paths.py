@@ -277,7 +277,7 @@ def _turns(fake, uuid, turns=2):
     device = nvml.device_info(gpu)
     cell = nvml.Cell()
     for _ in range(turns):
-        cell.turn(nvml.sample(gpu), nvml.sample(gpu), calls=10)
+        cell.turn(nvml.sample(gpu), nvml.sample(gpu), calls=10, seconds=0.6)
     return cell.columns(device, tokens=8)
 
 
@@ -307,7 +307,7 @@ def test_energy_per_call_leaves_out_the_l2_flushes():
     fake.energy["GPU-a"] += 10 * 2.0 + 10 * 5.0  # 10 calls of 2 mJ, each after a 5 mJ flush
     end = nvml.sample(gpu)
     cell = nvml.Cell()
-    cell.turn(start, end, calls=10, flushes=10)
+    cell.turn(start, end, calls=10, flushes=10, seconds=1.2)
     cols = cell.columns(nvml.device_info(gpu), tokens=4, flush_mj=per_flush)
     assert cols["energy_j_per_call"] == pytest.approx(0.002) and cols["energy_j_per_token"] == pytest.approx(0.0005)
     assert "energy_j_per_call" not in cell.columns(None, tokens=4)  # flushed turns, no flush figure: no guess
@@ -457,8 +457,27 @@ def test_xformers_is_an_extra_so_installing_never_replaces_torch():
 def test_energy_math_has_no_nan_for_zero_flush():
     cell = nvml.Cell()
     s = nvml.Sample(1980, 600.0, 60, 0, 100.0)
-    cell.turn(s, nvml.Sample(1980, 600.0, 60, 0, 120.0), calls=4)
+    cell.turn(s, nvml.Sample(1980, 600.0, 60, 0, 120.0), calls=4, seconds=1.5)
     assert math.isclose(cell.columns(None, tokens=2)["energy_j_per_call"], 0.005)
+
+
+def test_energy_per_call_needs_a_window_of_a_second_and_says_why_it_is_left_out():
+    """The quick check's turns last about 17 ms (50 ms over 3 rounds), and NVML's energy counter
+    advances in steps of about 10 ms: no figure from a window under a second, and the row says why."""
+    short = nvml.Cell()
+    for _ in range(3):
+        short.turn(nvml.Sample(1980, 600.0, 60, 0, 100.0), nvml.Sample(1980, 600.0, 60, 0, 110.0), calls=4,
+                   seconds=0.017)
+    cols = short.columns(None, tokens=2)
+    assert "energy_j_per_call" not in cols and "0.051 s, under the 1 s" in cols["energy_why"]
+    unknown = nvml.Cell()
+    unknown.turn(nvml.Sample(1980, 600.0, 60, 0, 100.0), nvml.Sample(1980, 600.0, 60, 0, 110.0), calls=4)
+    assert "energy_j_per_call" not in unknown.columns(None, tokens=2)  # a window not measured is no window
+    long = nvml.Cell()
+    for _ in range(3):
+        long.turn(nvml.Sample(1980, 600.0, 60, 0, 100.0), nvml.Sample(1980, 600.0, 60, 0, 110.0), calls=4,
+                  seconds=0.4)
+    assert math.isclose(long.columns(None, tokens=2)["energy_j_per_call"], 30 / 12 / 1e3)
 
 
 def test_deterministic_cells_run_with_cublas_fixed_workspace(monkeypatch):

@@ -272,6 +272,78 @@ def quick_steps(registry, device: str) -> dict[str, Step]:
     return steps
 
 
+def extra_steps(registry, device: str) -> dict[str, Step]:
+    """``gpu-check --quick --extra``: the cheapest cell of each path the quick check does not reach,
+    each a sweep of its own with its own verdict (every cell ok, or unsupported with a reason)."""
+    q = QUICK[device]
+    n = q["n"]
+    flex = ["flex"] if "flex" in registry else []
+    sdpa = [v for v in ("sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn") if v in registry]
+    base = dict(heads=[8], head_dims=[64], batch=[2], directions=["fwd"])
+    steps = {
+        "sinks": Step("sinks", dict(base, variants=flex, seq_lens=[n], masks=["causal+learned_sink"],
+                                    directions=["fwd", "bwd"])),  # flex's log-sum-exp path, forward and backward
+        "mla": Step("mla", dict(base, variants=flex + [v for v in ("sdpa", "sdpa.cudnn") if v in registry],
+                                seq_lens=[n], head_dims=["192/128"], masks=["causal"])),
+        "mix": Step("mix", dict(variants=flex + sdpa, heads=[8], kv_heads=[2], head_dims=[64], batch=None,
+                                batch_mix=[f"1x({n // 4}/{n // 4})+1x({n // 16}/{n})+4x(1/{n})"], masks=["causal"],
+                                directions=["fwd"])),  # nested q != kv, and the block-diagonal masks
+        "cross-gqa": Step("cross-gqa", dict(base, variants=sdpa, seq_lens=[n // 4], kv_lens=[n], kv_heads=[2],
+                                            masks=["causal"], align=["bottom-right"])),  # causal_lower_right
+        "ragged": Step("ragged", dict(base, variants=[v for v in sdpa if v != "sdpa"], seq_lens=[n // 4],
+                                      batch=[4], lengths=["lognormal:0.5"], masks=["none"])),
+    }
+    if device == "cuda" and flex:  # torch 2.11's flex decode with a large GQA group, and a paged cache of 64
+        steps["decode-gqa"] = Step("decode-gqa", dict(variants=flex, seq_lens=[64], kv_lens=[4 * n], heads=[32],
+                                                      kv_heads=[8], head_dims=[64], batch=[1], masks=["causal"],
+                                                      align=["bottom-right"], directions=["fwd"]))
+        steps["paged-64"] = Step("paged-64", dict(variants=flex, seq_lens=[4], kv_lens=[4 * n], heads=[8],
+                                                  kv_heads=[2], head_dims=[64], batch=[4], kv_layout=["paged:64"],
+                                                  masks=["causal"], directions=["fwd"]))
+    return {k: v for k, v in steps.items() if v.settings["variants"]}
+
+
+EXTRA_CHECKS = {"sinks": "flex's learned sink from its log-sum-exp, fwd and bwd",
+                "mla": "head dims 192/128 in flex, SDPA and cuDNN", "mix": "a mixed batch (q != kv, block-diagonal)",
+                "cross-gqa": "GQA cross-attention aligned bottom-right (causal_lower_right)",
+                "ragged": "a ragged batch through the pinned flash, efficient and cuDNN backends",
+                "decode-gqa": "flex decode with a GQA group of 4 at 64 queries",
+                "paged-64": "flex over a paged cache of 64-token pages"}
+
+
+def run_extra_check(out: Path | None, device: str = "cuda") -> int:
+    """The quick check's second step: a verdict per path, each printed and written to
+    extra-check.json as it is reached."""
+    out, registry = _start(out, device, "gpu-check --quick --extra")
+    common = quick_common(device)
+    steps = extra_steps(registry, device)
+    checks = Verdicts(out / "extra-check.json")
+    print(f"projected: {extra_projection(registry, device) / 60:.1f} min by the plan's cost model", flush=True)
+    for i, (name, step) in enumerate(steps.items(), start=1):
+        rows = step.run(out, registry, common)[1]
+        check, ok, detail = _matrix_verdict(f"x{i} {EXTRA_CHECKS[name]}: ok or unsupported with a reason", rows)
+        if device == "cuda" and not any(r.get("status") == "ok" for r in rows):  # each path is there to run on a GPU
+            ok, detail = False, f"no cell ran ({detail})"
+        checks.add(check, ok, detail)
+    return _verdict(checks.items)
+
+
+def dry_run(registry, device: str, extra: bool) -> int:
+    """Each step's cells and its projection, without running anything (any machine)."""
+    steps = extra_steps(registry, device) if extra else quick_steps(registry, device)
+    total = 0.0 if extra else QUICK_FIXED_S
+    for name, n, wall, cells in steps_projection(steps, registry, device):
+        total += wall
+        print(f"{name}: {n} cells, {wall:.0f} s projected")
+        for v, c in cells:
+            print(f"  {v} {c.label()}")
+    what = "gpu-check --quick --extra" if extra else "gpu-check --quick"
+    print(f"{what} on {device}: {total / 60:.1f} min projected" + ("" if extra else
+          f" (of it {QUICK_FIXED_S:.0f} s for the timer checks and the profile; the limit: "
+          f"{QUICK_LIMIT_S / 60:g} min)"))
+    return 0
+
+
 def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     """The device acceptance check (module doc); returns the exit code."""
     from bench.measure.profiler import profile_case
@@ -348,8 +420,25 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     return _verdict(checks.items)
 
 
-QUICK_LIMIT_S = 300.0  # the quick check must fit five minutes on an H200, by its own projection
+QUICK_LIMIT_S = 360.0  # the quick check must fit six minutes on an H200, by its own projection
 QUICK_FIXED_S = 60.0  # beyond its sweeps: the timer checks (do_bench and the harness, two cells), the profile
+
+
+def steps_projection(steps: dict, registry, device: str) -> list[tuple[str, int, float, list]]:
+    """(name, cells, projected seconds, the cells) of each step, run one after another in one process:
+    the first starts the worker and measures the peaks, the first that compiles starts the compiler,
+    and the others find both (``Step.run`` keeps its workers)."""
+    from bench.engine import plan
+
+    out, common, compiled = [], quick_common(device), False
+    for i, (name, step) in enumerate(steps.items()):
+        spec = step.spec(registry, common, here=False)
+        cells = [(n, c) for c in spec.cases() for n in spec.variants]
+        wall = plan.project(cells, registry, spec, history=plan.History.empty(), report=False, peaks_cached=i > 0,
+                            started=i > 0, compiler_started=compiled).wall_s
+        compiled = compiled or any(registry[n].compiles for n in spec.variants)
+        out.append((name, len(cells), wall, cells))
+    return out
 
 
 def quick_projection(registry, device: str = "cuda") -> float:
@@ -357,15 +446,12 @@ def quick_projection(registry, device: str = "cuda") -> float:
     runs) through the plan's cost model (bench.engine.plan, with its default rates for the
     device: compiles, the reference on the CPU, the budget), plus QUICK_FIXED_S.  Plain
     arithmetic: it runs anywhere."""
-    from bench.engine import plan
+    return QUICK_FIXED_S + sum(w for _, _, w, _ in steps_projection(quick_steps(registry, device), registry, device))
 
-    total = QUICK_FIXED_S
-    common = quick_common(device)
-    for step in quick_steps(registry, device).values():
-        spec = step.spec(registry, common, here=False)
-        cells = [(n, c) for c in spec.cases() for n in spec.variants]
-        total += plan.project(cells, registry, spec, history=plan.History.empty(), report=False).wall_s
-    return total
+
+def extra_projection(registry, device: str = "cuda") -> float:
+    """The extra step's projected wall time, as quick_projection prices the first."""
+    return sum(w for _, _, w, _ in steps_projection(extra_steps(registry, device), registry, device))
 
 
 class Verdicts:
@@ -497,18 +583,34 @@ def sdpa_verdict(rows: list[dict], peak: float | None, absolute: float | None = 
 
 
 def command(args):
+    import os
+
+    from bench.engine.runner import WORKER_ENV
+
+    # the full check profiles in this process before its self-check times there: CUPTI must be torn down
+    # when a profiler stops, or every later kernel runs 10-20% slow (PyTorch issue 144455); read by Kineto
+    # when torch starts, so set before torch is imported, as every worker has it
+    for key, value in WORKER_ENV.items():
+        os.environ.setdefault(key, value)
 
     from bench.model.case import MAX_LEN
     from bench.model.parsers import number
 
     out = Path(args.out) if args.out else None
+    if (args.extra or args.dry_run) and not args.quick:
+        raise UsageError(f"{'--extra' if args.extra else '--dry-run'} goes with --quick: gpu-check --quick "
+                         f"[--extra] [--dry-run]")
     if args.quick:
         given = [flag for flag, value, default in (("--variants", args.variants, None),
                                                    ("--seq-len", args.seq_len, "2048")) if value != default]
         if given:
             raise UsageError(f"gpu-check --quick checks its own cells and lengths: {' and '.join(given)} "
                              f"{'is' if len(given) == 1 else 'are'} not taken with it (drop --quick to choose them)")
-        return run_quick_check(out, args.device)
+        if args.dry_run:
+            from bench.engine.discovery import discover
+
+            return dry_run(discover(), args.device, args.extra)
+        return run_extra_check(out, args.device) if args.extra else run_quick_check(out, args.device)
     seq_len = number(16, MAX_LEN, True)(args.seq_len, "--seq-len")
     if args.variants is not None:
         from bench.api import discover
@@ -529,6 +631,11 @@ def add_parser(sub) -> None:
                     help="a new or empty folder (default: a fresh runs/<timestamp>-gpu-check-...)")
     gp.add_argument("--quick", action="store_true",
                     help="the device acceptance check: seven verdicts in about five minutes on an H200")
+    gp.add_argument("--extra", action="store_true",
+                    help="with --quick: its second step, the paths the first does not reach (sinks, 192/128, mixes, "
+                         "GQA cross bottom-right, ragged pinned backends, flex decode with a GQA group, paged:64)")
+    gp.add_argument("--dry-run", dest="dry_run", action="store_true",
+                    help="with --quick: list each step's cells and projection, run nothing (any machine)")
     gp.add_argument("--seq-len", dest="seq_len", default="2048")
     gp.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: the same steps at a small size, a dry run of the script itself")

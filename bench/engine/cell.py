@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -260,13 +261,15 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
         with item.bound.scope():
             if per_turn:
                 item.timer.call = item.bound.timed()  # the forward runs here, outside the timed turn
-            before = (_gpu_sample(gpu), _calls(item.timer), _flushes(item.timer)) if gpu else None
+            before = (_gpu_sample(gpu), _calls(item.timer), _flushes(item.timer), time.perf_counter()) if gpu \
+                else None
             try:
                 yield
             finally:
                 if before:
-                    states[name].turn(before[0], _gpu_sample(gpu), _calls(item.timer) - before[1],
-                                      _flushes(item.timer) - before[2])
+                    end = _gpu_sample(gpu)
+                    states[name].turn(before[0], end, _calls(item.timer) - before[1], _flushes(item.timer) - before[2],
+                                      seconds=time.perf_counter() - before[3])
                 if per_turn:
                     item.timer.call = None  # its graph goes with it
 

@@ -68,8 +68,10 @@ VARIANT_RATES = {"cpu": {"naive": 0.4, "sdpa.math": 0.45, "chunked.online": 0.55
 APPROX_KEYS = 256  # an approximate variant's call costs about what exact attention over this many keys does
 REFERENCE_RATE = 1e10  # the float64 reference: on the CPU whatever the device (its slice of a large case)
 COMPILE_S = {"cpu": 0.6, "cuda": 8.0}  # a variant that compiles, per case (torch.compile, a warm compiler)
-COMPILE_COLD_S = {"cpu": 8.5, "cuda": 8.0}  # per case it has not compiled before here (no compiler cache;
-# the CPU's measured with README's sweep, flex at 6.3-9.5 s a case; no GPU figure yet: the warm one)
+COMPILE_COLD_S = {"cpu": 8.5, "cuda": 8.0}  # per forward case it has not compiled before here (no compiler cache;
+# the CPU's measured with README's sweep, flex at 6.3-9.5 s a case)
+COMPILE_COLD_BACKWARD_S = {"cpu": 8.5, "cuda": 28.0}  # the same with a backward (bwd, fwd+bwd): on a GPU a cold
+# forward and backward compile of flex takes 20-35 s (Inductor's backward kernels, autotuned); the CPU has none
 COMPILE_FIRST_S = {"cpu": 4.0, "cuda": 20.0}  # once per worker: the compiler's own start
 SETUP_S = 0.01  # any other variant's setup
 GROUP_OVERHEAD_S = 0.05  # inputs, IPC, bookkeeping per case
@@ -253,7 +255,7 @@ def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
     history = history or History.empty()
     if variant.compiles:
         if (variant.name, case_key(case.to_dict())) not in history.seen:
-            return COMPILE_COLD_S[case.device]
+            return (COMPILE_COLD_BACKWARD_S if case.needs_grad else COMPILE_COLD_S)[case.device]
         return history.warm_s.get((variant.name, case.device), COMPILE_S[case.device])
     return history.setup_s.get((variant.name, case.device), SETUP_S)
 
@@ -405,11 +407,13 @@ class Projection:
 
 
 def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: History | None = None,
-            report: bool = True, peaks_cached: bool = False, others: float | None = None) -> Projection:
+            report: bool = True, peaks_cached: bool = False, others: float | None = None,
+            started: bool = False, compiler_started: bool = False) -> Projection:
     """The projected wall time of running ``cells`` of ``spec`` over ``shards`` shards of
     ``workers`` workers each (``peaks_cached``: the machine's peaks are in the cache,
     bench.engine.peaks, and are not measured; ``others``: cores' worth of CPU that other
-    processes used at the start, for the CPU)."""
+    processes used at the start, for the CPU; ``started``: its worker was kept from an earlier
+    sweep of the same process, and ``compiler_started``: that worker has compiled already)."""
     load = busy(others, len(contention.usable_cpus()), spec.threads, workers) if spec.device == "cpu" else None
     slowdown = load.slowdown if load else 1.0
     factor = history.wall_factor if history else 1.0  # what the model missed in earlier sweeps here
@@ -418,8 +422,8 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
                 ceiling_ms)
     compiles = any(registry[n].compiles for n in spec.variants)
     peak_s = 0.0 if peaks_cached else 2 * PEAK_MEASURE_S * len(spec.dtypes)
-    fixed = (WORKER_START_S[spec.device] + peak_s + (REPORT_S if report else 0.0)
-             + (COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0))
+    fixed = ((0.0 if started else WORKER_START_S[spec.device]) + peak_s + (REPORT_S if report else 0.0)
+             + (COMPILE_FIRST_S[spec.device] if compiles and gs and not compiler_started else 0.0))
     shard_bins = split(groups(cells, registry, spec.budget_ms), shards) if shards > 1 else [gs]
     cost = {g.index: g.cost_s for g in gs}  # the calibrated cost of each group, in whichever split
     per_shard, first_workers = [], []

@@ -44,6 +44,7 @@ HARMLESS = {"gpu idle", "applications clocks setting", "display clocks setting"}
 # signal.  A power cap ("sw power cap") and sync boost are how a loaded GPU normally runs.
 SLOWDOWN = {"hw slowdown", "sw thermal slowdown", "hw thermal slowdown", "hw power brake slowdown"}
 FLUSH_LOOP_S = 1.0  # the flush-only energy loop: the counter and the power reading need about a second
+ENERGY_WINDOW_S = 1.0  # the least time a cell's turns must add up to for an energy per call (the same reason)
 
 
 def throttle_names(mask: int | None) -> list[str]:
@@ -162,8 +163,10 @@ class Cell:
     energy_known: bool = True
     calls: int = 0
     flushes: int = 0
+    seconds: float | None = 0.0  # the turns' wall time added up; None once a turn's was not measured
 
-    def turn(self, start: Sample, end: Sample, calls: int, flushes: int = 0) -> None:
+    def turn(self, start: Sample, end: Sample, calls: int, flushes: int = 0, seconds: float | None = None) -> None:
+        """One turn between two samples: ``calls`` timed calls and ``flushes`` L2 flushes in ``seconds``."""
         self.first = self.first or start
         self.last = end
         for s in (start, end):
@@ -177,6 +180,24 @@ class Cell:
             self.energy_mj += end.energy_mj - start.energy_mj
         self.calls += calls
         self.flushes += flushes
+        self.seconds = None if seconds is None or self.seconds is None else self.seconds + seconds
+
+    def energy_gap(self, flush_mj: float | None) -> str:
+        """Why no energy per call is given ('' when it is): the counter missing, no calls, flushed
+        turns without a flush figure, or a window shorter than ENERGY_WINDOW_S, over which NVML's
+        counter (steps of about 10 ms) would give a figure of its own steps, not of the calls."""
+        if not self.energy_known:
+            return "NVML has no energy counter on this GPU"
+        if not self.calls:
+            return "no timed call"
+        if self.flushes and flush_mj is None:
+            return "the turns flushed L2 and the flush's own energy was not measured"
+        if self.seconds is None:
+            return "the turns' window was not measured"
+        if self.seconds < ENERGY_WINDOW_S:
+            return (f"the turns add up to {self.seconds:.3g} s, under the {ENERGY_WINDOW_S:g} s NVML's energy counter "
+                    f"needs (it advances in steps of about 10 ms): a larger --budget-ms gives it")
+        return ""
 
     def columns(self, device: Device | None, tokens: int, flush_mj: float | None = None) -> dict:
         """The row's columns.  ``device``: the worker's GPU (its application clock, the
@@ -190,7 +211,10 @@ class Cell:
                "power_start_w": self.first.power_w, "power_end_w": self.last.power_w,
                "power_limit_w": device.power_limit_w, "temp_start_c": self.first.temp_c,
                "temp_end_c": self.last.temp_c, "throttle_reasons": ", ".join(sorted(self.reasons)) or None}
-        if self.energy_known and self.calls and (flush_mj is not None or not self.flushes):
+        why = self.energy_gap(flush_mj)
+        if why:
+            out["energy_why"] = why
+        else:
             per_call = max(0.0, self.energy_mj - self.flushes * (flush_mj or 0.0)) / 1e3 / self.calls
             out |= {"energy_j_per_call": per_call, "energy_j_per_token": per_call / max(1, tokens)}
         slowdown = sorted(self.reasons & SLOWDOWN)

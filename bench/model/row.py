@@ -93,7 +93,8 @@ KERNELS = ("kernels", "backend_ran", "kernel_mismatch", "kernel_sum_ms", "graph_
 # each other, and why a check after the timing could not be made (the timing stays)
 GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_end_w", "power_limit_w", "temp_start_c",
              "temp_end_c",
-             "throttle_reasons", "energy_j_per_call", "energy_j_per_token", "throttled", "throttled_why")  # NVML
+             "throttle_reasons", "energy_j_per_call", "energy_j_per_token", "energy_why", "throttled",
+             "throttled_why")  # NVML
 COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
            *GPU_STATE)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
@@ -112,7 +113,7 @@ ALWAYS = (*IDENTITY, *OUTCOME, "mask_params", "density", "flops", "bytes", *MEAS
 Number = float  # an int is a number too (samples, flops, threads)
 TEXT = ("reason", "layout", "worker", "timer", "bwd_forward", "interleave_id", "contended_why", "reference_skipped",
         "backend_ran", "kernel_mismatch", "timer_mismatch", "kernels_error", "graph_error", "throttle_reasons",
-        "throttled_why")
+        "throttled_why", "energy_why")
 YES_NO = (*FLAGS, "approximate", "deterministic")
 LISTS = ("seq_lengths", "samples_ms", "round_medians_ms", "kernels")
 TABLES = ("mask_params", "phases")  # mask_params: a mask's parameters; phases: {phase: its figures}
