@@ -123,12 +123,13 @@ def test_outlier_scale_holds_both_ends_for_each_dtype(dtype, top):
     def case(scale):
         return Case(dtype=dtype, q_len=64, kv_len=64, head_dim=16, inputs=f"outliers:{scale:g}")
 
-    case(1e-6)
+    case(1)
     case(top)
     with pytest.raises((CaseError, workload.WorkloadError)):
         case(top * 1.001)
-    with pytest.raises(CaseError, match="0 < SCALE <= 10000"):
-        case(0)
+    for small in (0, 1e-300, 0.5):  # below 1 a scale shrinks the channels (1e-300 is zero in float32)
+        with pytest.raises(CaseError, match="1 <= SCALE <= 10000"):
+            case(small)
 
 
 def test_input_parameters_are_held_to_the_case():
@@ -156,7 +157,7 @@ def test_a_page_holds_both_ends():
 
 @pytest.mark.parametrize("argv, words", [
     (["--inputs", "outliers:1e300"], "--inputs 'outliers:1e300' is not valid"),
-    (["--inputs", "outliers:1e30"], "(0 < SCALE <= 10000)"),
+    (["--inputs", "outliers:1e30"], "(1 <= SCALE <= 10000)"),
     (["--inputs", "lowrank:64"], "a rank-64 subspace needs head_dim >= 64, and the case has head_dim 16"),
     (["--inputs", "clustered:300"], "300 topics need at least as many keys, and the case has 64"),
     (["--masks", "document:lengths=100/100"], "sums to 200, but the case has 64 positions"),
