@@ -73,19 +73,30 @@ def test_a_sweep_next_to_two_busy_loops_is_flagged(tmp_path):
 def test_the_start_counts_other_processes_runnable_threads_not_only_what_they_got(monkeypatch):
     """At a sweep's start its own workers import beside it and take cores from the others: the
     others' use understates what they want, so their runnable threads count where higher.  The
-    sweep's own tree is never counted: a child of this process spinning is not another's load."""
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # this process's own child
-    try:
-        time.sleep(0.1)
-        # one window that counts the child as an other's, one that counts it as this tree's, over the same
-        # time: they differ by the child's use (other processes, a parallel test runner's say, count in both)
-        windows = contention.LoadWindow(tree=False).start(), contention.LoadWindow(tree=True).start()
-        time.sleep(0.5)
-        plain, tree = (w.stop() for w in windows)
-        assert plain - tree > 0.25, (plain, tree)  # the spinning child, in the plain count only
-        assert contention.others_busy(window_s=0.3, tree=True) is not None
-    finally:
-        child.kill()
-        child.wait()
-    monkeypatch.setattr(contention, "_runnable_others", lambda: 3)  # three threads of others wait to run
-    assert contention.others_busy(window_s=0.05, tree=True) == pytest.approx(3.0)
+    sweep's own tree is never counted: a child of this process spinning is not another's load.
+    Fake /proc readings (2 CPUs, 100 ticks each over the window): the machine's busy ticks grow by
+    150, this process's own by 20, its tree's (with a spinning child) by 100."""
+    readings = {"machine": [(1000, 4000), (1150, 4200)], "own": [500, 520], "tree": [900, 1000]}
+    at = {"end": False}
+
+    def reader(name):
+        return lambda *_args: readings[name][1 if at["end"] else 0]
+
+    monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(contention, "_machine_ticks", reader("machine"))
+    monkeypatch.setattr(contention, "_own_ticks", reader("own"))
+    monkeypatch.setattr(contention, "_tree_ticks", reader("tree"))
+    plain, tree = contention.LoadWindow(tree=False).start(), contention.LoadWindow(tree=True).start()
+    at["end"] = True  # the window's time has passed
+    assert plain.stop() == pytest.approx(1.3)  # (150 - 20) busy ticks of others over 100 ticks of one CPU
+    assert tree.stop() == pytest.approx(0.5)  # the spinning child is this tree's: (150 - 100) / 100
+
+    def others(runnable):  # the start's probe, its window passing in the fake sleep
+        at["end"] = False
+        monkeypatch.setattr(contention.time, "sleep", lambda s: at.__setitem__("end", True))
+        monkeypatch.setattr(contention, "_runnable_others", lambda: runnable)
+        return contention.others_busy(window_s=0.05, tree=True)
+
+    assert others(3) == pytest.approx(3.0)  # three threads of others wait to run while they got half a core
+    assert others(40) == pytest.approx(8.0)  # counted up to 4 a core
+    assert others(0) == pytest.approx(0.5)  # none waiting: what they used

@@ -251,47 +251,41 @@ def test_a_variant_that_leaves_a_busy_thread_is_marked_and_nothing_is_timed_besi
 
 
 def test_the_leftover_check_reports_a_busy_thread_and_forgets_an_idle_one(monkeypatch):
-    """Real threads, counted among this test's own: the pytest process holds threads of earlier
-    tests, which may end (the count would not grow) or spin (they would be counted) meanwhile."""
-    import threading
-
+    """Fake /proc readings and a fake clock: threads appear, idle ones use no CPU over the check's
+    window, a busy one a core's worth of it; whatever else the machine does, the check says the same."""
     from bench.measure import leftovers
 
-    mine: set[int] = set()
-    real_task_cpu = leftovers._task_cpu
-    monkeypatch.setattr(leftovers, "_threads", lambda: 100 + len(mine))
-    monkeypatch.setattr(leftovers, "_task_cpu", lambda: {t: c for t, c in real_task_cpu().items() if int(t) in mine})
+    class Proc:
+        def __init__(self):
+            self.now, self.tasks, self.busy = 0.0, {"100": 1.0}, set()
 
-    def started(target) -> None:
-        up = threading.Event()
+        def sleep(self, s):
+            self.now += s
+            for tid in self.busy:
+                self.tasks[tid] += s  # a busy thread: one core's worth of CPU over the window
 
-        def run():
-            mine.add(threading.get_native_id())
-            up.set()
-            target()
+        def cpu(self):
+            return sum(self.tasks.values())
 
-        threading.Thread(target=run, daemon=True).start()
-        up.wait()
+        def start(self, tid, busy=False):
+            self.tasks[tid] = 0.0
+            if busy:
+                self.busy.add(tid)
 
-    guard = leftovers.Leftovers()
-    idle = threading.Event()
-    started(idle.wait)  # a pool thread that waits: the new normal
-    assert guard.check() == ""
-    stop = threading.Event()
-
-    def spin():
-        while not stop.is_set():
-            pass
-
-    started(spin)
-    started(idle.wait)  # an idle one started beside it is not counted
-    try:
-        said = guard.check()
-    finally:
-        stop.set()
-        idle.set()
-    assert said.startswith("1 busy thread(s) in the worker using") and said.endswith("cores"), said
-
+    proc = Proc()
+    monkeypatch.setattr(leftovers, "_threads", lambda: len(proc.tasks))
+    monkeypatch.setattr(leftovers, "_task_cpu", lambda: dict(proc.tasks))
+    monkeypatch.setattr(leftovers, "_children", lambda: set())
+    guard = leftovers.Leftovers(sleep=proc.sleep, cpu=proc.cpu, clock=lambda: proc.now)
+    assert guard.check() == ""  # nothing new
+    proc.start("101")  # a pool thread that waits: the new normal
+    assert guard.check() == "" and guard.threads == 2
+    proc.start("102", busy=True)
+    proc.start("103")  # an idle one started beside it is not counted
+    said = guard.check()
+    assert said == "1 busy thread(s) in the worker using 1.00 cores", said
+    proc.busy.clear()  # it stopped: the next check takes the threads as they are
+    assert guard.check() == "" and guard.threads == 4
 
 def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one(monkeypatch):
     """On a loaded machine a spinning thread can get under a quarter of a core in 50 ms: the check
