@@ -91,13 +91,21 @@ def fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
     if s.empty:
         return s
     s = s.copy()
-    for c in ("time_exp", "mem_exp"):
-        s[c] = s[c].map(lambda x: "" if pd.isna(x) else f"{x:.2f}")
+    if "time_exp_lo" in s:  # the exponent with its 95% interval, in one column
+        s["time_exp"] = [("" if pd.isna(a) else f"{a:.2f} ({lo:.2f}-{hi:.2f})")
+                         for a, lo, hi in zip(s["time_exp"], s["time_exp_lo"], s["time_exp_hi"])]
+        s = s.drop(columns=["time_exp_lo", "time_exp_hi"])
+    else:
+        s["time_exp"] = s["time_exp"].map(lambda x: "" if pd.isna(x) else f"{x:.2f}")
+    for c in ("mem_exp", "flops_exp"):
+        if c in s:
+            s[c] = s[c].map(lambda x: "" if pd.isna(x) else f"{x:.2f}")
     for c in ("time_r2", "mem_r2"):
         s[c] = s[c].map(lambda x: "n/a" if pd.isna(x) else f"{x:.3f}")
-    return s.rename(columns={"time_exp": "time exponent", "time_r2": "time R²", "mem_exp": "memory exponent",
-                             "mem_r2": "memory R²", "n_range": "n range", "largest_ok_n": "largest n ok",
-                             "left_out": "left out of the time fit", "first_failure": "first failure above"})
+    return s.rename(columns={"time_exp": "time exponent (95%)", "time_r2": "time R²", "flops_exp": "FLOPs exponent",
+                             "time_note": "note", "mem_exp": "memory exponent", "mem_r2": "memory R²",
+                             "n_range": "n range", "largest_ok_n": "largest n ok",
+                             "weighted_down": "weighted down in the time fit", "first_failure": "first failure above"})
 
 
 WORKLOAD_NOTES = {

@@ -14,24 +14,51 @@ MIN_FIT_POINTS = 3  # two points always lie on a line: an exponent from them wou
 
 
 def fit_exponent(n, y, sigma=None) -> dict:
-    """Least-squares fit of log y = a * log n + b: the exponent a, R^2 and the n range; no
-    exponent from fewer than MIN_FIT_POINTS lengths.  ``sigma``: each point's relative
-    precision (bench.engine.judge.fit_sigma), its weight 1 / sigma^2."""
+    """Weighted least-squares fit of log y = a * log n + b: the exponent a with its 95% interval,
+    R^2 and the n range; no exponent from fewer than MIN_FIT_POINTS lengths.  ``sigma``: each
+    point's relative uncertainty (bench.engine.judge.fit_sigma), its weight 1 / sigma^2.  The
+    interval is the slope's standard error from those sigmas, widened by the scatter about the
+    line where it exceeds them (a reduced chi-square above 1: the points depart from a power law,
+    or the sigmas were optimistic), with Student's t then."""
     n = np.asarray(n, dtype=float)
     y = np.asarray(y, dtype=float)
-    s = np.ones_like(n) if sigma is None else np.asarray(sigma, dtype=float)
+    s = np.full_like(n, 0.02) if sigma is None else np.asarray(sigma, dtype=float)
     ok = np.isfinite(n) & np.isfinite(y) & (n > 0) & (y > 0) & np.isfinite(s) & (s > 0)
     n, y, s = n[ok], y[ok], s[ok]
+    empty = {"exponent": math.nan, "exponent_lo": math.nan, "exponent_hi": math.nan, "r2": math.nan,
+             "points": int(len(n)), "n_min": n.min() if len(n) else math.nan, "n_max": n.max() if len(n) else math.nan}
     if len(np.unique(n)) < MIN_FIT_POINTS:
-        return {"exponent": math.nan, "r2": math.nan, "points": int(len(n)),
-                "n_min": n.min() if len(n) else math.nan, "n_max": n.max() if len(n) else math.nan}
-    x, z = np.log(n), np.log(y)
-    a, b = np.polyfit(x, z, 1, w=1.0 / s)  # polyfit's weights multiply the residuals: 1 / sigma
+        return empty
+    x, z, w = np.log(n), np.log(y), 1.0 / s**2  # a relative sigma is the sigma of log y
+    xm = float((w * x).sum() / w.sum())
+    sxx = float((w * (x - xm) ** 2).sum())
+    a = float((w * (x - xm) * (z - (w * z).sum() / w.sum())).sum() / sxx)
+    b = float((w * z).sum() / w.sum()) - a * xm
     resid = z - (a * x + b)
+    dof = len(n) - 2
+    chi2 = float((w * resid**2).sum()) / dof if dof > 0 else math.nan
+    se = math.sqrt(1.0 / sxx)
+    if dof > 0 and chi2 > 1.0:
+        se *= math.sqrt(chi2)
+        q = _t975(dof)
+    else:
+        q = 1.959963984540054
     ss_tot = float(((z - z.mean()) ** 2).sum())
     r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 and len(n) > 2 else math.nan
-    return {"exponent": float(a), "r2": r2, "points": int(len(n)), "n_min": float(n.min()),
-            "n_max": float(n.max())}
+    return {"exponent": a, "exponent_lo": a - q * se, "exponent_hi": a + q * se, "r2": r2, "points": int(len(n)),
+            "n_min": float(n.min()), "n_max": float(n.max())}
+
+
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def _t975(dof: int) -> float:
+    """Student's t at 97.5% for ``dof`` degrees of freedom (a table: no SciPy), the next smaller
+    tabled dof's (so never narrower), 1.96 beyond 30."""
+    if dof > 30:
+        return 1.959963984540054
+    return _T975[max(k for k in _T975 if k <= dof)]
 
 
 def _series(df: pd.DataFrame, keep: pd.Series | None = None):
@@ -58,19 +85,37 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
         ok = [r for r in rows if r["status"] == "ok"]
         if not ok:
             continue
-        sigma = [judge.fit_sigma(r) for r in ok]  # every cell whose precision is known, weighed by it
+        sigma = [judge.fit_sigma(r) for r in ok]  # every measured cell, weighed by its uncertainty
         kept = [(r, s) for r, s in zip(ok, sigma) if s is not None]
         t = fit_exponent([r["n"] for r, _ in kept], [r["median_ms"] for r, _ in kept], [s for _, s in kept])
         m = fit_exponent([r["n"] for r in ok], [r["peak_mem_bytes"] for r in ok])  # counted, not timed: every ok cell
+        f = fit_exponent([r["n"] for r, _ in kept], [r.get("flops") for r, _ in kept])  # exact: the work's own
         largest = int(max(r["n"] for r in ok))
         above = [r for r in rows if r["n"] > largest and r["status"] != "ok"]
         fail = f"{above[0]['status']} at n={int(above[0]['n'])}" if above else ""
-        out.append({"facet": label, "variant": variant, "time_exp": t["exponent"], "time_r2": t["r2"],
-                    "mem_exp": m["exponent"], "mem_r2": m["r2"],
+        out.append({"facet": label, "variant": variant, "time_exp": t["exponent"], "time_exp_lo": t["exponent_lo"],
+                    "time_exp_hi": t["exponent_hi"], "time_r2": t["r2"], "flops_exp": f["exponent"],
+                    "time_note": exponent_note(t, f["exponent"]), "mem_exp": m["exponent"], "mem_r2": m["r2"],
                     "n_range": f"{int(t['n_min'])}-{int(t['n_max'])}" if t["points"] else "",
-                    "points": t["points"], "left_out": judge.left_out(ok),
+                    "points": t["points"], "weighted_down": judge.weighted_down(ok),
                     "largest_ok_n": largest, "first_failure": fail})
     return pd.DataFrame(out)
+
+
+def exponent_note(t: dict, flops_exp: float) -> str:
+    """What the report says beside a time exponent: uncertain when its 95% interval is wider than
+    judge.EXPONENT_UNCERTAIN either way, and where the FLOPs' exponent lies outside that interval,
+    that the time departs from the work (a cache effect, a kernel's overhead at short lengths)."""
+    a, lo, hi = t["exponent"], t["exponent_lo"], t["exponent_hi"]
+    if not math.isfinite(a):
+        return ""
+    notes = []
+    if (hi - lo) / 2 > judge.EXPONENT_UNCERTAIN:
+        notes.append(f"uncertain (95% interval {lo:.2f}-{hi:.2f})")
+    if math.isfinite(flops_exp) and not lo <= flops_exp <= hi:
+        notes.append(f"departs from the FLOPs' {flops_exp:.2f}: time grows {'faster' if a > flops_exp else 'slower'} "
+                     f"than the work")
+    return "; ".join(notes)
 
 
 def _side(a: dict, b: dict) -> int:

@@ -52,7 +52,7 @@ def test_exact_pair_counts_match_brute_force(spelling):
     for q_len, kv_len in SHAPES:
         if spelling.startswith("tree_topk:") and q_len < int(spelling.split(":")[1]):
             with pytest.raises(masks.MaskError, match="a width of at most q_len"):  # a level wider than the tree
-                masks.bind(_case(spelling, q_len, kv_len, batch=2, heads=1)).counts
+                _ = masks.bind(_case(spelling, q_len, kv_len, batch=2, heads=1)).counts
             continue
         case = _case(spelling, q_len, kv_len, batch=2, heads=1)
         assert masks.bind(case).counts == _brute_force(case), (spelling, q_len, kv_len)

@@ -9,6 +9,7 @@ what it is (``bench.model.row``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from bench.measure.settings import INTERVAL_SAMPLES
@@ -149,41 +150,53 @@ def interval_cost(rows) -> tuple[float, float]:
 
 
 def fit_sigma(row: dict) -> float | None:
-    """The relative precision of an ok row's median for a fit (its weight is 1 / sigma^2), or
-    None when it is left out: contended or throttled (biased), noisy (measured wide), or with
-    too few samples whose spread is wide.  A few-sample cell whose samples lie within NOISY of
-    each other (203.3, 206.7, 206.2 ms) is tight enough to fit, at its spread's weight."""
+    """The relative uncertainty of an ok row's median in a fit (its weight is 1 / sigma^2); None
+    only for a row that has no median to fit.  Every measured cell is fitted: its within-run
+    precision (the 95% interval's half-width / 1.96, or a few samples' spread, or FEW_SIGMA with
+    none to read) and the between-run drift a rerun shows (BETWEEN_RUN_SIGMA) add in quadrature;
+    a contended or throttled cell's figure is biased, so it weighs as SHAKY_SIGMA at most."""
     if row.get("status") != Status.OK or not row.get("median_ms"):
         return None
     flags = shaky_flags(row)
-    if {"contended", "throttled", "noisy"} & set(flags):
-        return None
-    if "few_samples" in flags:
-        samples = row.get("samples_ms")
-        samples = samples if isinstance(samples, (list, tuple)) and samples else None
-        lo, med = row.get("min_ms"), row["median_ms"]
-        spread = (max(samples) - lo) / 2 / med if samples and _true(lo) and med else None
-        return max(spread, MIN_SIGMA) if spread is not None and spread <= NOISY else None
+    med = float(row["median_ms"])
     half = row.get("ci_halfwidth")
-    return max(float(half), MIN_SIGMA) if _true(half) else DEFAULT_SIGMA
+    if _true(half) and math.isfinite(float(half)):
+        within = float(half) / 1.96
+    else:  # too few samples for an interval: their spread, where there is one
+        samples = row.get("samples_ms")
+        samples = [float(x) for x in samples] if isinstance(samples, (list, tuple)) and len(samples) > 1 else None
+        within = (max(samples) - min(samples)) / 2 / med if samples and med > 0 else FEW_SIGMA
+    sigma = math.hypot(max(within, MIN_SIGMA), BETWEEN_RUN_SIGMA)
+    if {"contended", "throttled"} & set(flags):
+        sigma = max(sigma, SHAKY_SIGMA)
+    return sigma
 
 
-def left_out(rows) -> str:
-    """The fit's left-out cells, counted by reason: ``2 (contended), 1 (too few samples, wide)``."""
+def weighted_down(rows) -> str:
+    """The fit's cells that weigh less than their precision alone would give, by reason:
+    ``2 (contended), 1 (noisy)``."""
     why: dict = {}
     for r in rows:
-        if r.get("status") != Status.OK or fit_sigma(r) is not None:
+        if r.get("status") != Status.OK:
             continue
         flags = shaky_flags(r)
-        key = next((f for f in ("contended", "throttled", "noisy") if f in flags),
-                   "with too few samples, wide" if "few_samples" in flags else "no median")
-        why[key] = why.get(key, 0) + 1
+        key = next((f for f in ("contended", "throttled", "noisy", "few_samples") if f in flags), None)
+        if key:
+            key = "too few samples" if key == "few_samples" else key
+            why[key] = why.get(key, 0) + 1
     return ", ".join(f"{n} ({k})" for k, n in why.items())
+
+
+# an exponent whose 95% interval is wider than this either way is uncertain: the report says so
+EXPONENT_UNCERTAIN = 0.15
+BETWEEN_RUN_SIGMA = 0.08  # a cell's median moves this much (relative, one sd) from one run to the next on this
+# 2-core machine (tests/benchmarks/drift.py measures it); what a single run's samples cannot show
+SHAKY_SIGMA = 0.3  # a contended or throttled figure: in the fit, at this weight at most
+FEW_SIGMA = 0.2  # a single sample: no spread to read
 
 
 NOISY = 0.05  # as bench.measure.timing.NOISY_CI: a half-interval beyond 5% of the median is wide
 MIN_SIGMA = 0.005  # no cell weighs more than one known to +-0.5%
-DEFAULT_SIGMA = 0.02  # a row without its interval (older folders): the default precision target
 
 
 def wants_retry(row: dict, retry) -> bool:
