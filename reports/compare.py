@@ -15,7 +15,9 @@ slower cell whose interval's lower end is more than PCT% above 1 (quartiles: B's
 
 from __future__ import annotations
 
+import math
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -51,8 +53,56 @@ def _samples(x) -> list | None:
     return list(x) if isinstance(x, (list, tuple)) and len(x) >= 2 else None
 
 
+@dataclass(frozen=True)
+class Drift:
+    """This machine's between-run drift, one sd of a run's log median (bench.engine.drift, from an
+    A/A ab): ``run``, what every cell of a run shares (the machine's state, the process), and
+    ``cell``, what each cell moves by on top of it."""
+    cell: float
+    run: float
+
+
+def _relative(e, shift: float, drift: Drift, margin: float):
+    """A cell's evidence relative to the whole run's shift: log(B / A) - shift, its bootstrap spread
+    widened by the cell's own drift (twice: two runs), as a normal test beyond ``margin``."""
+    from statistics import NormalDist
+
+    from bench.measure.stats import RatioEvidence
+
+    z = NormalDist()
+    rel = math.log(e.ratio) - shift
+    se_boot = (math.log(e.hi) - math.log(e.lo)) / (2 * 1.959963984540054) if e.hi > e.lo > 0 else 0.0
+    se = math.hypot(se_boot, drift.cell * math.sqrt(2))
+    m = math.log1p(margin)
+    return RatioEvidence(e.ratio, math.exp(shift + rel - 1.96 * se), math.exp(shift + rel + 1.96 * se),
+                         1.0 - z.cdf((rel - m) / se), z.cdf((rel + m) / se), e.n_a, e.n_b)
+
+
+RUN_Z = 3.0  # the run-level shift is one judgement that speaks for every cell at once: called only beyond 3 sd
+# of the run-level drift (a false one would call them all changed; at 1.96 sd, one A/A pair in 20 did)
+
+
+def run_shift(log_ratios: list[float], drift: Drift, margin: float) -> dict:
+    """The whole run's shift (the median log ratio over the cells) and what it says: beyond RUN_Z sd
+    of the run-level drift (twice: two runs) and the margin, B as a whole is slower or faster; else
+    the machine's state between the runs can explain it."""
+    from statistics import median
+
+    shift = median(log_ratios)
+    se = drift.run * math.sqrt(2)
+    lo, hi = math.exp(shift - RUN_Z * se), math.exp(shift + RUN_Z * se)
+    verdict = ("slower" if lo > 1 + margin else "faster" if hi < 1 / (1 + margin) else
+               "same" if lo >= 1 / (1 + margin) and hi <= 1 + margin else "unsure")
+    return {"ratio": math.exp(shift), "lo": lo, "hi": hi, "verdict": verdict, "cells": len(log_ratios)}
+
+
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPARE_MARGIN,
-                   fdr: float = judge.COMPARE_FDR) -> pd.DataFrame:
+                   fdr: float = judge.COMPARE_FDR, drift: Drift | None = None) -> pd.DataFrame:
+    """B/A per matching ok cell.  ``drift``: this machine's between-run drift (bench.engine.drift,
+    from an A/A ab).  With it, what every cell shares (the median log ratio) is the whole run's
+    shift, judged against the run-level drift (``m.attrs["shift"]``), and each cell is judged
+    relative to it, against its own drift: a cell is slower when it moved more than the run did.
+    Without it no cell is called faster or slower, only same or unsure (judge.between_runs)."""
     keys = list(row.IDENTITY)
     cols = [*row.SPREAD, "status", "shaky", "timer", "samples_ms"]
     a, b = (x.assign(shaky=x["shaky"] if "shaky" in x else False,
@@ -72,6 +122,12 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
         if sa and sb and not r["shaky"] and not r["other_timer"]:
             seed = zlib.crc32(repr(tuple(r[k] for k in keys)).encode())  # the same cell, the same draws
             evidence[i] = ratio_evidence(sa, sb, margin, seed=seed)
+    if drift is not None and len(evidence) >= 3:
+        shift = run_shift([math.log(e.ratio) for e in evidence.values()], drift, margin)
+        m.attrs["shift"] = shift
+        evidence = {i: _relative(e, math.log(shift["ratio"]), drift, margin) for i, e in evidence.items()}
+    elif drift is not None:
+        evidence = {i: _relative(e, 0.0, Drift(drift.cell, drift.run), margin) for i, e in evidence.items()}
     judged = list(evidence)
     rejected, qvalues = benjamini_hochberg([evidence[i].p for i in judged], fdr)
     m["ratio_lo"] = m["ratio_hi"] = m["p"] = m["q"] = float("nan")
@@ -85,10 +141,11 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
             k = judged.index(i)
             e = evidence[i]
             m.loc[i, ["ratio_lo", "ratio_hi", "p", "q"]] = [e.lo, e.hi, e.p, qvalues[k]]
-            verdicts.append(judge.compare_verdict(e, rejected[k], margin))
+            verdicts.append(judge.with_run_shift(judge.between_runs(judge.compare_verdict(e, rejected[k], margin),
+                                                                     drift), m.attrs.get("shift")))
         else:
-            verdicts.append(verdict({"q1_ms": r["q1_ms_a"], "q3_ms": r["q3_ms_a"]},
-                                    {"q1_ms": r["q1_ms_b"], "q3_ms": r["q3_ms_b"]}))
+            verdicts.append(judge.between_runs(verdict({"q1_ms": r["q1_ms_a"], "q3_ms": r["q3_ms_a"]},
+                                                       {"q1_ms": r["q1_ms_b"], "q3_ms": r["q3_ms_b"]}), drift))
     m["verdict"] = verdicts
     m["slowdown_beyond_noise"] = m["ratio_lo"].where(m["ratio_lo"].notna(), m["q1_ms_b"] / m["q3_ms_a"]) - 1.0
     return m
@@ -118,11 +175,14 @@ def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None, margin: f
     ``fail_pct``: a percentage (the median rule) or (metric, percentage) with metric
     'median' (B's q1 over A's q3, beyond noise) or 'min' (B's fastest sample over A's).  A
     cell shaky in either run is never a regression: its verdict is 'shaky'."""
+    from bench.engine import drift as calibration
     from reports.trust import trust_line
 
     da, (env_a,) = load_runs([run_a])
     db, (env_b,) = load_runs([run_b])
-    m = compare_frames(da, db, margin, fdr)
+    known = calibration.lookup(env_a) if calibration.key(env_a) == calibration.key(env_b) else None
+    m = compare_frames(da, db, margin, fdr, drift=Drift(known["cell"], known["run"]) if known else None)
+    m.attrs["drift"] = known
     warnings = env_differences(env_a, env_b)
     trust = [trust_line(with_peaks(da, [env_a]), [env_a]), trust_line(with_peaks(db, [env_b]), [env_b])]
     regressions = m.iloc[0:0]

@@ -45,6 +45,19 @@ def run_cli(*args, timeout=600, env=None, cwd=None):
                           text=True, timeout=timeout, env=full_env, cwd=cwd or ROOT)
 
 
+@pytest.fixture
+def calibrated(monkeypatch, tmp_path_factory):
+    """``calibrate(env, sigma)``: this machine's between-run drift as an A/A ab would record it
+    (bench.engine.drift), in a cache folder of the test's own; compare of two runs reads it."""
+    monkeypatch.setenv("ATTNBENCH_CACHE_DIR", str(tmp_path_factory.mktemp("calibrated-cache")))
+
+    def calibrate(env: dict | None = None, sigma: float = 0.01) -> None:
+        from bench.engine import drift
+
+        drift.record(env or {"device": "cpu"}, cell=sigma, run=sigma, cells=18, repeats=5)
+    return calibrate
+
+
 def write_plugin(folder: Path, name: str, body: str) -> Path:
     path = folder / f"{name}.py"
     path.write_text(textwrap.dedent(body))

@@ -1,5 +1,5 @@
-"""The command line: ``python -m bench {list,sweep,report,compare,merge,status,profile,selfcheck,export,frontier,
-gpu-check}``.
+"""The command line: ``python -m bench {list,sweep,report,compare,ab,merge,status,profile,selfcheck,export,
+frontier,gpu-check}``.
 
 One module per subcommand, each with ``add_parser(sub)`` and the handler it sets.  This
 package is the only part of ``bench`` that prints for the user, builds reports and turns
@@ -10,13 +10,26 @@ from __future__ import annotations
 import os
 import sys
 
-from bench.cli import compare, export, frontier, gpu_check, listing, merge, profile, report, selfcheck, status, sweep
+from bench.cli import (
+    ab,
+    compare,
+    export,
+    frontier,
+    gpu_check,
+    listing,
+    merge,
+    profile,
+    report,
+    selfcheck,
+    status,
+    sweep,
+)
 from bench.cli.common import Parser
 from bench.errors import UsageError
 from bench.model.case import CaseError
 from bench.model.registry import RegistryError
 
-SUBCOMMANDS = (listing, sweep, report, compare, merge, status, profile, selfcheck, export, frontier, gpu_check)
+SUBCOMMANDS = (listing, sweep, report, compare, ab, merge, status, profile, selfcheck, export, frontier, gpu_check)
 
 
 def build_parser() -> Parser:

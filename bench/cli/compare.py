@@ -74,6 +74,22 @@ def command(args):
     print(f"Better {counts.get('faster', 0)}, Same {counts.get('same', 0)}, Worse {counts.get('slower', 0)}, "
           f"Unsure {counts.get('unsure', 0)}, Shaky {shaky}{apart} (of {len(m)} matching cells; faster or slower: a "
           f"change beyond {100 * args.margin:g}% at a false-discovery rate of {100 * args.fdr:g}%; chart: {chart})")
+    known = m.attrs.get("drift")
+    if known is None:
+        print("note: two separate runs differ by what changed between them (the process, the minute, the "
+              "machine's load) as well as by the build; this machine's between-run drift is not calibrated, so no "
+              "cell is called faster or slower. To tell: `python -m bench ab A_TREE B_TREE <the sweep's flags>` "
+              "measures both builds in turns; `python -m bench ab . . <flags>` (an A/A) calibrates compare here.",
+              file=sys.stderr)
+    else:
+        shift = m.attrs.get("shift")
+        print(f"note: between-run drift on this machine (an A/A ab of {known['cells']} cells x {known['repeats']} "
+              f"repeats): {100 * known['run']:.1f}% for a run as a whole, {100 * known['cell']:.1f}% more for each "
+              f"cell; each cell is judged against the run's own shift", file=sys.stderr)
+        if shift:
+            print(f"the run as a whole: B/A {shift['ratio']:.3g} over {shift['cells']} cells (within 3 sd of the "
+                  f"run-level drift: {shift['lo']:.3g}-{shift['hi']:.3g}): {shift['verdict']}"
+                  + (" (the machine's state between the runs can explain it)" if shift["verdict"] == "unsure" else ""))
     if other:
         pairs = sorted({f"{a} in A, {b} in B" for a, b in zip(m["timer_a"], m["timer_b"]) if a != b})
         print(f"warning: {other} matching cell(s) were timed with different timers ({'; '.join(pairs)}): their "

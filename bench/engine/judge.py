@@ -299,6 +299,33 @@ COMPARE_MARGIN = 0.05  # a change smaller than 5% is not called: two runs of one
 COMPARE_FDR = 0.05  # Benjamini-Hochberg's false-discovery rate over the cells of one comparison
 
 
+AB_REPEATS = 5  # ab's default: pairs of fresh processes, each repeat one more degree of freedom for its t test
+
+
+def ab_verdict(evidence, rejected: bool, margin: float = COMPARE_MARGIN) -> str:
+    """ab's verdict from the paired repeats (bench.measure.stats.PairedEvidence): faster or slower
+    beyond ``margin`` (rejected by Benjamini-Hochberg across the cells), same (the interval within
+    the margin either way), or unsure."""
+    return compare_verdict(evidence, rejected, margin)
+
+
+def between_runs(verdict: str, drift: float | None) -> str:
+    """A verdict on two separate runs: faster or slower only where this machine's between-run drift
+    is known (an A/A ab measured it); otherwise what the runs' own samples cannot show is unknown,
+    and the cell is unsure."""
+    if drift is None and verdict in ("faster", "slower"):
+        return "unsure"
+    return verdict
+
+
+def with_run_shift(verdict: str, shift: dict | None) -> str:
+    """A cell's verdict relative to its run, with the whole run's: where B as a whole is slower or
+    faster beyond the run-level drift, a cell that did not move against the run moved with it."""
+    if shift and shift.get("verdict") in ("faster", "slower") and verdict in ("same", "unsure"):
+        return shift["verdict"]
+    return verdict
+
+
 def compare_verdict(evidence, rejected: bool, margin: float = COMPARE_MARGIN) -> str:
     """faster or slower (beyond ``margin``, rejected by Benjamini-Hochberg across the comparison),
     same (the ratio's 95% interval within the margin either way), or unsure."""

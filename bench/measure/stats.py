@@ -109,3 +109,80 @@ def benjamini_hochberg(pvalues, q: float = 0.05) -> tuple[list[bool], list[float
         running = min(running, pvalues[i] * m / rank)
         adjusted[i] = running
     return [a <= q for a in adjusted], adjusted
+
+
+# -- two builds taking turns: paired per-repeat ratios --------------------------------------------
+
+
+def t_cdf(t: float, dof: int) -> float:
+    """Student's t distribution's CDF at ``t`` for a whole number of degrees of freedom
+    (Abramowitz & Stegun 26.7.3 and 26.7.4: a finite series in cos(theta), exact, no SciPy)."""
+    if dof < 1:
+        raise ValueError("t_cdf needs dof >= 1")
+    if not math.isfinite(t):
+        return 1.0 if t > 0 else 0.0
+    theta = math.atan(abs(t) / math.sqrt(dof))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if dof == 1:
+        a = 2 * theta / math.pi
+    elif dof % 2:  # odd
+        term, total = 1.0, 1.0
+        for k in range(1, (dof - 3) // 2 + 1):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        a = 2 / math.pi * (theta + s * math.cos(theta) * total)
+    else:
+        term, total = 1.0, 1.0
+        for k in range(1, (dof - 2) // 2 + 1):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        a = s * total
+    return 0.5 + 0.5 * a if t >= 0 else 0.5 - 0.5 * a
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """The ``p`` quantile of Student's t (bisection on t_cdf)."""
+    lo, hi = -1e3, 1e3
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if t_cdf(mid, dof) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class PairedEvidence:
+    """B/A of one cell over K repeats, each a pair of runs taken in turn: the geometric mean of the
+    per-repeat ratios, its 95% t interval, and the one-sided p-values that B is slower than A by
+    more than ``margin`` (and faster by more than it)."""
+    ratio: float
+    lo: float
+    hi: float
+    p_slower: float
+    p_faster: float
+    repeats: int
+
+    @property
+    def p(self) -> float:
+        return min(1.0, 2.0 * min(self.p_slower, self.p_faster))
+
+
+def paired_evidence(a, b, margin: float = 0.0) -> PairedEvidence:
+    """Per repeat k, log(b_k / a_k); their mean, its standard error over the repeats (the unit that
+    varies: each repeat is a fresh pair of processes, minutes from the others), a t test against
+    +-log(1 + margin).  Fewer than 2 repeats: no interval, p = 1."""
+    logs = [math.log(y / x) for x, y in zip(a, b) if x > 0 and y > 0]
+    k = len(logs)
+    if k < 2:
+        r = math.exp(logs[0]) if logs else math.nan
+        return PairedEvidence(r, -math.inf, math.inf, 1.0, 1.0, k)
+    mean = sum(logs) / k
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (k - 1))
+    se = max(sd / math.sqrt(k), 1e-12)
+    q = t_quantile(0.975, k - 1)
+    m = math.log1p(margin)
+    p_slower = 1.0 - t_cdf((mean - m) / se, k - 1)
+    p_faster = t_cdf((mean + m) / se, k - 1)
+    return PairedEvidence(math.exp(mean), math.exp(mean - q * se), math.exp(mean + q * se), p_slower, p_faster, k)

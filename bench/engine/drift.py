@@ -1,0 +1,44 @@
+"""This machine's between-run drift, as an A/A ``ab`` measured it: how far a cell's median moves
+from one run to the next (one sd of its log, per run).  ``compare`` of two separate runs reads it
+to judge what the runs' own samples cannot show; without it, compare calls no cell faster or
+slower.  Kept in the cache folder of the machine's peaks (bench.engine.peaks.cache_dir), keyed by
+what the drift depends on."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from bench.engine.peaks import cache_dir
+
+FILE = "drift.json"
+KEYS = ("device", "device_name", "cpu_count", "threads")  # the machine and how it is used, not the build
+
+
+def key(env: dict) -> str:
+    return "|".join(str(env.get(k)) for k in KEYS)
+
+
+def record(env: dict, cell: float, run: float, cells: int, repeats: int) -> None:
+    """Write the drift an A/A measured: ``cell``, each cell's own per run, ``run``, a run's common shift."""
+    path = cache_dir() / FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known[key(env)] = {"cell": cell, "run": run, "cells": cells, "repeats": repeats, "measured": time.time()}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(known, indent=2))
+    tmp.replace(path)
+
+
+def lookup(env: dict) -> dict | None:
+    """The calibration of the machine ``env`` (env.json) describes, or None."""
+    try:
+        known = json.loads((cache_dir() / FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    entry = known.get(key(env))
+    ok = isinstance(entry, dict) and all(isinstance(entry.get(k), (int, float)) for k in ("cell", "run"))
+    return entry if ok else None
