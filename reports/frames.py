@@ -79,7 +79,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     df["reason"] = df["reason"].fillna("")
     for col in FLAGS:
         df[col] = df[col].map(lambda x: bool(x) if isinstance(x, (bool, np.bool_)) else False) if col in df else False
-    # shaky: an ok cell whose figure is not to be trusted as it stands (drawn hollow, starred, not fitted),
+    # shaky: an ok cell whose figure is not to be trusted as it stands (drawn hollow, starred, weighed down in fits),
     # as bench.engine.judge decides it
     df["shaky"] = [judge.shaky(r) for r in df[["status", *FLAGS]].to_dict("records")] if len(df) else False
     if "round_medians_ms" not in df:

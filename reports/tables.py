@@ -35,8 +35,8 @@ UNTIMED = ("mem_mib",)  # counted in a pass of its own, not timed: never starred
 SHAKY_MARK = "*"  # shaky (bench.engine.judge): kept and flagged
 PEAK_MARK = "†"  # % of a peak that a cell exceeded: that peak is not reliable
 NOTES = {SHAKY_MARK: "noisy (the median's 95% CI reaches beyond +-5% of it) or contended (timed while the CPU "
-                     "was shared); kept, but left "
-                     "out of fits and crossovers",
+                     "was shared); kept, weighed down in fits and left "
+                     "out of crossovers",
          PEAK_MARK: "a cell of this dtype went above the measured matmul peak, so the peak (and every % of it) "
                     "is not reliable"}
 

@@ -48,8 +48,8 @@ def trust_line(df, envs, lead: bool = True) -> str:
     text = (f"{opening}{t.ok} ok cells, {t.clean} clean, {t.few_samples} with too few samples for an "
             f"interval, {t.noisy} noisy, {t.contended} contended"
             + (f", {t.throttled} throttled (NVML reported {' or '.join(sorted(SLOWDOWN))})" if t.throttled else "")
-            + " (shaky cells are hollow in charts and marked * in tables; fits keep the cells whose precision is "
-              "known, by their weight)")
+            + " (shaky cells are hollow in charts and marked * in tables; fits take every ok cell, by its "
+              "weight)")
     worst = worst_contended(ok)
     if worst:
         text += f"; worst: {worst}"

@@ -122,7 +122,7 @@ def contention_warning(rows: list[dict], spec) -> str:
     if not bad:
         return ""
     return (f"warning: {len(bad)} of {len(ok)} ok cells were timed while the CPU was shared (contended: "
-            f"e.g. {bad[0].get('contended_why')}). Their numbers are kept but flagged, drawn hollow and left "
-            f"out of fits. For numbers you can trust, rerun on a quieter machine, or with fewer threads than "
+            f"e.g. {bad[0].get('contended_why')}). Their numbers are kept but flagged, drawn hollow and weighed "
+            f"down in fits. For numbers you can trust, rerun on a quieter machine, or with fewer threads than "
             f"cores (--threads {max(1, len(contention.usable_cpus()) - 1)}) so that other processes have a core of "
             f"their own.")
