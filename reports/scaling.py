@@ -39,26 +39,16 @@ def fit_exponent(n, y, sigma=None) -> dict:
     chi2 = float((w * resid**2).sum()) / dof if dof > 0 else math.nan
     se = math.sqrt(1.0 / sxx)
     if dof > 0 and chi2 > 1.0:
+        from bench.measure.stats import t_quantile
+
         se *= math.sqrt(chi2)
-        q = _t975(dof)
+        q = t_quantile(0.975, dof)
     else:
         q = 1.959963984540054
     ss_tot = float(((z - z.mean()) ** 2).sum())
     r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 and len(n) > 2 else math.nan
     return {"exponent": a, "exponent_lo": a - q * se, "exponent_hi": a + q * se, "r2": r2, "points": int(len(n)),
             "n_min": float(n.min()), "n_max": float(n.max())}
-
-
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
-
-
-def _t975(dof: int) -> float:
-    """Student's t at 97.5% for ``dof`` degrees of freedom (a table: no SciPy), the next smaller
-    tabled dof's (so never narrower), 1.96 beyond 30."""
-    if dof > 30:
-        return 1.959963984540054
-    return _T975[max(k for k in _T975 if k <= dof)]
 
 
 def _series(df: pd.DataFrame, keep: pd.Series | None = None):

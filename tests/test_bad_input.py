@@ -343,3 +343,32 @@ def test_compare_explain_gives_each_runs_own_settings_and_folders(tmp_path, caps
     outs = [x.split("--out ")[1] for x in lines]
     assert outs[0] != outs[1]
     _refused(capsys, ["compare", *runs, "--explain", ""], "--explain takes words")
+
+
+def test_status_finds_the_newest_runs_sweep_id_once_through_runs_latest(tmp_path, capsys, monkeypatch):
+    """runs/latest links to the run it names: a sweep id found through both is in one folder."""
+    import shutil
+
+    from bench.engine import store
+
+    monkeypatch.chdir(tmp_path)
+    res = run_cli("sweep", *SMALL[:-2], "--masks", "none", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    latest = tmp_path / store.DEFAULT_ROOT / "latest"
+    assert latest.is_symlink()
+    sweep_id = json.loads((latest / "env.json").read_text())["sweep_id"]
+    assert main(["status", sweep_id]) == 0
+    assert f"run {store.DEFAULT_ROOT}" in capsys.readouterr().out
+    shutil.copytree(latest.resolve(), latest.resolve().with_name("copy"))  # the same sweep twice, for real
+    _refused(capsys, ["status", sweep_id], "is in 2 run folders")
+
+
+def test_compare_explain_with_nothing_to_explain_and_status_repro_with_a_superscript(measured, tmp_path, capsys):
+    other = tmp_path / "other"
+    other.mkdir()
+    rows = [json.loads(x) | {"variant": "nothing.alike"} for x in (measured / "results.jsonl").read_text().splitlines()]
+    (other / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (other / "env.json").write_text((measured / "env.json").read_text())
+    _refused(capsys, ["compare", measured, other, "--explain", "naive n=16", "--out", tmp_path / "c"],
+             "no matching ok cell to explain")
+    _refused(capsys, ["status", measured, "--repro", "²"], "--repro '²'")

@@ -58,22 +58,26 @@ class Stats:
 
 
 @dataclass(frozen=True)
-class RatioEvidence:
-    """B/A of two sets of samples of one cell: the ratio of the medians, its bootstrap 95%
-    interval, and the one-sided p-values that B is slower than A by more than ``margin`` (and
-    faster by more than it)."""
+class Evidence:
+    """B/A of one cell: the ratio, its 95% interval, and the one-sided p-values that B is slower
+    than A by more than a margin (and faster by more than it)."""
     ratio: float
     lo: float
     hi: float
     p_slower: float
     p_faster: float
-    n_a: int
-    n_b: int
 
     @property
     def p(self) -> float:
         """The two-sided p-value of a change beyond the margin, either way."""
         return min(1.0, 2.0 * min(self.p_slower, self.p_faster))
+
+
+@dataclass(frozen=True)
+class RatioEvidence(Evidence):
+    """Two sets of samples of one cell: the ratio of the medians and its bootstrap interval."""
+    n_a: int
+    n_b: int
 
 
 def ratio_evidence(a, b, margin: float = 0.0, draws: int = 2000, seed: int = 0) -> RatioEvidence:
@@ -153,20 +157,10 @@ def t_quantile(p: float, dof: int) -> float:
 
 
 @dataclass(frozen=True)
-class PairedEvidence:
-    """B/A of one cell over K repeats, each a pair of runs taken in turn: the geometric mean of the
-    per-repeat ratios, its 95% t interval, and the one-sided p-values that B is slower than A by
-    more than ``margin`` (and faster by more than it)."""
-    ratio: float
-    lo: float
-    hi: float
-    p_slower: float
-    p_faster: float
+class PairedEvidence(Evidence):
+    """One cell over K repeats, each a pair of runs taken in turn: the geometric mean of the
+    per-repeat ratios and its 95% t interval."""
     repeats: int
-
-    @property
-    def p(self) -> float:
-        return min(1.0, 2.0 * min(self.p_slower, self.p_faster))
 
 
 def paired_evidence(a, b, margin: float = 0.0) -> PairedEvidence:
