@@ -326,40 +326,42 @@ def test_batch_mix_is_taken_by_profile_and_selfcheck(tmp_path, capsys):
     assert "mix=1x(8/8)+2x(1/16)" in capsys.readouterr().out
 
 
-@pytest.mark.slow
-def test_compare_explain_gives_each_runs_own_settings_and_folders(tmp_path, capsys):
-    from tests.conftest import run_cli
-
-    runs = []
-    for name, budget in (("a", "5"), ("b", "7")):
-        out = tmp_path / name
-        res = run_cli("sweep", *SMALL[:-2], "--masks", "none", "--budget-ms", budget, "--threads", "1", "--out", out)
-        assert res.returncode == 0, res.stderr
-        runs.append(str(out))
-    assert main(["compare", *runs, "--explain", "naive n=16 none fwd", "--out", str(tmp_path / "cmp")]) == 0
+def test_compare_explain_gives_each_runs_own_settings_and_folders(measured, tmp_path, capsys):
+    """Run B is run A's rows measured under another budget: each command carries its own run's."""
+    other = tmp_path / "b"
+    other.mkdir()
+    rows = [json.loads(x) for x in (measured / "results.jsonl").read_text().splitlines()]
+    (other / "results.jsonl").write_text("".join(json.dumps(r | {"budget_ms": 7.0}) + "\n" for r in rows))
+    (other / "env.json").write_text((measured / "env.json").read_text())
+    cell = f"naive n=16 {rows[0]['mask']} fwd"
+    assert main(["compare", str(measured), str(other), "--explain", cell, "--out", str(tmp_path / "cmp")]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("measure it again")]
     assert len(lines) == 2
-    assert "--budget-ms 5 " in lines[0] and "--budget-ms 7 " in lines[1] and all("--threads 1" in x for x in lines)
+    budget = f"--budget-ms {rows[0]['budget_ms']:g} "
+    assert budget in lines[0] and "--budget-ms 7 " in lines[1]
+    assert all(f"--threads {rows[0]['threads']}" in x for x in lines)
     outs = [x.split("--out ")[1] for x in lines]
     assert outs[0] != outs[1]
-    _refused(capsys, ["compare", *runs, "--explain", ""], "--explain takes words")
+    _refused(capsys, ["compare", measured, other, "--explain", ""], "--explain takes words")
 
 
-def test_status_finds_the_newest_runs_sweep_id_once_through_runs_latest(tmp_path, capsys, monkeypatch):
+def test_status_finds_the_newest_runs_sweep_id_once_through_runs_latest(measured, tmp_path, capsys, monkeypatch):
     """runs/latest links to the run it names: a sweep id found through both is in one folder."""
     import shutil
 
     from bench.engine import store
 
     monkeypatch.chdir(tmp_path)
-    res = run_cli("sweep", *SMALL[:-2], "--masks", "none", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    run = store.new_run_dir("cpu")  # runs/<timestamp>-cpu, and runs/latest to it, as a sweep makes them
+    for f in measured.iterdir():
+        if f.is_file():
+            shutil.copy(f, run / f.name)
     latest = tmp_path / store.DEFAULT_ROOT / "latest"
-    assert latest.is_symlink()
-    sweep_id = json.loads((latest / "env.json").read_text())["sweep_id"]
+    assert latest.is_symlink() and latest.resolve() == run.resolve()
+    sweep_id = json.loads((run / "env.json").read_text())["sweep_id"]
     assert main(["status", sweep_id]) == 0
     assert f"run {store.DEFAULT_ROOT}" in capsys.readouterr().out
-    shutil.copytree(latest.resolve(), latest.resolve().with_name("copy"))  # the same sweep twice, for real
+    shutil.copytree(run, run.with_name("copy"))  # the same sweep twice, for real
     _refused(capsys, ["status", sweep_id], "is in 2 run folders")
 
 

@@ -64,6 +64,9 @@ def test_broken_plugin_is_a_clear_error(tmp_path):
     with pytest.raises(RegistryError, match="needs frobnicate"):
         discover([str(path)], entry_points=False)
     proc = run_cli("list", "--plugin", tmp_path / "missing.py")
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    (tmp_path / "notes.txt").write_text("x")
+    proc = run_cli("list", "--plugin", tmp_path / "notes.txt")
     assert proc.returncode == 2 and "not a Python file" in proc.stderr
 
 

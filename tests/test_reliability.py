@@ -226,7 +226,7 @@ def test_provenance_is_kept_and_a_changed_machine_is_refused_or_marked(tmp_path,
 
 
 @pytest.mark.slow
-def test_a_report_that_fails_does_not_fail_the_sweep(tmp_path, monkeypatch, capsys):
+def test_a_report_that_fails_fails_the_sweep_and_keeps_its_rows(tmp_path, monkeypatch, capsys):
     import reports.build
     from bench.cli import main
 
@@ -236,7 +236,7 @@ def test_a_report_that_fails_does_not_fail_the_sweep(tmp_path, monkeypatch, caps
     monkeypatch.setattr(reports.build, "build_report", broken)
     with_report = [x for x in S if x != "--no-report"]
     assert main(["sweep", "--out", str(tmp_path / "run"), "--variants", "naive", "--seq-lens", "16",
-                 *with_report]) == 0
+                 *with_report]) == 1
     err = capsys.readouterr().err
     assert "the report could not be built (ValueError: a chart library bug)" in err
     assert len(read_jsonl(tmp_path / "run" / "results.jsonl")) == 1

@@ -182,7 +182,7 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     ("seq_lens = [64.5]\n", ": seq_lens takes positive integers up to 16,777,216, got 64.5"),
     ("seq_lens = [true]\n", ": seq_lens takes positive integers up to 16,777,216, got True"),
     ("plugins = 5\n", "plugins takes a list of paths, got 5"),
-    ('plugins = "/nonexistent/x.py"\n', "--plugin /nonexistent/x.py: not a Python file"),
+    ('plugins = "/nonexistent/x.py"\n', "--plugin /nonexistent/x.py: no such file"),
 ])
 @pytest.mark.slow
 def test_config_values_are_not_converted_silently(tmp_path, capsys, toml, words):
