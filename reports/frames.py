@@ -60,7 +60,8 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     for col in NUMERIC:
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df else np.nan
     for col in CASE_ADDED:  # rows from before the field existed were measured with its default
-        df[col] = df[col].fillna(CASE_DEFAULTS[col])
+        if CASE_DEFAULTS[col] is not None:  # pandas 2 refuses fillna(None); a None default is what is there
+            df[col] = df[col].fillna(CASE_DEFAULTS[col])
     df["window"] = df["window"].map(lambda w: "-" if pd.isna(w) else str(int(w)))
     # the head dims as --head-dims spells them: 64, or 192/128 with v's apart (MLA)
     df["head_dims"] = ["-" if pd.isna(d) else f"{int(d)}/{int(v)}" if v is not None and not pd.isna(v) else str(int(d))
