@@ -101,7 +101,8 @@ class Server:
     def _answer(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"ab: side {self.side.describe()} stopped (its interpreter could not start the harness)")
+            raise UsageError(f"ab: side {self.side.describe()} stopped: its interpreter could not start the harness "
+                             f"(`{self.side.python} -c 'import bench.api'` with PYTHONPATH={self.side.tree} says why)")
         return json.loads(line)
 
     def measure(self, settings: dict, out: Path) -> None:
