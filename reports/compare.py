@@ -126,8 +126,8 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
         shift = run_shift([math.log(e.ratio) for e in evidence.values()], drift, margin)
         m.attrs["shift"] = shift
         evidence = {i: _relative(e, math.log(shift["ratio"]), drift, margin) for i, e in evidence.items()}
-    elif drift is not None:
-        evidence = {i: _relative(e, 0.0, Drift(drift.cell, drift.run), margin) for i, e in evidence.items()}
+    elif drift is not None:  # too few cells for a shift of their own
+        evidence = {i: _relative(e, 0.0, drift, margin) for i, e in evidence.items()}
     judged = list(evidence)
     rejected, qvalues = benjamini_hochberg([evidence[i].p for i in judged], fdr)
     m["ratio_lo"] = m["ratio_hi"] = m["p"] = m["q"] = float("nan")

@@ -238,7 +238,9 @@ def rows_by_cell(out: Path, repeats: int, n_slices: int) -> dict:
 
 def analyse(cells: dict, margin: float, fdr: float) -> list[dict]:
     """Per cell: the repeats' medians of A and B, the paired ratio with its interval, p and q, and the
-    verdict (bench.engine.judge.ab_verdict, false discoveries controlled across the cells)."""
+    verdict (bench.engine.judge.compare_verdict, false discoveries controlled across the cells)."""
+    from statistics import median
+
     from bench.engine import judge
     from bench.measure.stats import benjamini_hochberg, paired_evidence
 
@@ -250,16 +252,11 @@ def analyse(cells: dict, margin: float, fdr: float) -> list[dict]:
         r = cells[key]["row"]
         out.append({"variant": r["variant"], "dtype": r["dtype"], "mask": r["mask"], "direction": r["direction"],
                     "q_len": r["q_len"], "kv_len": r["kv_len"], "batch": r["batch"], "heads": r["heads"],
-                    "head_dim": r["head_dim"], "a_ms": _median(cells[key]["A"]), "b_ms": _median(cells[key]["B"]),
+                    "head_dim": r["head_dim"], "a_ms": median(cells[key]["A"]), "b_ms": median(cells[key]["B"]),
                     "ratio": e.ratio, "ratio_lo": e.lo, "ratio_hi": e.hi, "p": e.p, "q": q, "repeats": e.repeats,
-                    "verdict": judge.ab_verdict(e, rej, margin)})
+                    "verdict": judge.compare_verdict(e, rej, margin)})
     return out
 
-
-def _median(xs) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def aa_drift(cells: dict) -> tuple[float, float]:

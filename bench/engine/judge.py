@@ -303,13 +303,6 @@ COMPARE_FDR = 0.05  # Benjamini-Hochberg's false-discovery rate over the cells o
 AB_REPEATS = 5  # ab's default: pairs of fresh processes, each repeat one more degree of freedom for its t test
 
 
-def ab_verdict(evidence, rejected: bool, margin: float = COMPARE_MARGIN) -> str:
-    """ab's verdict from the paired repeats (bench.measure.stats.PairedEvidence): faster or slower
-    beyond ``margin`` (rejected by Benjamini-Hochberg across the cells), same (the interval within
-    the margin either way), or unsure."""
-    return compare_verdict(evidence, rejected, margin)
-
-
 def between_runs(verdict: str, drift: float | None) -> str:
     """A verdict on two separate runs: faster or slower only where this machine's between-run drift
     is known (an A/A ab measured it); otherwise what the runs' own samples cannot show is unknown,
