@@ -26,7 +26,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter
 
 from bench.engine import judge
-from bench.measure.stats import benjamini_hochberg, ratio_evidence
+from bench.measure.stats import benjamini_hochberg, ratio_evidence, visit_evidence
 from bench.model import row
 from reports.charts import new_figure
 from reports.frames import load_runs, with_peaks
@@ -104,10 +104,11 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
     relative to it, against its own drift: a cell is slower when it moved more than the run did.
     Without it no cell is called faster or slower, only same or unsure (judge.between_runs)."""
     keys = list(row.IDENTITY)
-    cols = [*row.SPREAD, "status", "shaky", "timer", "samples_ms"]
+    cols = [*row.SPREAD, "status", "shaky", "timer", "samples_ms", "visit_medians_ms"]
     a, b = (x.assign(shaky=x["shaky"] if "shaky" in x else False,
                      timer=x["timer"].fillna("") if "timer" in x else "",
-                     samples_ms=x["samples_ms"] if "samples_ms" in x else None) for x in (a, b))
+                     samples_ms=x["samples_ms"] if "samples_ms" in x else None,
+                     visit_medians_ms=x["visit_medians_ms"] if "visit_medians_ms" in x else None) for x in (a, b))
     a = a[a["status"] == "ok"][keys + cols]  # load_runs keeps each cell's current row only
     b = b[b["status"] == "ok"][keys + cols]
     m = a.merge(b, on=keys, suffixes=("_a", "_b"))
@@ -116,18 +117,27 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
     m["ratio"] = m["median_ms_b"] / m["median_ms_a"]
     m["shaky"] = m["shaky_a"].astype(bool) | m["shaky_b"].astype(bool)
     m["other_timer"] = m["timer_a"].astype(str) != m["timer_b"].astype(str)
-    evidence = {}
+    evidence, visited = {}, set()
     for i, r in m.iterrows():
+        if r["shaky"] or r["other_timer"]:
+            continue
+        va, vb = _samples(r["visit_medians_ms_a"]), _samples(r["visit_medians_ms_b"])
+        if va and vb:  # visits in fresh processes: the runs measured their own between-run spread
+            evidence[i] = visit_evidence(va, vb, margin)
+            visited.add(i)
+            continue
         sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
-        if sa and sb and not r["shaky"] and not r["other_timer"]:
+        if sa and sb:
             seed = zlib.crc32(repr(tuple(r[k] for k in keys)).encode())  # the same cell, the same draws
             evidence[i] = ratio_evidence(sa, sb, margin, seed=seed)
-    if drift is not None and len(evidence) >= 3:
-        shift = run_shift([math.log(e.ratio) for e in evidence.values()], drift, margin)
+    m.attrs["visited"] = len(visited)
+    within = {i: e for i, e in evidence.items() if i not in visited}  # one process per cell and run
+    if drift is not None and len(within) >= 3:
+        shift = run_shift([math.log(e.ratio) for e in within.values()], drift, margin)
         m.attrs["shift"] = shift
-        evidence = {i: _relative(e, math.log(shift["ratio"]), drift, margin) for i, e in evidence.items()}
+        evidence |= {i: _relative(e, math.log(shift["ratio"]), drift, margin) for i, e in within.items()}
     elif drift is not None:  # too few cells for a shift of their own
-        evidence = {i: _relative(e, 0.0, drift, margin) for i, e in evidence.items()}
+        evidence |= {i: _relative(e, 0.0, drift, margin) for i, e in within.items()}
     judged = list(evidence)
     rejected, qvalues = benjamini_hochberg([evidence[i].p for i in judged], fdr)
     m["ratio_lo"] = m["ratio_hi"] = m["p"] = m["q"] = float("nan")
@@ -141,8 +151,9 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
             k = judged.index(i)
             e = evidence[i]
             m.loc[i, ["ratio_lo", "ratio_hi", "p", "q"]] = [e.lo, e.hi, e.p, qvalues[k]]
-            verdicts.append(judge.with_run_shift(judge.between_runs(judge.compare_verdict(e, rejected[k], margin),
-                                                                     drift), m.attrs.get("shift")))
+            called = judge.compare_verdict(e, rejected[k], margin)
+            verdicts.append(called if i in visited else
+                            judge.with_run_shift(judge.between_runs(called, drift), m.attrs.get("shift")))
         else:
             verdicts.append(judge.between_runs(verdict({"q1_ms": r["q1_ms_a"], "q3_ms": r["q3_ms_a"]},
                                                        {"q1_ms": r["q1_ms_b"], "q3_ms": r["q3_ms_b"]}), drift))
@@ -155,7 +166,12 @@ def evidence_line(r) -> str:
     """One cell's verdict with what supports it."""
     label = f"{r['variant']} {r['dtype']} {r['mask']} {r['direction']} n={r['q_len']}"
     text = f"{label}: {r['verdict']}, B/A {r['ratio']:.3g}"
-    if r.get("ratio_lo") == r.get("ratio_lo") and r.get("ratio_lo") is not None:
+    visits = [_samples(r.get(f"visit_medians_ms_{x}")) for x in "ab"]
+    if all(visits) and r.get("ratio_lo") == r.get("ratio_lo") and r.get("ratio_lo") is not None:
+        text += (f" (95% interval {r['ratio_lo']:.3g}-{r['ratio_hi']:.3g}, p {r['p']:.2g}, q {r['q']:.2g}; "
+                 f"A {r['median_ms_a']:.4g} ms over {len(visits[0])} visits, B {r['median_ms_b']:.4g} ms over "
+                 f"{len(visits[1])})")
+    elif r.get("ratio_lo") == r.get("ratio_lo") and r.get("ratio_lo") is not None:
         text += (f" (95% interval {r['ratio_lo']:.3g}-{r['ratio_hi']:.3g}, p {r['p']:.2g}, q {r['q']:.2g}; "
                  f"A {r['median_ms_a']:.4g} ms of {len(r['samples_ms_a'])} samples, B {r['median_ms_b']:.4g} ms of "
                  f"{len(r['samples_ms_b'])})")

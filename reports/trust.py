@@ -19,7 +19,7 @@ def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
 def run_trust(df, envs) -> judge.Trust:
     """The trust state of the report's rows (``bench.engine.judge.trust``: the one place it is decided)."""
     ok = df[df["status"] == "ok"]
-    cols = [c for c in ("status", *judge.SHAKY, "reference_skipped", "median_ms", "samples", "number") if c in df]
+    cols = [c for c in ("status", *judge.FLAGS, "reference_skipped", "median_ms", "samples", "number") if c in df]
     return judge.trust(df[cols].to_dict("records"), [e["run"] for e in envs if e.get("mixed_env")],
                        _unreliable_peaks(ok))
 

@@ -19,7 +19,8 @@ from tests.conftest import read_jsonl, run_cli
 from tests.test_reports import _run_folder, _timed_rows
 
 SETTINGS = {"variants": ["naive"], "seq_lens": [16, 32], "heads": [2], "head_dims": [8], "masks": ["none"],
-            "directions": ["fwd"], "budget_ms": 5, "device": "cpu", "dtypes": ["float32"], "batch": [1]}
+            "directions": ["fwd"], "budget_ms": 5, "device": "cpu", "dtypes": ["float32"], "batch": [1],
+            "visits": 1}  # one visit: tests/test_visits.py prices and measures the later ones
 
 
 def _run_with_rows(path, flags=lambda n: {}):

@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.cli.common import add_setting_flags, given_settings
 from bench.errors import UsageError
 
-RUN_ONLY = ("workers", "gpus", "shard", "shards", "sweep_id", "executor", "remeasure", "peak_age", "preset")
+RUN_ONLY = ("workers", "gpus", "shard", "shards", "sweep_id", "executor", "remeasure", "visits", "peak_age", "preset")
 
 
 def add_parser(sub) -> None:
@@ -45,7 +45,8 @@ def command(args) -> int:
     plugins = list(sides[0].plugins)  # the settings are checked here against A's variants (B's may share names)
     registry = discover(plugins)
     spec = build_spec(given | ({"plugins": plugins} if plugins else {}), registry)  # refused here, not in a side
-    settings = {k: v for k, v in given.items() if k != "plugins"} | {"device": spec.device, "remeasure": 0}
+    settings = {k: v for k, v in given.items() if k != "plugins"} | {"device": spec.device, "remeasure": 0,
+                                                                                "visits": 1}
     settings |= {"batch_mix": list(spec.batch_mix)} if spec.batch_mix else {"seq_lens": list(spec.seq_lens)}
     if args.out and Path(args.out).is_dir() and any(Path(args.out).iterdir()):
         raise UsageError(f"--out {args.out}: not empty; ab measures into a new or empty folder")

@@ -75,7 +75,14 @@ def command(args):
           f"Unsure {counts.get('unsure', 0)}, Shaky {shaky}{apart} (of {len(m)} matching cells; faster or slower: a "
           f"change beyond {100 * args.margin:g}% at a false-discovery rate of {100 * args.fdr:g}%; chart: {chart})")
     known = m.attrs.get("drift")
-    if known is None:
+    visited = m.attrs.get("visited", 0)
+    if visited:
+        print(f"note: {visited} of {len(m)} cells are judged from each run's visits (--visits: a cell timed in "
+              f"several fresh processes, so its interval holds the between-run drift)" +
+              ("" if visited == len(m) else "; the others, timed in one process per run, as below"), file=sys.stderr)
+    if visited == len(m):
+        pass
+    elif known is None:
         print("note: two separate runs differ by what changed between them (the process, the minute, the "
               "machine's load) as well as by the build; this machine's between-run drift is not calibrated, so no "
               "cell is called faster or slower. To tell: `python -m bench ab A_TREE B_TREE <the sweep's flags>` "

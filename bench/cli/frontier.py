@@ -61,7 +61,7 @@ def command(args) -> int:
     else:
         gave = args.seq_lens is not None
         probes = spec.seq_lens if gave or spec.device == "cpu" else frontier.PROBES["n"]["cuda"]
-    spec = spec.replace(remeasure=0, budget_ms=spec.budget_ms if args.budget_ms else 100.0)
+    spec = spec.replace(remeasure=0, visits=1, budget_ms=spec.budget_ms if args.budget_ms else 100.0)
     if args.out and Path(args.out).is_dir() and any(Path(args.out).iterdir()):
         raise UsageError(f"--out {args.out}: not empty; a frontier is written into a new or empty folder (an "
                          f"earlier search's frontier.csv and cells are never mixed with or overwritten by another)")

@@ -170,7 +170,7 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     out, registry = _start(out, device, "gpu-check")
     names = variants or registry.names()
     common = dict(device=device, heads=[8], head_dims=[64], batch=[2], window=[max(8, seq_len // 8)],
-                  timeout=GPU_TIMEOUT_S, **({"budget_ms": 10.0} if device == "cpu" else {}))
+                  timeout=GPU_TIMEOUT_S, visits=1, **({"budget_ms": 10.0} if device == "cpu" else {}))
     steps = full_steps(names, seq_len, device)
     ran, rows = {}, {}
     for step in steps:
@@ -231,7 +231,7 @@ def _fit(ns, ys) -> float:
 
 def quick_common(device: str) -> dict:
     q = QUICK[device]
-    return dict(device=device, timeout=GPU_TIMEOUT_S, budget_ms=q["budget_ms"], dtypes=[q["dtype"]])
+    return dict(device=device, timeout=GPU_TIMEOUT_S, budget_ms=q["budget_ms"], dtypes=[q["dtype"]], visits=1)
 
 
 def quick_steps(registry, device: str) -> dict[str, Step]:

@@ -271,9 +271,11 @@ def shaky_count(rows, remeasured: frozenset = frozenset(), run_dir=None) -> str:
     current = store.current_rows(rows)
     t = judge.trust(current)
     text = f"shaky: {t.shaky} of {t.ok} ok cells ({judge.reasons_text(t.counts)})"
+    wide = (f"; {t.noisy} with an interval beyond +-5% (noisy: shown with the cell, not shaky, since what the "
+            f"report concludes from a cell takes its interval into account)") if t.noisy else ""
     if not t.shaky:
-        return text
-    return text + "; " + "; ".join(remedies(current, t, remeasured, run_dir))
+        return text + wide
+    return text + "; " + "; ".join(remedies(current, t, remeasured, run_dir)) + wide
 
 
 def remedies(rows, t, remeasured: frozenset = frozenset(), run_dir=None) -> list[str]:

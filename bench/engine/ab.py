@@ -41,7 +41,11 @@ for line in sys.stdin:
     if plugins not in registries:
         registries[plugins] = discover(list(plugins))
     try:
-        spec = build_spec(parse_values(req["settings"]), registries[plugins])
+        import dataclasses
+        from bench.model.spec import Spec
+        known = {f.name for f in dataclasses.fields(Spec)}  # a tree from before a setting existed runs without it
+        given = {k: v for k, v in req["settings"].items() if k in known or k not in ("visits",)}
+        spec = build_spec(parse_values(given), registries[plugins])
         run_sweep(spec, Path(req["out"]), SweepOptions(progress=False, keep_workers=True))
         print(json.dumps({"done": req["out"]}), file=out, flush=True)
     except Exception as exc:

@@ -1,7 +1,9 @@
 """The cells of one case, executed inside the worker: setup and reference check per
 variant, then timing of every variant that passed in interleaved rounds (A B C A B C ...),
-then each one's memory pass.  ``profile_group`` is the profiled pass of ``sweep --profile``,
-which the sweep runs after every cell is timed, so that the profiler cannot touch a timing.
+then each one's memory pass.  ``retime_group`` is a later visit to a case (``--visits``): its
+variants timed again, one interleaved round, in another worker, and nothing else.
+``profile_group`` is the profiled pass of ``sweep --profile``, which the sweep runs after every
+cell is timed, so that the profiler cannot touch a timing.
 
 Every path ends in a row with a status and a reason; nothing here raises.
 """
@@ -39,7 +41,7 @@ from bench.model.case import Case
 from bench.model.registry import Variant, compile_dynamic, probe_reason
 from bench.model.row import ReasonKind, Status
 
-__all__ = ["REFERENCE", "ReferenceCache", "WorkerTainted", "cuda_broken", "profile_group", "run_group"]
+__all__ = ["REFERENCE", "ReferenceCache", "WorkerTainted", "cuda_broken", "profile_group", "retime_group", "run_group"]
 
 
 _NVML: dict = {}  # this worker's NVML handle, its GPU's steady clock and power limit, and one L2 flush's energy
@@ -358,6 +360,79 @@ def _gpu_checks(bound: BoundVariant, median_ms: float, settings: MeasureSettings
         kernels=names or None, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
         kernel_mismatch=(kernels.mismatch(bound.prepared.info.get("backend"), ran) or None) if names else None,
         timer_mismatch=timer_disagreement(median_ms, graph_ms, kernel_ms) or None)
+
+
+WARM_CALLS, WARM_S = 3, 0.05  # a later visit's calls before its timer's own warm-up: as many as a first visit's check
+# and determinism make, for 50 ms at least; without them the first case of a fresh worker ran 1.6-3x slow
+
+
+def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
+                 at: Callable[[str], None] = _nowhere) -> None:
+    """A later visit to a case (``--visits``): ``variants`` (each measured ok at the first visit)
+    set up on fresh inputs and timed again in one interleaved round of the first visit's
+    per-round budget, with no reference, check, determinism or memory pass.  ``emit`` gets one
+    visit row per variant: its samples, their median, the load around them, or why it failed."""
+    if settings.threads is None:
+        settings = settings.replace(threads=torch.get_num_threads())
+    compile_dynamic(bool(getattr(settings, "dynamic", False)))
+    rounds = max(1, settings.rounds)
+    timers, rows = {}, {}
+    try:
+        (q, k, v), grad_out = inputs = case_inputs(case)
+        for var in variants:
+            rows[var.name] = row = {"variant": var.name, **case.to_dict(), "status": Status.OK.value,
+                                    "pid": os.getpid()}  # the process of this visit
+            try:
+                at(var.name)
+                bound = bind_variant(var, case, inputs)
+                with bound.scope():
+                    start, calls = time.perf_counter(), 0  # at least the calls a first visit's check makes
+                    while calls < WARM_CALLS or time.perf_counter() - start < WARM_S:
+                        bound.fn(q, k, v)
+                        calls += 1
+                    call = bound.timed()
+                timers[var.name] = (bound, make_timer(case.device, call, settings.budget_ms / rounds,
+                                                      settings.precision, settings.timer, make_call=bound.timed))
+            except Exception as exc:
+                row.update(status=Status.ERROR.value, reason=f"{type(exc).__name__}: {first_line(exc)}"[:300])
+
+        @contextlib.contextmanager
+        def enter(name):
+            at(name)
+            with timers[name][0].scope():
+                yield
+
+        def on_error(name, exc):
+            rows[name].update(status=Status.ERROR.value, reason=f"{type(exc).__name__}: {first_line(exc)}"[:300])
+
+        window = contention.LoadWindow().start()
+        ceiling = getattr(settings, "ceiling_ms", None)
+        interleave({n: t for n, (_, t) in timers.items()}, 1, settings.budget_ms / rounds, enter=enter,
+                   on_error=on_error, ceiling_ms=None if ceiling is None else ceiling / rounds)
+        other_cpu = window.stop() if case.device == "cpu" else None
+        for name, (_, timer) in timers.items():
+            row = rows[name]
+            if row["status"] != Status.OK.value:
+                continue
+            t = timer.result()
+            if not t.samples_ms:
+                row.update(status=Status.ERROR.value, reason="no sample was taken")
+                continue
+            summary = t.summary()
+            row.update(median_ms=summary.median_ms, samples=summary.samples, samples_ms=list(summary.samples_ms),
+                       timed_s=summary.timed_s, number=summary.number)
+            if case.device == "cpu":
+                row.update(contention.verdict(summary.cpu_util, other_cpu, summary.threads, summary.samples_ms))
+    except Exception as exc:  # the inputs themselves: every variant's visit fails with it
+        for var in variants:
+            rows.setdefault(var.name, {"variant": var.name, **case.to_dict()}).update(
+                status=Status.ERROR.value, reason=f"{type(exc).__name__}: {first_line(exc)}"[:300])
+    finally:
+        timers.clear()
+        release_flush_buffer()
+        _free(case.device)
+    for row in rows.values():
+        emit(row)
 
 
 def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None],

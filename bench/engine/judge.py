@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from bench.measure.settings import INTERVAL_SAMPLES
-from bench.model.row import FAILED, FLAGS, ReasonKind, Status, current_rows
+from bench.model.row import FAILED, FLAGS, ReasonKind, Status, current_rows  # noqa: F401  (FLAGS: every raw flag)
 
 # -- the machine --------------------------------------------------------------------------------
 
@@ -71,11 +71,14 @@ def failures(rows, allow_accuracy: bool = False) -> list[str]:
 # -- shaky ----------------------------------------------------------------------------------------
 
 # the flags that make an ok row's figure shaky (kept, but hollow in charts and starred in tables):
-# too few samples for a 95% interval of the median (its precision is unknown: few_samples), an
-# interval measured wide (noisy), timed while other processes had the cores (contended), on a GPU
-# that slowed itself (throttled).  Each is a reason of its own, with its own remedy.
-SHAKY = FLAGS
-RETRY_FLAGS = {**{f: (f,) for f in SHAKY}, "shaky": SHAKY}
+# too few samples for a 95% interval of the median (its precision is unknown: few_samples), timed
+# while other processes had the cores (contended), on a GPU that slowed itself (throttled): a figure
+# whose precision is unknown or which is biased.  A wide interval (noisy) is a flag of its own, kept
+# as data and shown with the cell, but not shaky: the interval says how far the figure may be off,
+# and what the report concludes from it (a winner, a crossover, a fit, a compare verdict) takes the
+# interval into account.  Each is a reason of its own, with its own remedy.
+SHAKY = ("few_samples", "contended", "throttled")
+RETRY_FLAGS = {**{f: (f,) for f in FLAGS}, "shaky": SHAKY}
 WHY = {"few_samples": "with too few samples for an interval", "noisy": "noisy", "contended": "contended",
        "throttled": "throttled"}
 REMEDY = {
@@ -116,6 +119,13 @@ def shaky_flags(row: dict) -> list[str]:
     return [f for f in SHAKY if _true(row.get(f))]
 
 
+def raw_flags(row: dict) -> list[str]:
+    """Every flag an ok row carries (row.FLAGS: noisy too), shown with the cell ([] for a failed one)."""
+    if row.get("status") != Status.OK:
+        return []
+    return [f for f in FLAGS if _true(row.get(f))]
+
+
 def _true(value) -> bool:
     """A flag as rows hold it: True, or a numpy True from a frame; None and NaN (absent) are not."""
     return value is not None and value == value and bool(value)
@@ -126,9 +136,10 @@ def shaky(row: dict) -> bool:
 
 
 def shaky_counts(rows) -> dict:
-    """How many of the ok ``rows`` carry each shaky flag (a row may carry several)."""
+    """How many of the ok ``rows`` carry each flag (row.FLAGS, a row may carry several): the shaky
+    ones first, then noisy."""
     ok = [r for r in rows if r.get("status") == Status.OK]
-    return {f: sum(1 for r in ok if f in shaky_flags(r)) for f in SHAKY}
+    return {f: sum(1 for r in ok if f in raw_flags(r)) for f in (*SHAKY, *(f for f in FLAGS if f not in SHAKY))}
 
 
 def reasons_text(counts: dict) -> str:
@@ -153,7 +164,8 @@ def fit_sigma(row: dict) -> float | None:
     """The relative uncertainty of an ok row's median in a fit (its weight is 1 / sigma^2); None
     only for a row that has no median to fit.  Every measured cell is fitted: its within-run
     precision (the 95% interval's half-width / 1.96, or a few samples' spread, or FEW_SIGMA with
-    none to read) and the between-run drift a rerun shows (BETWEEN_RUN_SIGMA) add in quadrature;
+    none to read) and the between-run drift a rerun shows (BETWEEN_RUN_SIGMA) add in quadrature
+    (with --visits, the standard error over the visits, which holds that drift, is taken alone);
     a contended or throttled cell's figure is biased, so it weighs as SHAKY_SIGMA at most."""
     if row.get("status") != Status.OK or not row.get("median_ms"):
         return None
@@ -166,7 +178,11 @@ def fit_sigma(row: dict) -> float | None:
         samples = row.get("samples_ms")
         samples = [float(x) for x in samples] if isinstance(samples, (list, tuple)) and len(samples) > 1 else None
         within = (max(samples) - min(samples)) / 2 / med if samples and med > 0 else FEW_SIGMA
-    sigma = math.hypot(max(within, MIN_SIGMA), BETWEEN_RUN_SIGMA)
+    if _true(row.get("visit_se")):  # --visits: the estimate's own error over fresh processes (bench.engine.visits)
+        within = float(row["visit_se"])
+        sigma = max(within, MIN_SIGMA)
+    else:
+        sigma = math.hypot(max(within, MIN_SIGMA), BETWEEN_RUN_SIGMA)
     if {"contended", "throttled"} & set(flags):
         sigma = max(sigma, SHAKY_SIGMA)
     return sigma
@@ -205,7 +221,7 @@ def wants_retry(row: dict, retry) -> bool:
     (``RETRY_FLAGS``: noisy, contended, throttled, or shaky for any of them)."""
     if row.get("status") in retry:
         return True
-    flags = shaky_flags(row)
+    flags = raw_flags(row)
     return any(f in flags for name in retry for f in RETRY_FLAGS.get(name, ()))
 
 
@@ -234,8 +250,8 @@ class Trust:
 
     @property
     def counts(self) -> dict:
-        return {"few_samples": self.few_samples, "noisy": self.noisy, "contended": self.contended,
-                "throttled": self.throttled}
+        """The shaky flags' counts (noisy is not one: the interval is shown, and the report's conclusions use it)."""
+        return {"few_samples": self.few_samples, "contended": self.contended, "throttled": self.throttled}
 
     @property
     def verdict(self) -> str:
@@ -268,7 +284,8 @@ def trust(rows, mixed_runs=(), unreliable_peaks=()) -> Trust:
         return Trust("bad", "Do not use", f"{', '.join(mixed_runs)} mixes machines (resumed on one that differs)",
                      **args)
     if n_shaky > SHAKY_CARE * n:
-        return Trust("care", "Read with care", f"{n_shaky} of {n} ok cells are shaky ({reasons_text(count)})",
+        return Trust("care", "Read with care", f"{n_shaky} of {n} ok cells are shaky "
+                                               f"({reasons_text({f: count[f] for f in SHAKY})})",
                      **args)
     if unreliable_peaks or unchecked:
         why = (f"the matmul peak is unreliable for {', '.join(unreliable_peaks)}" if unreliable_peaks else

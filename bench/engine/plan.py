@@ -78,6 +78,7 @@ GROUP_OVERHEAD_S = 0.05  # inputs, IPC, bookkeeping per case
 MIN_TIMING_S = 0.01  # a cell's timing never costs less than this
 SAMPLES_WANTED = 200  # calls a timer takes when the budget allows many (it stops at its precision)
 WORKER_START_S = {"cpu": 4.0, "cuda": 10.0}  # the interpreter, torch and the first worker
+VISIT_WARM_S = 0.06  # a later visit's calls before its timing, per variant (bench.engine.cell.WARM_S, and a margin)
 PEAK_MEASURE_S = 1.5  # per dtype, at the start and at the end
 REPORT_S = 12.0
 MIN_CALLS = 3  # a timer takes at least a few calls, whatever its budget
@@ -373,6 +374,7 @@ class Projection:
     setup_s: float = 0.0  # of the cells' time, the setups (compiles), per worker
     busy: Busy | None = None  # the load at the start, when the machine was busy
     remeasure_s: float = 0.0  # of the wall time, the end-of-sweep re-measurement of contended cells
+    visits_s: float = 0.0  # of the wall time, the later visits (--visits; measured with the cells, so modelled so)
 
     @property
     def wall_s(self) -> float:
@@ -402,7 +404,9 @@ class Projection:
                           if self.remeasure_s else "") + "), assuming the load stays")
         out.append(f"projected wall time: {_fmt(max(self.per_shard_s))}"
                    + (" per shard, shards running side by side" if len(self.per_shard_s) > 1 else "")
-                   + f" (of it {_fmt(self.fixed_s)} start-up, peaks and report)")
+                   + f" (of it {_fmt(self.fixed_s)} start-up, peaks and report"
+                   + (f", {_fmt(self.visits_s)} the later visits to each cell (--visits)" if self.visits_s else "")
+                   + ")")
         return out
 
 
@@ -433,6 +437,14 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
         per_shard.append(fixed + max(loads, default=0.0))
         if k == 0:
             first_workers = loads
+    visits_s = 0.0
+    if getattr(spec, "visits", 1) > 1:  # each later visit: a fresh worker, then every case set up and timed one round
+        worker = WORKER_START_S[spec.device] + (COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0)
+        per_visit = [worker + sum(g.setup_s + GROUP_OVERHEAD_S + len(g.variants) * VISIT_WARM_S
+                                  + max(0.0, g.cost_s - g.setup_s) / max(1, rounds) for g in w)
+                     for w in split(gs, workers)]
+        visits_s = (spec.visits - 1) * slowdown * max(per_visit, default=0.0)
+        per_shard = [s + visits_s / max(1, len(per_shard)) for s in per_shard]
     remeasure_s = 0.0
     if load and load.contended_share and spec.remeasure:  # the contended cells again, after a wait for quiet
         from bench.engine.remeasure import QUIET_WAIT_S
@@ -444,7 +456,7 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     setup = sum(g.setup_s for g in gs) / max(1, workers)
     return Projection(len(cells), len(gs), sum(cost.values()), per_shard, first_workers, fixed,
                       bool(history and (history.rate or history.setup_s)), factor,
-                      history.factor_runs if history else 0, setup, load, remeasure_s)
+                      history.factor_runs if history else 0, setup, load, remeasure_s, visits_s)
 
 
 def _fmt(seconds: float) -> str:

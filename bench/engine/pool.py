@@ -45,6 +45,7 @@ class WorkerPool:
         self.counts = dict.fromkeys(STATUSES, 0)
         self.timed_s = 0.0
         self.measured: dict = {}
+        self.together: dict = {}  # cell key: the interleave_id of its newest ok row (its later visits' ``of``)
         self._lock = threading.Lock()
         self._queue: list = []
         self._raised: list = []  # an exception in a worker's thread: the others stop, run() raises it
@@ -113,6 +114,7 @@ class WorkerPool:
             self._writer.write(row)
             if row["status"] == "ok":
                 self.measured.setdefault(Case.from_dict(row), []).append(row["variant"])
+                self.together[store.cell_key(row["variant"], row)] = row.get("interleave_id")
             self.counts[row["status"]] += 1
             self.timed_s += row.get("timed_s") or 0.0
             self._bar.update(1)

@@ -101,13 +101,15 @@ class Job:
     """sweep -> worker: measure the variants ``names`` on ``case`` (a Case as a dict); ``profile``:
     the profiled pass instead; ``skip_reference``: why the float64 reference cannot be had (the
     variants are then timed unchecked); ``measure`` and ``log_path``: the sweep's, for a worker
-    kept from an earlier sweep of this process (``park``)."""
+    kept from an earlier sweep of this process (``park``); ``visit``: a later visit (``--visits``),
+    which only times them again."""
     names: tuple
     case: dict
     profile: bool = False
     skip_reference: str = ""
     measure: MeasureSettings | None = None
     log_path: str | None = None
+    visit: int = 0
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         _log_to(settings.log_path)
     import gc
 
-    from bench.engine.cell import ReferenceCache, WorkerTainted, cuda_broken, profile_group, run_group
+    from bench.engine.cell import ReferenceCache, WorkerTainted, cuda_broken, profile_group, retime_group, run_group
     from bench.engine.discovery import discover
     from bench.measure.leftovers import Leftovers
 
@@ -243,9 +245,13 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
             settings = dataclasses.replace(settings, log_path=job.log_path)
         if job.measure is not None:
             cell_settings = job.measure.replace(threads=torch.get_num_threads())
-        run = profile_group if job.profile else functools.partial(run_group, settings=cell_settings, cache=cache,
-                                                                   skip_reference=job.skip_reference,
-                                                                   leftovers=leftovers)
+        if job.profile:
+            run = profile_group
+        elif job.visit:
+            run = functools.partial(retime_group, settings=cell_settings)
+        else:
+            run = functools.partial(run_group, settings=cell_settings, cache=cache, skip_reference=job.skip_reference,
+                                    leftovers=leftovers)
         try:
             run([registry[n] for n in job.names], Case.from_dict(job.case), emit=lambda row: conn.send(Emitted(row)),
                 at=lambda name: conn.send(At(name)))
@@ -481,7 +487,7 @@ class Worker:
         self.device_name = ready.device
 
     def run_group(self, names: list[str], case: Case, timeout_s: float, on_row, profile: bool = False,
-                  skip_reference: str = "") -> tuple[str, str]:
+                  skip_reference: str = "", visit: int = 0) -> tuple[str, str]:
         """Run the variants ``names`` on ``case``; ``on_row(row)`` for each row as it arrives.
         Returns ('done', '') or ('timeout' | 'crash' | 'oom', reason) when a variant's step
         (its check, a timing turn, its memory pass) overran ``timeout_s`` beyond the timing
@@ -497,7 +503,7 @@ class Worker:
             except RuntimeError as exc:
                 return "crash", str(exc)
         self._conn.send(Job(tuple(names), case.to_dict(), profile, skip_reference, self.settings.measure,
-                            self.settings.log_path))
+                            self.settings.log_path, visit))
         self.last_started = None
         kills_before = oom_kills()
         # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget

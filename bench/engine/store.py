@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.engine import visits
 from bench.engine.judge import wants_retry
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 from bench.model.row import Row, cell_key, current_rows, flatten, make_row, to_record  # noqa: F401
@@ -143,6 +144,8 @@ def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS, quiet: b
     if torn and repair:
         with open(path, "r+b") as f:
             f.truncate(len(data) - len(torn))
+    if name == RESULTS:  # --visits: a cell's later visits fold into its row (bench.engine.visits)
+        rows = visits.merge(rows, visits.by_row(read_rows(run_dir, name=visits.VISITS, quiet=quiet)))
     return rows
 
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import judge, runfolder, store
+from bench.engine import judge, runfolder, store, visits
 from bench.engine import remeasure as again
 from bench.engine.pool import WorkerPool
 from bench.measure import contention
@@ -81,6 +81,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
             timed_s = pool.run(cells)
             counts = dict(pool.counts)  # this invocation's cells; a re-measured cell is counted once
             notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads, pool.run)
+            again_s += visits.run_visits(pool, spec.visits, lambda: store.ResultWriter(run_dir, visits.VISITS))
             if options.profile:
                 pool.profile()
         finally:

@@ -180,3 +180,36 @@ def paired_evidence(a, b, margin: float = 0.0) -> PairedEvidence:
     p_slower = 1.0 - t_cdf((mean - m) / se, k - 1)
     p_faster = t_cdf((mean + m) / se, k - 1)
     return PairedEvidence(math.exp(mean), math.exp(mean - q * se), math.exp(mean + q * se), p_slower, p_faster, k)
+
+
+# -- two runs, each with several visits to a cell: their visits' figures --------------------------
+
+
+@dataclass(frozen=True)
+class VisitEvidence(Evidence):
+    """One cell in two runs, each visited several times in fresh processes (``--visits``): the
+    ratio of the visits' geometric means and its Welch t interval."""
+    n_a: int
+    n_b: int
+
+
+def visit_evidence(a, b, margin: float = 0.0) -> VisitEvidence:
+    """log B - log A from each run's visit figures (the unit that varies between runs: a process),
+    with the standard error of the two means and Welch-Satterthwaite degrees of freedom; a t test
+    against +-log(1 + margin).  Fewer than 2 visits on a side: no interval, p = 1."""
+    la, lb = [math.log(x) for x in a if x > 0], [math.log(x) for x in b if x > 0]
+    if len(la) < 2 or len(lb) < 2:
+        r = math.exp(sum(lb) / len(lb) - sum(la) / len(la)) if la and lb else math.nan
+        return VisitEvidence(r, -math.inf, math.inf, 1.0, 1.0, len(la), len(lb))
+
+    def mean_var(xs):
+        mu = sum(xs) / len(xs)
+        return mu, sum((x - mu) ** 2 for x in xs) / (len(xs) - 1) / len(xs)
+
+    (ma, va), (mb, vb) = mean_var(la), mean_var(lb)
+    se = max(math.sqrt(va + vb), 1e-12)
+    dof = max(1, round((va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1)))) \
+        if va + vb > 0 else len(la) + len(lb) - 2
+    d, q, m = mb - ma, t_quantile(0.975, dof), math.log1p(margin)
+    return VisitEvidence(math.exp(d), math.exp(d - q * se), math.exp(d + q * se), 1.0 - t_cdf((d - m) / se, dof),
+                         t_cdf((d + m) / se, dof), len(la), len(lb))

@@ -158,6 +158,11 @@ class Spec:
     timer: str = setting("GPU timer: events (CUDA events around each call, L2 flushed; the default) or graph (the "
                          "call captured in a CUDA graph and replayed: no launch overhead)",
                          choice("timer", ("events", "graph")), default="events")
+    visits: int = setting("visits to each cell, each in a fresh worker process, spread over the sweep: its figure is "
+                          "the visits' geometric mean and its interval theirs, which holds what a rerun sees; the "
+                          "first visit checks and measures memory, the others only time (default 3; 1: one visit, "
+                          "whose interval is one process's)", number(1, 20, True), default=3, metavar="V",
+                          run=True)
     remeasure: int = setting("passes at the end of the sweep that measure its contended cells again, once the "
                              "load has dropped (default 1; 0 turns it off); both rows stay, the newest counts",
                              number(0, 10, True), default=1, metavar="N", run=True)

@@ -1,22 +1,24 @@
 """Where a cell's time moves between runs: per process, per minute, per machine state.
 
-    python tests/benchmarks/drift.py --out DIR [--runs 6] [--passes 3] [--gap-s 60] [--busy]
+    python tests/benchmarks/drift.py --out DIR [--runs 6] [--passes 3] [--gap-s 60] [--busy] [--visits V]
 
 Three measurements of one 18-cell sweep (naive, sdpa and chunked.online; n = 256, 512, 1024;
 none and causal; 4 heads of 64; float32 forward):
 
 - fresh: ``--runs`` sweeps back to back, each its own process (a new worker: another memory
-  layout, another start);
+  layout, another start), each with ``--visits V`` (default 1: one worker per run; 3, the
+  sweep's default, gives the intervals a user gets);
 - kept: one process measuring the same cells ``--passes`` times, ``--gap-s`` seconds apart, with
-  its worker kept (the same layout, later minutes);
+  its worker kept (the same layout, later minutes; ``--passes 0`` leaves it out);
 - ``--busy``: the fresh runs again beside one busy loop (another machine state).
 
-Per cell it takes each run's estimate (the median of its samples, their minimum, their 10th
-percentile) and reports, as the median over the cells: the spread between fresh runs and between
-kept passes (the sd of log estimates, about the relative sd), the within-run precision the rows
-claim (their 95% half-width / 1.96), and the coverage: how often one run's 95% interval holds
-another run's estimate, with the row's own interval and with the between-run drift added to it
-in quadrature (bench.engine.judge.BETWEEN_RUN_SIGMA).  It writes DIR/drift.json and asserts
+Per cell it takes each run's estimate (the median of its first visit's samples, their minimum,
+their 10th percentile, and the row's figure, over every visit) and reports, as the median over
+the cells: the spread between fresh runs and between kept passes (the sd of log estimates, about
+the relative sd), the within-run precision the rows claim (their 95% half-width / 1.96), and the
+coverage: how often one run's 95% interval (with --visits, the interval for a rerun's figure)
+holds another run's estimate, as the row gives it and with the between-run drift added to it in
+quadrature (bench.engine.judge.BETWEEN_RUN_SIGMA).  It writes DIR/drift.json and asserts
 nothing.
 """
 
@@ -37,17 +39,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = {"variants": ["naive", "sdpa", "chunked.online"], "seq_lens": [256, 512, 1024], "heads": [4],
          "head_dims": [64], "masks": ["none", "causal"], "dtypes": ["float32"], "directions": ["fwd"],
-         "device": "cpu", "remeasure": 0}
+         "device": "cpu", "remeasure": 0, "visits": 1}
 FLAGS = ["--variants", "naive,sdpa,chunked.online", "--seq-lens", "256,512,1024", "--heads", "4", "--head-dims", "64",
          "--masks", "none,causal", "--dtypes", "float32", "--directions", "fwd", "--device", "cpu", "--remeasure", "0",
          "--no-report", "--quiet"]
 
 
-def fresh(out: Path, runs: int) -> list[Path]:
+def fresh(out: Path, runs: int, visits: int = 1) -> list[Path]:
     folders = []
     for i in range(runs):
         folder = out / f"run-{i + 1}"
-        subprocess.run([sys.executable, "-m", "bench", "sweep", *FLAGS, "--out", str(folder)], check=True, cwd=ROOT,
+        subprocess.run([sys.executable, "-m", "bench", "sweep", *FLAGS, "--visits", str(visits), "--out", str(folder)],
+                       check=True, cwd=ROOT,
                        env=os.environ | {"PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
         folders.append(folder)
     return folders
@@ -70,12 +73,10 @@ def kept(out: Path, passes: int, gap_s: float) -> list[Path]:
 
 
 def _rows(folder: Path) -> dict:
-    out = {}
-    for line in (folder / "results.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r.get("status") == "ok":
-            out[(r["variant"], r["mask"], r["q_len"])] = r
-    return out
+    """The ok rows of a run as the harness reads them (with --visits, each cell's visits folded in)."""
+    from bench.engine import store
+
+    return {(r["variant"], r["mask"], r["q_len"]): r for r in store.read_current(folder) if r.get("status") == "ok"}
 
 
 def _quantile(xs, q):
@@ -91,21 +92,22 @@ ESTIMATORS = {"median": lambda xs: _quantile(xs, 0.5), "min": min, "q10": lambda
 def summarize(folders: list[Path], drift: float) -> dict:
     runs = [_rows(f) for f in folders]
     cells = sorted(set.intersection(*(set(r) for r in runs)))
-    between = {name: [] for name in ESTIMATORS}
+    between = {name: [] for name in (*ESTIMATORS, "estimate")}
     within, covered_own, covered_drift, pairs = [], 0, 0, 0
     for cell in cells:
-        for name, est in ESTIMATORS.items():
+        for name, est in ESTIMATORS.items():  # of the first visit's samples
             logs = [math.log(est(r[cell]["samples_ms"])) for r in runs]
             between[name].append(statistics.stdev(logs))
+        between["estimate"].append(statistics.stdev([math.log(r[cell]["median_ms"]) for r in runs]))
         for a, b in itertools.permutations(runs, 2):
             ra, rb = a[cell], b[cell]
             half = ra.get("ci_halfwidth")
-            if half is None:
+            if half is None or ra.get("ci_lo_ms") is None:
                 continue
             within.append(half / 1.96)
             pairs += 1
+            covered_own += ra["ci_lo_ms"] <= rb["median_ms"] <= ra["ci_hi_ms"]
             d = abs(math.log(rb["median_ms"] / ra["median_ms"]))
-            covered_own += d <= math.log1p(half)
             covered_drift += d <= 1.96 * math.hypot(half / 1.96, drift * math.sqrt(2))
     return {"runs": len(folders), "cells": len(cells),
             "between_sd": {k: statistics.median(v) for k, v in between.items()},
@@ -122,6 +124,7 @@ def main() -> int:
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--gap-s", type=float, default=60.0)
     p.add_argument("--busy", action="store_true")
+    p.add_argument("--visits", type=int, default=1, help="each sweep's --visits (the fresh runs)")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT))
     from bench.engine.judge import BETWEEN_RUN_SIGMA
@@ -129,15 +132,17 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    result = {"fresh": summarize(fresh(out / "fresh", args.runs), BETWEEN_RUN_SIGMA)}
-    result["kept"] = summarize(kept(out / "kept", args.passes, args.gap_s), BETWEEN_RUN_SIGMA)
+    result = {"fresh": summarize(fresh(out / "fresh", args.runs, args.visits), BETWEEN_RUN_SIGMA)}
+    if args.passes > 1:
+        result["kept"] = summarize(kept(out / "kept", args.passes, args.gap_s), BETWEEN_RUN_SIGMA)
     if args.busy:
         loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:
-            result["busy"] = summarize(fresh(out / "busy", args.runs), BETWEEN_RUN_SIGMA)
+            result["busy"] = summarize(fresh(out / "busy", args.runs, args.visits), BETWEEN_RUN_SIGMA)
         finally:
             loop.kill()
     result["between_run_sigma"] = BETWEEN_RUN_SIGMA
+    result["visits"] = args.visits
     result["wall_s"] = round(time.time() - t0)
     (out / "drift.json").write_text(json.dumps(result, indent=2))
     for name, s in result.items():

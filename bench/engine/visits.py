@@ -1,0 +1,160 @@
+"""``--visits V``: each cell measured at V visits, each in a worker process of its own, so that its
+interval holds what a rerun of the sweep would see.
+
+Why (tests/benchmarks/drift.py, on a 2-core VM): the samples of one visit come from one process
+over a second or two.  Their interval (the median's, from the order statistics) claimed +-2%,
+while the same cell in two fresh runs moved by 20% (one sd), and a run's own interval held the
+next run's figure for 14% of the cells.  Most of that move is the process: one worker's memory
+layout, its threads' placement, the state it starts in, shared by every cell it times (the same
+worker 45 s later moved 11%, a fresh one 20%).  Samples inside one process cannot show it; a
+cell timed in several processes can (pyperf spreads its values over worker processes for the
+same reason).  The minimum and the 10th percentile moved as much as the median between runs
+(positive noise is not what varies here), so a visit's estimate stays its median.
+
+The first visit is the cell's whole life (reference check, determinism, memory pass) and writes
+its row to results.jsonl.  Visits 2..V come after every cell has had its first: the sweep's
+worker is replaced by a fresh process for each, the cases are taken in the opposite order at
+every other visit (so that a cell's visits are spread over the sweep's minutes), and each case's
+variants measured ok are set up on fresh inputs and timed again in one interleaved round
+(bench.engine.cell.retime_group).  A visit's row goes to visits.jsonl, tied to its cell's row by
+``of`` (the row's ``interleave_id``); nothing in results.jsonl is rewritten.
+
+On read (``merge``), a row with later visits takes as its estimate the geometric mean of the
+visits' medians (``median_ms``; ``visit_medians_ms`` keeps each visit's figure, ``first_median_ms``
+the first visit's own, and the rates follow the estimate).  Its interval is the one a rerun's
+figure falls in with 95%: the variance of the visits' logs, moderated towards the median variance
+of the run's cells (with 3 visits a cell's own variance has 2 degrees of freedom, and visits that
+agree by chance would give a narrow interval), times 2 (this run's estimate and the rerun's both
+vary), with Student's t (``ci_lo_ms``, ``ci_hi_ms``, ``ci_halfwidth``; ``visit_se``, the
+estimate's own standard error of its log, is what a fit weighs it by).  Measured by
+tests/benchmarks/drift.py on the 2-core VM, 6 runs each: the intervals held another run's figure
+for 92% of the cells quiet (2 threads, +-41% at the median: a rerun there moves 15%, one sd) and
+90% beside a busy loop (1 thread, +-10%); the t interval of the mean alone held 89% and 83%, one
+visit's samples 14%.  A visit timed while other processes took the cores is left out of the estimate
+when the first was clean.  The variants of one case share every visit's worker and round, so a
+ratio between them stays paired.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import threading
+
+VISITS = "visits.jsonl"  # the later visits' rows
+RATES = ("tflops", "gbps", "pct_peak")  # figures that follow the time: rescaled with the estimate
+POOL_DOF = 2  # a cell's visit variance is moderated towards its run's, as if that were 2 more visits' worth
+POOL_MIN = 3  # cells with visits a run needs before its variance is pooled
+
+
+def run_visits(pool, visits: int, open_writer) -> float:
+    """Visits 2..``visits`` of every cell ``pool`` measured ok, each row to the writer that
+    ``open_writer()`` returns (visits.jsonl's); returns their timed seconds."""
+    from tqdm import tqdm
+
+    groups = [(case, list(dict.fromkeys(names))) for case, names in pool.measured.items()]
+    if visits < 2 or not groups:
+        return 0.0
+    writer = open_writer()
+    bar = tqdm(total=sum(len(n) for _, n in groups) * (visits - 1), unit="cell", dynamic_ncols=True,
+               file=sys.stderr, disable=not pool.progress, desc="visits")
+    lock, timed = threading.Lock(), [0.0]
+    try:
+        for k in range(2, visits + 1):
+            for w in pool.workers:  # a fresh process for this visit: another layout, another start
+                w.stop()
+            queue = list(groups if k % 2 else reversed(groups))
+            queue.reverse()  # popped from the end
+
+            def serve(worker, label, k=k, queue=queue):
+                while True:
+                    with lock:
+                        if not queue:
+                            return
+                        case, names = queue.pop()
+
+                    def on_row(row, case=case):
+                        from bench.model.row import cell_key
+
+                        with lock:
+                            row.update(of=pool.together.get(cell_key(row["variant"], row)), visit=k, worker=label)
+                            writer.write(row)
+                            timed[0] += row.get("timed_s") or 0.0
+                            bar.update(1)
+
+                    worker.run_group(names, case, pool.spec.timeout, on_row, visit=k)
+
+            threads = [threading.Thread(target=serve, args=(w, s.label), daemon=True)
+                       for w, s in zip(pool.workers, pool.slots)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        bar.close()
+        writer.close()
+    return timed[0]
+
+
+def by_row(visit_rows) -> dict:
+    """Visit rows (visits.jsonl's) by the row they belong to: (its ``interleave_id``, its variant)."""
+    out: dict = {}
+    for v in visit_rows:
+        if v.get("of"):
+            out.setdefault((v["of"], v.get("variant")), []).append(v)
+    return out
+
+
+def merge(rows: list[dict], visits: dict) -> list[dict]:
+    """``rows`` with each ok row's later visits folded in (the module doc); rows without any are
+    returned as they are."""
+    if not visits:
+        return rows
+    out = [combine(r, visits.get((r.get("interleave_id"), r.get("variant")), ())) if r.get("status") == "ok" else r
+           for r in rows]
+    spreads = [r["visit_var"] for r in out if r.get("visit_var") is not None]
+    pooled = statistics.median(spreads) if len(spreads) >= POOL_MIN else None
+    return [with_interval(r, pooled) if r.get("visit_var") is not None else r for r in out]
+
+
+def combine(row: dict, later) -> dict:
+    """One ok row and its later visits' rows: the visits' figures and the estimate over them (the
+    interval comes with ``with_interval``, which knows the run's other cells)."""
+    first = row.get("median_ms")
+    if not first or not later:
+        return row
+    ok = [v for v in later if v.get("status") == "ok" and v.get("median_ms")]
+    clean = [v for v in ok if not v.get("contended")]
+    used = ok if row.get("contended") else clean
+    meds = [float(first)] + [float(v["median_ms"]) for v in used]
+    out = dict(row, visits=len(meds), visit_medians_ms=meds, first_median_ms=float(first),
+               visits_left_out=len(later) - len(used))
+    if len(meds) < 2:
+        return out
+    logs = [math.log(m) for m in meds]
+    est = math.exp(statistics.mean(logs))
+    out.update(median_ms=est, visit_var=statistics.variance(logs),
+               timed_s=(row.get("timed_s") or 0.0) + sum(v.get("timed_s") or 0.0 for v in used))
+    for rate in RATES:
+        if row.get(rate) is not None:
+            out[rate] = float(row[rate]) * float(first) / est
+    return out
+
+
+def with_interval(row: dict, pooled: float | None) -> dict:
+    """The row's 95% interval for a rerun's figure (the module doc): its visits' variance of log
+    figures, moderated towards the run's (``pooled``, the median over its cells, worth POOL_DOF
+    degrees of freedom), over the sum of two runs' variances of the mean."""
+    from bench.measure.stats import t_quantile
+    from bench.measure.timing import NOISY_CI
+
+    n, var = int(row["visits"]), float(row["visit_var"])
+    dof, var = (n - 1 + POOL_DOF, ((n - 1) * var + POOL_DOF * pooled) / (n - 1 + POOL_DOF)) if pooled is not None \
+        else (n - 1, var)
+    se = math.sqrt(var / n)  # of the estimate's log
+    half = t_quantile(0.975, dof) * se * math.sqrt(2)  # this run's estimate and a rerun's both vary
+    est = float(row["median_ms"])
+    lo, hi = est * math.exp(-half), est * math.exp(half)
+    return dict(row, visit_se=se, ci_lo_ms=lo, ci_hi_ms=hi, ci_halfwidth=hi / est - 1.0,
+                noisy=hi / est - 1.0 > NOISY_CI)
