@@ -11,7 +11,7 @@ from bench.measure.flops import __doc__ as FLOP_DOC
 from reports.page import MASKS_NOTE, OVERVIEW_NOTE, WORKLOAD_NOTES, ReportParts, env_summary, fmt_scaling, report_title
 from reports.scaling import crossover_note
 from reports.tables import METRICS, NOTES
-from reports.trust import trust_line, trust_state
+from reports.trust import conclusions, trust_line, trust_state
 
 
 def _md(t: pd.DataFrame, index: bool = True, text: bool = False) -> str:
@@ -40,9 +40,10 @@ def write_markdown(r: ReportParts) -> Path:
 
     folder, df, envs, scaling, cross = r.folder, r.df, r.envs, r.scaling, r.cross
     counts, fails, charts, masks = r.counts, r.fails, r.charts, r.masks
-    state = trust_state(df, envs)
+    said = conclusions(r.groups, scaling, cross)
+    state = trust_state(df, envs, said)
     lines = ["# " + report_title(envs), "",
-             f"**Trust: {state[1]}: {state[2]}.** " + trust_line(df, envs, lead=False), "",
+             f"**Trust: {state[1]}: {state[2]}.** " + trust_line(df, envs, lead=False, said=said), "",
              "## Which to use", "", OVERVIEW_NOTE, ""]
     if r.not_run is not None and not r.not_run.empty:
         lines += ["### Not run here", "", _md(r.not_run, index=False), ""]

@@ -14,7 +14,7 @@ from bench.model.row import Status
 from reports.charts import variant_style
 from reports.scaling import crossover_note
 from reports.tables import METRICS, NOTES
-from reports.trust import trust_line, trust_state
+from reports.trust import conclusions, trust_line, trust_state
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -155,10 +155,10 @@ def _workload_html(df) -> list[str]:
     return parts
 
 
-def _trust_html(df, envs) -> str:
-    state, heading, why = trust_state(df, envs)
+def _trust_html(df, envs, said=None) -> str:
+    state, heading, why = trust_state(df, envs, said)
     return (f"<p class='trust {state}'><b>{heading}: {html.escape(why)}.</b><br>"
-            f"{html.escape(trust_line(df, envs, lead=False))}</p>")
+            f"{html.escape(trust_line(df, envs, lead=False, said=said))}</p>")
 
 
 def env_summary(envs: list[dict]) -> pd.DataFrame:
@@ -216,7 +216,7 @@ def _head_html(r: ReportParts, several: bool) -> list[str]:
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
              f"<style>{CSS}</style></head><body><main>",
              f"<h1>{html.escape(title)}</h1>",
-             _trust_html(df, r.envs),
+             _trust_html(df, r.envs, conclusions(r.groups, r.scaling, r.cross)),
              f"<p class=muted>{len(df)} cells, {len(variants)} variants "
              f"({len(ran)} ran here: {html.escape(', '.join(ran))}); baseline <b>{html.escape(str(r.baseline))}</b>"
              + (f"; {len(r.groups)} groups, one at a time (the selector below)" if several else "") + ".</p>",

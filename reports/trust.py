@@ -16,28 +16,52 @@ def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
     return sorted(set(ok.loc[ok["peak_unreliable"].fillna(False).astype(bool), "dtype"]))
 
 
-def run_trust(df, envs) -> judge.Trust:
-    """The trust state of the report's rows (``bench.engine.judge.trust``: the one place it is decided)."""
+def conclusions(groups, scaling: pd.DataFrame | None, cross: pd.DataFrame | None) -> judge.Conclusions:
+    """What the report states (the winners of its overviews, its time exponents, its crossovers)
+    and which of those rest on shaky cells (bench.engine.judge.winner_at_risk, exponent_at_risk;
+    a crossover is found from clean cells only, so none is at risk)."""
+    stated, risky = {"winners": 0, "exponents": 0, "crossovers": 0}, {"winners": 0, "exponents": 0, "crossovers": 0}
+    for part in groups or ():
+        t = part.overview
+        if t is None or t.empty:
+            continue
+        for m, lo, hi, shaky in zip(t["margin"], t["margin low"], t["margin high"], t["shaky"]):
+            said, at_risk = judge.winner_at_risk(m, lo, hi, bool(shaky))
+            stated["winners"] += said
+            risky["winners"] += at_risk
+    if scaling is not None and not scaling.empty and "time_exp" in scaling:
+        for r in scaling.to_dict("records"):
+            said, at_risk = judge.exponent_at_risk(r["time_exp"], r["time_exp_lo"], r["time_exp_hi"],
+                                                   r.get("weighted_down") or "")
+            stated["exponents"] += said
+            risky["exponents"] += at_risk
+    stated["crossovers"] = 0 if cross is None else len(cross)
+    return judge.Conclusions(stated, risky)
+
+
+def run_trust(df, envs, said: judge.Conclusions | None = None) -> judge.Trust:
+    """The trust state of the report's rows (``bench.engine.judge.trust``: the one place it is decided);
+    ``said``: the report's conclusions, which then decide whether to read it with care."""
     ok = df[df["status"] == "ok"]
     cols = [c for c in ("status", *judge.FLAGS, "reference_skipped", "median_ms", "samples", "number") if c in df]
     return judge.trust(df[cols].to_dict("records"), [e["run"] for e in envs if e.get("mixed_env")],
-                       _unreliable_peaks(ok))
+                       _unreliable_peaks(ok), said)
 
 
-def trust_state(df, envs) -> tuple[str, str, str]:
+def trust_state(df, envs, said: judge.Conclusions | None = None) -> tuple[str, str, str]:
     """(css class, heading, main reason) of the trust box: clean, read with care, or do not use."""
-    t = run_trust(df, envs)
+    t = run_trust(df, envs, said)
     return t.state, t.heading, t.reason
 
 
-def trust_line(df, envs, lead: bool = True) -> str:
+def trust_line(df, envs, lead: bool = True, said: judge.Conclusions | None = None) -> str:
     """One line: can these numbers be trusted?  Counts of ok, noisy and contended cells,
     and whether every dtype's matmul peak held; the main reason is the trust box's heading.
     ``lead``: open with the verdict; without it (under the box's heading, which says it), open
     with the remedies alone when there are some."""
     from bench.measure.nvml import SLOWDOWN
 
-    t = run_trust(df, envs)
+    t = run_trust(df, envs, said)
     ok = df[df["status"] == "ok"]
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
                       f"{(e.get('loadavg_end') or ['?'])[0]} at the end" for e in envs if e.get("loadavg_start"))
@@ -50,6 +74,9 @@ def trust_line(df, envs, lead: bool = True) -> str:
             + (f", {t.throttled} throttled (NVML reported {' or '.join(sorted(SLOWDOWN))})" if t.throttled else "")
             + " (shaky cells are hollow in charts and marked * in tables; fits take every ok cell, by its "
               "weight)")
+    if said is not None:
+        text += (f"; {said.total} conclusions stated ({', '.join(f'{n} {k}' for k, n in said.stated.items())}), "
+                 f"{said.risky} resting on shaky cells")
     worst = worst_contended(ok)
     if worst:
         text += f"; worst: {worst}"

@@ -242,9 +242,10 @@ def test_a_variant_that_leaves_a_busy_thread_is_marked_and_nothing_is_timed_besi
     rows = {r["variant"]: r for r in summary.rows}
     spin = rows["spinner"]
     assert spin["status"] == "error" and "left work running after its setup and check" in spin["reason"]
-    # the spinning thread, counted by its own CPU time (an idle pool thread the first call starts beside it is not)
-    m = re.search(r"1 busy thread\(s\) in the worker using (\d\.\d+) cores", spin["reason"])
-    assert m and float(m.group(1)) >= 0.25, spin["reason"]
+    # the spinning thread, counted by its own CPU time (beside other processes' load, a pool thread still
+    # spinning down from the first call can be counted with it: the test's own sweep runs beside others)
+    m = re.search(r"(\d+) busy thread\(s\) in the worker using (\d\.\d+) cores", spin["reason"])
+    assert m and int(m.group(1)) >= 1 and float(m.group(2)) >= 0.25, spin["reason"]
     assert "spinner.py" in spin["reason"]
     assert rows["pidprobe"]["status"] == "ok" and rows["naive"]["status"] == "ok"
     assert rows["pidprobe"]["pid"] != spin["pid"]  # timed in a fresh worker, never beside the spinning thread

@@ -722,3 +722,39 @@ def test_the_roofline_encodes_n_as_marker_size_with_a_key(tmp_path, monkeypatch)
     assert sizes and all(s[0] < s[1] < s[2] for s in sizes)  # n = 64, 256, 1024: small to large
     labels = ax.get_legend_handles_labels()[1]
     assert "n = 64" in labels and "n = 1024" in labels
+
+
+def test_the_trust_box_counts_the_conclusions_that_rest_on_shaky_cells(tmp_path):
+    """A contended runner-up puts the winner it is beaten by at risk, and a contended cell in a fit puts its
+    exponent at risk; wide intervals (noisy) on their own put nothing at risk."""
+    from bench.engine import judge
+    from reports.trust import conclusions
+
+    rows = _timed_rows("naive", 1.0, 0.02, ns=(256, 512, 1024, 2048)) + \
+        _timed_rows("sdpa", 0.5, 0.02, ns=(256, 512, 1024, 2048))
+    for r in rows:
+        r |= {"noisy": True, "contended": False, "peak_mem_bytes": 4.0 * r["q_len"] ** 2, "ci_halfwidth": 0.02,
+              "samples_ms": [r["median_ms"]] * 8, "interleave_id": f"n{r['q_len']}"}
+
+    def with_visits(folder):  # two later visits to each cell, agreeing with the first to 1%: the exponents are stated
+        w = ResultWriter(folder, "visits.jsonl")
+        for r in rows:
+            for k, f in ((2, 1.01), (3, 0.99)):
+                w.write({"variant": r["variant"], "status": "ok", "median_ms": r["median_ms"] * f, "visit": k,
+                         "of": r["interleave_id"], "contended": False,
+                         **{c: r[c] for c in ("device", "dtype", "q_len", "kv_len")}})
+        w.close()
+        return folder
+    clean = with_visits(_run_folder(tmp_path / "clean", [dict(r) for r in rows]))
+    html = build_report([clean]).read_text()
+    assert "Clean: none of the" in html and "conclusions rests on a shaky cell" in html  # noisy everywhere: clean
+    rows[0]["contended"] = True  # naive at n=256: the runner-up there, and a point of naive's fit
+    risky = with_visits(_run_folder(tmp_path / "risky", rows))
+    html = build_report([risky]).read_text()
+    said = re.search(r"Read with care: (\d+) of (\d+) conclusions rest on shaky cells \(([^)]*)\)", html)
+    assert said, html[:2000]
+    assert said.group(3) == "1 winner, 1 exponent" and int(said.group(1)) == 2
+    got = conclusions([], pd.DataFrame([{"time_exp": 2.0, "time_exp_lo": 1.5, "time_exp_hi": 2.5,
+                                         "weighted_down": "1 (contended)"}]), None)
+    assert got.stated["exponents"] == 0 and got.risky == 0  # uncertain (+-0.5): not stated, so not at risk
+    assert judge.winner_at_risk(1.01, 0.99, 1.03, True) == (False, False)  # not told apart: not stated

@@ -77,9 +77,13 @@ def command(args):
     known = m.attrs.get("drift")
     visited = m.attrs.get("visited", 0)
     if visited:
+        unsure = int((m["verdict"] == "unsure").sum())
         print(f"note: {visited} of {len(m)} cells are judged from each run's visits (--visits: a cell timed in "
-              f"several fresh processes, so its interval holds the between-run drift)" +
-              ("" if visited == len(m) else "; the others, timed in one process per run, as below"), file=sys.stderr)
+              f"several fresh processes, so its interval holds the between-run drift)"
+              + ("" if visited == len(m) else "; the others, timed in one process per run, as below")
+              + (f". {unsure} unsure: a change inside the runs' intervals; `python -m bench ab A_TREE B_TREE <the "
+                 f"sweep's flags>` measures both builds in turns and finds smaller changes" if unsure else ""),
+              file=sys.stderr)
     if visited == len(m):
         pass
     elif known is None:

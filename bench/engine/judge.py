@@ -232,6 +232,44 @@ SHAKY_CARE = 0.1  # over this share shaky: read with care
 
 
 @dataclass(frozen=True)
+class Conclusions:
+    """What a report states from its cells, by kind (winners, exponents, crossovers), and how many
+    of each rest on a shaky cell: a contended or throttled figure is biased and one with too few
+    samples has no known precision, so a statement made from it could be overturned by measuring
+    it again.  A wide interval does not put a statement at risk: a winner not told apart, or an
+    exponent wider than EXPONENT_UNCERTAIN, is not stated as one."""
+    stated: dict  # kind: statements
+    at_risk: dict  # kind: of them, those that rest on a shaky cell
+
+    @property
+    def total(self) -> int:
+        return sum(self.stated.values())
+
+    @property
+    def risky(self) -> int:
+        return sum(self.at_risk.values())
+
+    def words(self) -> str:
+        """``2 winners, 1 exponent`` (the kinds at risk)."""
+        return ", ".join(f"{n} {k if n != 1 else k.rstrip('s')}" for k, n in self.at_risk.items() if n) or "none"
+
+
+def winner_at_risk(margin: float, lo: float, hi: float, shaky_pair: bool) -> tuple[bool, bool]:
+    """(stated, at risk) for an overview row: a winner is stated when its margin is told apart
+    (beyond_same), and at risk when the fastest or the runner-up is shaky."""
+    stated = margin == margin and beyond_same(margin, lo, hi) != 0
+    return stated, stated and shaky_pair
+
+
+def exponent_at_risk(exponent: float, lo: float, hi: float, weighted_down: str) -> tuple[bool, bool]:
+    """(stated, at risk) for a time exponent: stated when its 95% interval is within
+    EXPONENT_UNCERTAIN either way, at risk when a shaky cell weighed in its fit."""
+    stated = exponent == exponent and (hi - lo) / 2 <= EXPONENT_UNCERTAIN
+    risky = any(word in (weighted_down or "") for word in ("contended", "throttled", "too few samples"))
+    return stated, stated and risky
+
+
+@dataclass(frozen=True)
 class Trust:
     state: str  # clean | care | bad
     heading: str
@@ -243,6 +281,7 @@ class Trust:
     throttled: int
     unchecked: int  # timed without their reference check
     few_samples: int = 0
+    conclusions: Conclusions | None = None  # a report's statements and those at risk (None: judged by cells)
 
     @property
     def clean(self) -> int:
@@ -256,6 +295,13 @@ class Trust:
     @property
     def verdict(self) -> str:
         """The trust line's first words."""
+        c = self.conclusions
+        if c is not None and self.state != "bad":
+            if not c.risky:
+                return "trustworthy"
+            if c.risky <= SHAKY_CARE * max(1, c.total):
+                return "mostly trustworthy"
+            return f"read with care, {c.risky} of {c.total} conclusions rest on shaky cells ({c.words()})"
         if self.shaky == 0:
             return "trustworthy"
         if self.shaky <= SHAKY_CARE * max(1, self.ok):
@@ -264,17 +310,19 @@ class Trust:
         return f"read with care, {self.shaky} of {self.ok} ok cells are shaky ({remedies})"
 
 
-def trust(rows, mixed_runs=(), unreliable_peaks=()) -> Trust:
+def trust(rows, mixed_runs=(), unreliable_peaks=(), conclusions: Conclusions | None = None) -> Trust:
     """The trust state of ``rows`` (the current rows of one or several runs): ``mixed_runs``
     names runs resumed on a machine that differs, ``unreliable_peaks`` the dtypes whose
-    matmul peak a cell went above."""
+    matmul peak a cell went above.  With ``conclusions`` (a report's), read with care is decided
+    by the statements at risk, not by the shaky cells, which stay counted as data."""
     ok = [r for r in rows if r.get("status") == Status.OK]
     n = len(ok)
     count = shaky_counts(ok)
     n_shaky = sum(1 for r in ok if shaky(r))
     unchecked = sum(1 for r in ok if _true(r.get("reference_skipped")))
     args = dict(ok=n, shaky=n_shaky, noisy=count["noisy"], contended=count["contended"],
-                throttled=count["throttled"], unchecked=unchecked, few_samples=count["few_samples"])
+                throttled=count["throttled"], unchecked=unchecked, few_samples=count["few_samples"],
+                conclusions=conclusions)
     if not ok:
         return Trust("bad", "Do not use", "no cell was measured ok", **args)
     if count["contended"] > CONTENDED_BAD * n:
@@ -283,7 +331,10 @@ def trust(rows, mixed_runs=(), unreliable_peaks=()) -> Trust:
     if mixed_runs:
         return Trust("bad", "Do not use", f"{', '.join(mixed_runs)} mixes machines (resumed on one that differs)",
                      **args)
-    if n_shaky > SHAKY_CARE * n:
+    if conclusions is not None and conclusions.risky > SHAKY_CARE * max(1, conclusions.total):
+        return Trust("care", "Read with care", f"{conclusions.risky} of {conclusions.total} conclusions rest on "
+                                               f"shaky cells ({conclusions.words()})", **args)
+    if conclusions is None and n_shaky > SHAKY_CARE * n:
         return Trust("care", "Read with care", f"{n_shaky} of {n} ok cells are shaky "
                                                f"({reasons_text({f: count[f] for f in SHAKY})})",
                      **args)
@@ -291,6 +342,10 @@ def trust(rows, mixed_runs=(), unreliable_peaks=()) -> Trust:
         why = (f"the matmul peak is unreliable for {', '.join(unreliable_peaks)}" if unreliable_peaks else
                f"{unchecked} ok cells were timed without their reference check")
         return Trust("care", "Read with care", why, **args)
+    if conclusions is not None:
+        return Trust("clean", "Clean", f"none of the {conclusions.total} conclusions rests on a shaky cell"
+                     if not conclusions.risky else f"only {conclusions.risky} of {conclusions.total} conclusions "
+                     f"rest on shaky cells ({conclusions.words()})", **args)
     return Trust("clean", "Clean", "every ok cell is clean" if not n_shaky else
                  f"only {n_shaky} of {n} ok cells are shaky", **args)
 
