@@ -203,3 +203,8 @@ def test_ab_end_to_end_with_two_plugin_files(tmp_path):
     rows = read_jsonl(tmp_path / "o" / "repeat-1" / "AB" / "slice-1" / "results.jsonl")
     assert {r["variant"] for r in rows} == {"cand", "cand@B"}
     assert math.isfinite(table[("cand", 64)]["ratio_lo"])
+    # two plugin files together: each repeat visits the cell in fresh workers, A and B in the same round of each,
+    # and every visit is a pair of its own (up to 2 repeats x 3 visits; a contended visit is left out)
+    visits = read_jsonl(tmp_path / "o" / "repeat-1" / "AB" / "slice-1" / "visits.jsonl")
+    assert {(v["variant"], v["visit"]) for v in visits} == {(n, k) for n in ("cand", "cand@B") for k in (2, 3)}
+    assert 2 < table[("cand", 64)]["repeats"] <= 6

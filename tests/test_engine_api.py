@@ -48,7 +48,7 @@ def test_the_api_and_the_command_line_resume_the_same_way(tmp_path):
             return F.scaled_dot_product_attention
     """)
     values = parse_values({"variants": ["naive"], "seq_lens": [32], "heads": [2], "head_dims": [8], "masks": ["none"],
-                           "directions": ["fwd"], "budget_ms": 5.0, "device": "cpu", "remeasure": 0})
+                           "directions": ["fwd"], "budget_ms": 5.0, "device": "cpu", "remeasure": 0, "visits": 1})
     run_sweep(build_spec(values, discover()), tmp_path / "cli", SweepOptions(progress=False))
     shutil.copytree(tmp_path / "cli", tmp_path / "api")
     proc = run_cli("sweep", "--resume", tmp_path / "cli", "--plugin", plugin, "--seq-lens", "32,48", "--no-report",

@@ -237,7 +237,8 @@ def test_a_variant_that_leaves_a_busy_thread_is_marked_and_nothing_is_timed_besi
     """)
     values = parse_values({"variants": ["spinner", "pidprobe", "naive"], "seq_lens": [32], "heads": [2],
                            "head_dims": [8], "masks": ["none"], "directions": ["fwd"], "budget_ms": 5.0,
-                           "device": "cpu", "plugins": [str(plugin)], "remeasure": 0})
+                           "device": "cpu", "plugins": [str(plugin)], "remeasure": 0,
+                           "visits": 1})
     summary = run_sweep(build_spec(values, discover([str(plugin)])), tmp_path / "run")
     rows = {r["variant"]: r for r in summary.rows}
     spin = rows["spinner"]

@@ -48,7 +48,7 @@ def test_a_sweep_row_carries_prep_ms(tmp_path):
 
     values = parse_values({"variants": ["naive", "sdpa.math"], "seq_lens": [64], "heads": [2], "head_dims": [8],
                            "masks": ["document:2"], "directions": ["fwd"], "budget_ms": 5.0, "device": "cpu",
-                           "remeasure": 0, "steps": 2})
+                           "remeasure": 0, "steps": 2, "visits": 1})
     run_sweep(build_spec(values, discover(entry_points=False)), tmp_path / "run")
     rows = read_jsonl(tmp_path / "run" / "results.jsonl")  # as the run folder keeps it: a variant's figure
     assert {r["variant"] for r in rows} == {"naive", "sdpa.math"}

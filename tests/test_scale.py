@@ -19,7 +19,7 @@ from bench.errors import UsageError
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
 SMALL = ["--seq-lens", "32,64", "--heads", "2", "--head-dims", "16", "--masks", "none,causal", "--budget-ms", "5",
-         "--threads", "1", "--quiet", "--device", "cpu", "--remeasure", "0"]
+         "--threads", "1", "--quiet", "--device", "cpu", "--remeasure", "0", "--visits", "1"]
 
 
 # --- placement: pure logic, tested without GPUs -----------------------------------------------

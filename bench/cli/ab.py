@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="a new or empty folder (default: runs/<timestamp>-ab)")
     p.add_argument("--fail-on-regression", dest="fail_on_regression", metavar="PCT",
                    help="exit 1 when a cell is slower in B by more than PCT%% beyond its interval")
-    p.add_argument("--margin", default="5", metavar="PCT", help="the smallest change called, in percent (default 5)")
+    p.add_argument("--margin", default=None, metavar="PCT",
+                   help="the smallest change called, in percent (default 2: the builds take turns)")
     p.add_argument("--fdr", default="5", metavar="PCT", help="the false-discovery rate, in percent (default 5)")
     add_setting_flags(p, skip=RUN_ONLY)
     p.set_defaults(func=command)
@@ -36,7 +37,7 @@ def command(args) -> int:
     from bench.model.specbuild import build_spec
 
     repeats = number(2, 50, True)(args.repeats, "--repeats") if args.repeats is not None else judge.AB_REPEATS
-    margin = number(0, 100, False)(args.margin, "--margin") / 100
+    margin = number(0, 100, False)(args.margin, "--margin") / 100 if args.margin is not None else judge.AB_MARGIN
     fdr = number(0.01, 50, False)(args.fdr, "--fdr") / 100
     gate = number(0, 1000, False)(args.fail_on_regression, "--fail-on-regression") / 100 \
         if args.fail_on_regression is not None else None
@@ -69,7 +70,9 @@ def command(args) -> int:
                             "verdict"], floatfmt=".4g"))
     counts = {v: sum(r["verdict"] == v for r in table) for v in ("faster", "same", "slower", "unsure")}
     print(f"Better {counts['faster']}, Same {counts['same']}, Worse {counts['slower']}, Unsure {counts['unsure']} "
-          f"(of {len(table)} cells; B/A per repeat, {repeats} repeats; faster or slower: a change beyond "
+          f"(of {len(table)} cells; B/A per "
+          + (f"visit, {ab.TOGETHER_VISITS} in each of {repeats} repeats" if ab.together(sides) else
+             f"repeat, {repeats} repeats") + "; faster or slower: a change beyond "
           f"{100 * margin:g}% at a false-discovery rate of {100 * fdr:g}%; {out / 'ab.json'})")
     if same:  # an A/A: what one run's figures drift by here, for compare of two separate runs
         from bench.engine import drift

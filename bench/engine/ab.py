@@ -145,6 +145,10 @@ finally:
 '''
 
 
+TOGETHER_VISITS = 3  # two plugin files in one sweep: each repeat visits every cell in 3 fresh workers, A and B
+# in the same round of each (bench.engine.visits), so that each visit is a pair of its own
+
+
 def together(sides: tuple[Side, Side]) -> bool:
     """Two plugin files under one interpreter and tree: their variants take turns within one sweep, in
     the same interleaved rounds of the same worker (drift at every time scale lands on both alike)."""
@@ -186,7 +190,7 @@ def run(sides: tuple[Side, Side], settings: dict, out: Path, repeats: int,
         if not theirs:
             raise UsageError(f"ab: {b.given} defines none of the variants measured ({', '.join(names)}): two plugin "
                              f"files are compared by the variants they both define")
-        settings = settings | {"variants": [*names, *theirs]}
+        settings = settings | {"variants": [*names, *theirs], "visits": TOGETHER_VISITS}
         parts = slices(settings)
         for k in range(repeats):
             server = start(Side("AB", f"{a.given} + {b.given}", a.python, a.tree, tuple(plugins)))
@@ -216,8 +220,10 @@ def run(sides: tuple[Side, Side], settings: dict, out: Path, repeats: int,
 
 
 def rows_by_cell(out: Path, repeats: int, n_slices: int) -> dict:
-    """{cell key: {"A": [median per repeat], "B": [...]}} over the ok cells both sides measured in every
-    repeat (a plugin side's variants are matched by name)."""
+    """{cell key: {"A": [a figure per unit], "B": [...]}} over the ok cells both sides measured in every
+    repeat (a plugin side's variants are matched by name).  The unit is the repeat; two plugin files
+    measured together pair per visit of each repeat (``TOGETHER_VISITS``: A and B in the same fresh
+    worker and the same round), which are as many more units."""
     from bench.engine import store
     from bench.model.row import IDENTITY
 
@@ -234,10 +240,18 @@ def rows_by_cell(out: Path, repeats: int, n_slices: int) -> dict:
                         side_of = "B" if r["variant"].endswith(B_SUFFIX) else "A"
                         r = r | {"variant": r["variant"].removesuffix(B_SUFFIX)}
                     key = tuple(str(r.get(c)) for c in IDENTITY)
-                    cells.setdefault(key, {"A": {}, "B": {}, "row": r})[side_of][k] = float(r["median_ms"])
-    return {key: {"A": [v["A"][k] for k in range(repeats)], "B": [v["B"][k] for k in range(repeats)],
-                  "row": v["row"]}
-            for key, v in cells.items() if len(v["A"]) == repeats and len(v["B"]) == repeats}
+                    units = cells.setdefault(key, {"A": {}, "B": {}, "row": r})[side_of]
+                    if label == "AB" and r.get("visit_ids"):
+                        units.update({(k, v): m for v, m in zip(r["visit_ids"], r["visit_medians_ms"])})
+                    else:
+                        units[(k, 0)] = float(r["median_ms"])
+    out_cells = {}
+    for key, v in cells.items():
+        if {k for k, _ in v["A"]} != set(range(repeats)) or {k for k, _ in v["B"]} != set(range(repeats)):
+            continue  # a repeat that one side lacks
+        paired = sorted(set(v["A"]) & set(v["B"]))
+        out_cells[key] = {"A": [v["A"][u] for u in paired], "B": [v["B"][u] for u in paired], "row": v["row"]}
+    return out_cells
 
 
 def analyse(cells: dict, margin: float, fdr: float) -> list[dict]:

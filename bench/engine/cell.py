@@ -362,15 +362,18 @@ def _gpu_checks(bound: BoundVariant, median_ms: float, settings: MeasureSettings
         timer_mismatch=timer_disagreement(median_ms, graph_ms, kernel_ms) or None)
 
 
-WARM_CALLS, WARM_S = 3, 0.05  # a later visit's calls before its timer's own warm-up: as many as a first visit's check
-# and determinism make, for 50 ms at least; without them the first case of a fresh worker ran 1.6-3x slow
+WARM_CALLS, WARM_S = 1, 0.05  # a later visit's calls before its timer's own warm-up: one at least, for 50 ms at
+# least (a long call: one); without them the first case of a fresh worker ran 1.6-3x slow
+FIRST_WARM_S = 0.5  # the first variant of a fresh worker's first case: with 50 ms it still ran up to 2.7x slow
+_WARMED: list = []  # this worker process has warmed up once (a later visit's worker is a fresh process)
 
 
 def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
                  at: Callable[[str], None] = _nowhere) -> None:
     """A later visit to a case (``--visits``): ``variants`` (each measured ok at the first visit)
-    set up on fresh inputs and timed again in one interleaved round of the first visit's
-    per-round budget, with no reference, check, determinism or memory pass.  ``emit`` gets one
+    set up on fresh inputs and timed again in one interleaved round of the first visit's (its
+    share of the budget, the ceiling and the samples), with no reference, check, determinism or
+    memory pass.  ``emit`` gets one
     visit row per variant: its samples, their median, the load around them, or why it failed."""
     if settings.threads is None:
         settings = settings.replace(threads=torch.get_num_threads())
@@ -386,10 +389,12 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
                 at(var.name)
                 bound = bind_variant(var, case, inputs)
                 with bound.scope():
-                    start, calls = time.perf_counter(), 0  # at least the calls a first visit's check makes
-                    while calls < WARM_CALLS or time.perf_counter() - start < WARM_S:
+                    start, calls = time.perf_counter(), 0
+                    warm_s = WARM_S if _WARMED else FIRST_WARM_S
+                    while calls < WARM_CALLS or time.perf_counter() - start < warm_s:
                         bound.fn(q, k, v)
                         calls += 1
+                    _WARMED.append(True)
                     call = bound.timed()
                 timers[var.name] = (bound, make_timer(case.device, call, settings.budget_ms / rounds,
                                                       settings.precision, settings.timer, make_call=bound.timed))
@@ -407,8 +412,8 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
 
         window = contention.LoadWindow().start()
         ceiling = getattr(settings, "ceiling_ms", None)
-        interleave({n: t for n, (_, t) in timers.items()}, 1, settings.budget_ms / rounds, enter=enter,
-                   on_error=on_error, ceiling_ms=None if ceiling is None else ceiling / rounds)
+        interleave({n: t for n, (_, t) in timers.items()}, 1, settings.budget_ms, enter=enter, on_error=on_error,
+                   ceiling_ms=ceiling, of_rounds=rounds)  # one round of the first visit's: its share of everything
         other_cpu = window.stop() if case.device == "cpu" else None
         for name, (_, timer) in timers.items():
             row = rows[name]

@@ -369,6 +369,8 @@ MIN_TFLOPS_CPU = 0.0  # the CPU rehearsal's relaxed threshold for the best SDPA 
 # -- compare: is B faster or slower than A, cell by cell -------------------------------------------------
 
 COMPARE_MARGIN = 0.05  # a change smaller than 5% is not called: two runs of one build drift by a few percent
+AB_MARGIN = 0.02  # ab's: its two builds take turns, so the drift between runs falls on both alike and a smaller change
+# can be called (tests/benchmarks/ab_check.py: the A/As it runs call none at this margin)
 COMPARE_FDR = 0.05  # Benjamini-Hochberg's false-discovery rate over the cells of one comparison
 
 

@@ -3,13 +3,16 @@ interval holds what a rerun of the sweep would see.
 
 Why (tests/benchmarks/drift.py, on a 2-core VM): the samples of one visit come from one process
 over a second or two.  Their interval (the median's, from the order statistics) claimed +-2%,
-while the same cell in two fresh runs moved by 20% (one sd), and a run's own interval held the
-next run's figure for 14% of the cells.  Most of that move is the process: one worker's memory
-layout, its threads' placement, the state it starts in, shared by every cell it times (the same
-worker 45 s later moved 11%, a fresh one 20%).  Samples inside one process cannot show it; a
-cell timed in several processes can (pyperf spreads its values over worker processes for the
-same reason).  The minimum and the 10th percentile moved as much as the median between runs
-(positive noise is not what varies here), so a visit's estimate stays its median.
+while the same cell in two fresh runs moved by 15-20% (one sd), and a run's own interval held the
+next run's figure for 14% of the cells.  The move comes with the process (its memory layout, its
+threads' placement, the state it starts in: shared by every cell it times) and with the
+machine's state over the run's minute, and samples inside one process show neither; cells timed
+in several processes show the first (pyperf spreads its values over worker processes for this
+reason).  The minimum and the 10th percentile moved as much as the median between runs (positive
+noise inside a process is not what varies here), so a visit's estimate stays its median.
+A visit timed while other processes took the cores is left out of the estimate when the first
+was clean.  The variants of one case share every visit's worker and round, so a ratio between
+them stays paired.
 
 The first visit is the cell's whole life (reference check, determinism, memory pass) and writes
 its row to results.jsonl.  Visits 2..V come after every cell has had its first: the sweep's
@@ -20,19 +23,22 @@ variants measured ok are set up on fresh inputs and timed again in one interleav
 ``of`` (the row's ``interleave_id``); nothing in results.jsonl is rewritten.
 
 On read (``merge``), a row with later visits takes as its estimate the geometric mean of the
-visits' medians (``median_ms``; ``visit_medians_ms`` keeps each visit's figure, ``first_median_ms``
-the first visit's own, and the rates follow the estimate).  Its interval is the one a rerun's
-figure falls in with 95%: the variance of the visits' logs, moderated towards the median variance
-of the run's cells (with 3 visits a cell's own variance has 2 degrees of freedom, and visits that
-agree by chance would give a narrow interval), times 2 (this run's estimate and the rerun's both
-vary), with Student's t (``ci_lo_ms``, ``ci_hi_ms``, ``ci_halfwidth``; ``visit_se``, the
-estimate's own standard error of its log, is what a fit weighs it by).  Measured by
-tests/benchmarks/drift.py on the 2-core VM, 6 runs each: the intervals held another run's figure
-for 92% of the cells quiet (2 threads, +-41% at the median: a rerun there moves 15%, one sd) and
-90% beside a busy loop (1 thread, +-10%); the t interval of the mean alone held 89% and 83%, one
-visit's samples 14%.  A visit timed while other processes took the cores is left out of the estimate
-when the first was clean.  The variants of one case share every visit's worker and round, so a
-ratio between them stays paired.
+visits' medians (``median_ms``; ``visit_medians_ms`` keeps each visit's figure and ``visit_ids``
+its number, ``first_median_ms`` the first visit's own, and the rates follow the estimate).  Its
+interval is the one a rerun's figure falls in with 95% (``ci_lo_ms``, ``ci_hi_ms``,
+``ci_halfwidth``):
+
+- the variance of the visits' logs, moderated towards the median variance of the run's cells
+  (with 3 visits a cell's own has 2 degrees of freedom, and visits that agree by chance would
+  give a narrow interval), over the visits: ``visit_se``, the estimate's standard error within
+  the run, which is what a fit weighs it by;
+- plus what a whole run shares and its visits cannot show (the machine's state that minute):
+  taken as large as the offsets its visits share vary (drift.py measured the two alike on the
+  2-core VM, quiet: a run's shared factor of sd 0.10 and 0.10, its visits' 0.06 and 0.09);
+- both for this run and for the rerun, with Student's t.
+
+``python tests/benchmarks/drift.py --out DIR --visits 3 --passes 0 --busy`` prints how often one
+run's interval held another run's figure, quiet and beside a busy loop.
 """
 
 from __future__ import annotations
@@ -113,9 +119,23 @@ def merge(rows: list[dict], visits: dict) -> list[dict]:
         return rows
     out = [combine(r, visits.get((r.get("interleave_id"), r.get("variant")), ())) if r.get("status") == "ok" else r
            for r in rows]
-    spreads = [r["visit_var"] for r in out if r.get("visit_var") is not None]
-    pooled = statistics.median(spreads) if len(spreads) >= POOL_MIN else None
-    return [with_interval(r, pooled) if r.get("visit_var") is not None else r for r in out]
+    visited = [r for r in out if r.get("visit_var") is not None]
+    pooled = statistics.median(r["visit_var"] for r in visited) if len(visited) >= POOL_MIN else None
+    shared = shared_var(visited)
+    return [with_interval(r, pooled, shared) if r.get("visit_var") is not None else r for r in out]
+
+
+def shared_var(visited: list[dict]) -> float:
+    """The variance of what every cell of a visit shares (its process's offset: per visit, the
+    median over the cells of how far the visit's figure lies from the cell's estimate), over the
+    visits; 0 with fewer than POOL_MIN cells or 2 visits to read it from."""
+    by_visit: dict = {}
+    for r in visited:
+        mean = math.log(float(r["median_ms"]))
+        for k, m in zip(r["visit_ids"], r["visit_medians_ms"]):
+            by_visit.setdefault(k, []).append(math.log(m) - mean)
+    offsets = [statistics.median(xs) for xs in by_visit.values() if len(xs) >= POOL_MIN]
+    return statistics.variance(offsets) if len(offsets) >= 2 else 0.0
 
 
 def combine(row: dict, later) -> dict:
@@ -128,8 +148,8 @@ def combine(row: dict, later) -> dict:
     clean = [v for v in ok if not v.get("contended")]
     used = ok if row.get("contended") else clean
     meds = [float(first)] + [float(v["median_ms"]) for v in used]
-    out = dict(row, visits=len(meds), visit_medians_ms=meds, first_median_ms=float(first),
-               visits_left_out=len(later) - len(used))
+    out = dict(row, visits=len(meds), visit_medians_ms=meds, visit_ids=[1] + [int(v.get("visit") or 0) for v in used],
+               first_median_ms=float(first), visits_left_out=len(later) - len(used))
     if len(meds) < 2:
         return out
     logs = [math.log(m) for m in meds]
@@ -142,18 +162,19 @@ def combine(row: dict, later) -> dict:
     return out
 
 
-def with_interval(row: dict, pooled: float | None) -> dict:
+def with_interval(row: dict, pooled: float | None, shared: float = 0.0) -> dict:
     """The row's 95% interval for a rerun's figure (the module doc): its visits' variance of log
     figures, moderated towards the run's (``pooled``, the median over its cells, worth POOL_DOF
-    degrees of freedom), over the sum of two runs' variances of the mean."""
+    degrees of freedom), over the visits; plus, for what a whole run shares and its visits cannot
+    show, as much again as its visits' shared offsets vary (``shared``); summed for two runs."""
     from bench.measure.stats import t_quantile
     from bench.measure.timing import NOISY_CI
 
     n, var = int(row["visits"]), float(row["visit_var"])
     dof, var = (n - 1 + POOL_DOF, ((n - 1) * var + POOL_DOF * pooled) / (n - 1 + POOL_DOF)) if pooled is not None \
         else (n - 1, var)
-    se = math.sqrt(var / n)  # of the estimate's log
-    half = t_quantile(0.975, dof) * se * math.sqrt(2)  # this run's estimate and a rerun's both vary
+    se = math.sqrt(var / n)  # of the estimate's log, within the run
+    half = t_quantile(0.975, dof) * math.sqrt(2 * (se ** 2 + shared))  # this run's estimate and a rerun's both vary
     est = float(row["median_ms"])
     lo, hi = est * math.exp(-half), est * math.exp(half)
     return dict(row, visit_se=se, ci_lo_ms=lo, ci_hi_ms=hi, ci_halfwidth=hi / est - 1.0,

@@ -439,19 +439,22 @@ def make_timer(device: str, call: Callable | None, budget_ms: float, precision: 
 
 
 def interleave(timers: dict, rounds: int, budget_ms: float, enter=None, on_error=None,
-               ceiling_ms: float | None = None) -> None:
+               ceiling_ms: float | None = None, of_rounds: int | None = None) -> None:
     """Run ``timers`` (name -> timer) round-robin: every timer takes its turn in round 1,
     then in round 2, and so on.  Each turn gets ``budget_ms / rounds``; a CPU timer's turn
     goes on past it, up to ``ceiling_ms / rounds``, until the rounds together hold the
     INTERVAL_SAMPLES a 95% interval of the median needs.  ``enter(name)`` gives a context
     manager held around a turn (a variant's scope); ``on_error(name, exc)`` takes a timer
-    that raised out of later rounds instead of stopping the others."""
+    that raised out of later rounds instead of stopping the others.  ``of_rounds``: the rounds
+    the budget, the ceiling and the samples are split over, when only some of them run here (a
+    later visit, bench.engine.visits, runs one round of a cell's ``rounds``)."""
     import contextlib
 
     live = dict(timers)
-    per_round = budget_ms / max(1, rounds)
-    floor = math.ceil(INTERVAL_SAMPLES / max(1, rounds))
-    ceiling = None if ceiling_ms is None else max(per_round, ceiling_ms / max(1, rounds))
+    split = max(1, of_rounds or rounds)
+    per_round = budget_ms / split
+    floor = math.ceil(INTERVAL_SAMPLES / split)
+    ceiling = None if ceiling_ms is None else max(per_round, ceiling_ms / split)
     for _ in range(rounds):
         for name in list(live):
             try:

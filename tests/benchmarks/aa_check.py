@@ -6,8 +6,10 @@ cells called slower is the power to find a real 10% slowdown.
     python tests/benchmarks/aa_check.py [--pairs 3] [--busy]
 
 ``--busy`` runs a busy loop on one core throughout (a shared machine).  It prints, per pair, the
-cells called faster or slower among the unchanged ones, and the share of the slowed variant's
-cells called slower; it asserts nothing.
+cells called faster or slower among the unchanged ones, the unchanged cells on which
+``--fail-on-regression median:5%`` would fail, and the share of the slowed variant's cells called
+slower; it asserts nothing.  The sweeps take the harness's defaults (``--visits 3``: compare
+judges each cell from its visits).
 """
 
 from __future__ import annotations
@@ -74,24 +76,28 @@ def main() -> None:
             tmp = Path(tmp)
             plugin = tmp / "slowed.py"
             plugin.write_text(textwrap.dedent(PLUGIN))
-            false, judged, found, slowed_cells = 0, 0, 0, 0
+            false, judged, found, slowed_cells, gates = 0, 0, 0, 0, 0
             for i in range(args.pairs):
                 a, b = tmp / f"a{i}", tmp / f"b{i}"
                 sweep(a, plugin, 0.0)
                 sweep(b, plugin, 0.10)
-                m = compare_runs(a, b)[0]
+                m, regressions = compare_runs(a, b, fail_pct=("median", 5.0))[:2]
+                gate = int((regressions["variant"] != "slowed").sum()) if len(regressions) else 0
+                gates += gate
                 same = m[m["variant"] != "slowed"]
                 slowed = m[m["variant"] == "slowed"]
                 called = int(same["verdict"].isin(["faster", "slower"]).sum())
                 hit = int((slowed["verdict"] == "slower").sum())
                 print(f"pair {i + 1}: {called} of {len(same)} unchanged cells called faster or slower "
                       f"({int((same['verdict'] == 'shaky').sum())} shaky, not judged); the slowed variant: "
-                      f"{hit} of {len(slowed)} cells called slower")
+                      f"{hit} of {len(slowed)} cells called slower; --fail-on-regression median:5% would fail on "
+                      f"{gate} unchanged cells")
                 false, judged, found, slowed_cells = false + called, judged + len(same), found + hit, \
                     slowed_cells + len(slowed)
             print(f"all pairs: {false} of {judged} unchanged cells called faster or slower "
                   f"({100 * false / max(1, judged):.1f}%); {found} of {slowed_cells} slowed cells found "
-                  f"({100 * found / max(1, slowed_cells):.0f}%)" + (" (one busy loop throughout)" if args.busy else ""))
+                  f"({100 * found / max(1, slowed_cells):.0f}%); the gate failed on {gates} unchanged cells"
+                  + (" (one busy loop throughout)" if args.busy else ""))
     finally:
         if loop is not None:
             loop.kill()
