@@ -82,7 +82,8 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
         df[col] = df[col].map(lambda x: bool(x) if isinstance(x, (bool, np.bool_)) else False) if col in df else False
     # shaky: an ok cell whose figure is not to be trusted as it stands (drawn hollow, starred, weighed down in fits),
     # as bench.engine.judge decides it
-    df["shaky"] = [judge.shaky(r) for r in df[["status", *FLAGS]].to_dict("records")] if len(df) else False
+    judged = ["status", *FLAGS, *(["visit_se"] if "visit_se" in df else [])]
+    df["shaky"] = [judge.shaky(r) for r in df[judged].to_dict("records")] if len(df) else False
     if "round_medians_ms" not in df:
         df["round_medians_ms"] = None
     return df

@@ -249,7 +249,7 @@ def write_csvs(df: pd.DataFrame, tables, folder) -> None:
 
 def shaky_mask(df):
     """True where an ok row is shaky (a pandas Series over ``df``): bench.engine.judge.shaky."""
-    cols = [c for c in ("status", *FLAGS) if c in df]
+    cols = [c for c in ("status", *FLAGS, "visit_se") if c in df]
     return pd.Series([judge.shaky(r) for r in df[cols].to_dict("records")], index=df.index, dtype=bool)
 
 
@@ -289,8 +289,8 @@ def summary_table(rows: list[dict]) -> str:
         lines.append("median ms (or status) by batch mix" if mixed else "median ms (or status) by sequence length")
         lines.append(tabulate(table.reset_index(), headers="keys", showindex=False))
         if shaky[df.index].any():
-            lines.append("* shaky: too few samples for a 95% interval of the median, noisy (the interval reaches "
-                         "beyond +-5%), contended (timed while the CPU was shared) or throttled: kept, but flagged")
+            lines.append("* shaky: too few samples for a 95% interval, contended (timed while the CPU was shared) or "
+                         "throttled: kept, but flagged")
     for name, g in skipped.groupby("variant"):
         lines.append(f"unsupported here: {name}: {g['reason'].iloc[0]}")
     return "\n".join(lines)

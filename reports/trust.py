@@ -43,7 +43,8 @@ def run_trust(df, envs, said: judge.Conclusions | None = None) -> judge.Trust:
     """The trust state of the report's rows (``bench.engine.judge.trust``: the one place it is decided);
     ``said``: the report's conclusions, which then decide whether to read it with care."""
     ok = df[df["status"] == "ok"]
-    cols = [c for c in ("status", *judge.FLAGS, "reference_skipped", "median_ms", "samples", "number") if c in df]
+    cols = [c for c in ("status", *judge.FLAGS, "visit_se", "reference_skipped", "median_ms", "samples", "number")
+            if c in df]
     return judge.trust(df[cols].to_dict("records"), [e["run"] for e in envs if e.get("mixed_env")],
                        _unreliable_peaks(ok), said)
 

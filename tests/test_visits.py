@@ -28,7 +28,7 @@ def test_a_cell_with_three_visits_takes_their_geometric_mean_and_a_reruns_t_inte
     out = visits.merge([_row(1.0)], {("abc", "naive"): [_visit(1.2, 2), _visit(0.9, 3)]})[0]
     logs = [0.0, math.log(1.2), math.log(0.9)]
     mean, sd = statistics.mean(logs), statistics.stdev(logs)
-    half = t_quantile(0.975, 2) * sd / math.sqrt(3) * math.sqrt(2)  # one cell: nothing to pool with
+    half = t_quantile(0.975, 2) * sd / math.sqrt(3) * 2  # one cell: nothing to pool with; the run's share as large
     assert out["visits"] == 3 and out["visit_medians_ms"] == [1.0, 1.2, 0.9] and out["first_median_ms"] == 1.0
     assert out["median_ms"] == pytest.approx(math.exp(mean))
     assert out["ci_lo_ms"] == pytest.approx(math.exp(mean - half))
@@ -56,9 +56,19 @@ def test_a_cell_whose_visits_agree_by_chance_borrows_its_runs_spread():
     offset = statistics.median(math.log(m) for m in ms)
     shared = statistics.variance([0.0, offset, -offset])
     assert visits.shared_var(merged) == pytest.approx(shared)
-    half = t_quantile(0.975, 2 + visits.POOL_DOF) * math.sqrt(2 * (var / 3 + shared))
+    half = t_quantile(0.975, 2 + visits.POOL_DOF) * math.sqrt(2 * (var / 3 + max(shared, var / 3)))
     assert lucky["ci_hi_ms"] == pytest.approx(lucky["median_ms"] * math.exp(half))
     assert lucky["ci_halfwidth"] > 0.1  # its own three figures agreed to 0.01%: the run's say +-10% and more
+
+
+def test_a_cell_whose_visits_give_its_interval_is_not_shaky_for_few_samples_per_visit():
+    from bench.engine import judge
+
+    slow = _row(900.0, few_samples=True, samples=3)  # three samples of a long call at its first visit
+    out = visits.merge([slow], {("abc", "naive"): [_visit(950.0, 2, samples=2), _visit(880.0, 3, samples=2)]})[0]
+    assert "few_samples" in judge.raw_flags(out) and judge.shaky_flags(out) == []  # its precision is the visits'
+    assert judge.shaky_flags(slow) == ["few_samples"]  # one visit: no interval, shaky
+    assert judge.shaky_counts([out])["few_samples"] == 0 and judge.shaky_counts([slow])["few_samples"] == 1
 
 
 def test_a_contended_visit_is_left_out_when_the_first_was_clean_and_a_failed_one_always():
@@ -182,3 +192,29 @@ def test_the_plan_prices_each_later_visit_as_a_fresh_worker_and_one_round_of_eve
     assert p1.visits_s == 0 and p3.visits_s == pytest.approx(2 * visit)
     assert p3.wall_s == pytest.approx(p1.wall_s + 2 * visit)
     assert "the later visits to each cell (--visits)" in p3.lines()[-1]
+
+
+def test_a_merge_of_shards_keeps_each_cells_visits_apart_and_reads_them_back_folded_in(tmp_path):
+    from bench.engine.merge import merge_runs
+    from bench.engine.store import ResultWriter, write_env
+
+    shards = []
+    for i, n in enumerate((64, 128), start=1):
+        folder = tmp_path / f"shard-{i}"
+        folder.mkdir()
+        row = _row(1.0 * i, interleave_id=f"s{i}") | {"q_len": n, "kv_len": n, "device": "cpu", "dtype": "float32"}
+        w = ResultWriter(folder)
+        w.write(row)
+        w.close()
+        w = ResultWriter(folder, visits.VISITS)
+        for k, f in ((2, 1.1), (3, 0.9)):
+            w.write(_visit(1.0 * i * f, k, of=f"s{i}") | {"q_len": n, "kv_len": n, "device": "cpu", "dtype": "float32"})
+        w.close()
+        write_env(folder, {"device": "cpu", "spec": {"variants": ["naive"], "device": "cpu"}, "shard": f"{i}/2"})
+        shards.append(folder)
+    out = merge_runs(shards, tmp_path / "merged")
+    written = read_jsonl(out / "results.jsonl")
+    assert [r["median_ms"] for r in written] == [1.0, 2.0]  # as measured at the first visit, not the estimate
+    assert len(read_jsonl(out / visits.VISITS)) == 4
+    merged = {r["q_len"]: r for r in store.read_current(out)}
+    assert merged[128]["visits"] == 3 and merged[128]["visit_medians_ms"] == pytest.approx([2.0, 2.2, 1.8])

@@ -113,10 +113,13 @@ def remedy(flag: str, run: str | None = None) -> str:
 
 
 def shaky_flags(row: dict) -> list[str]:
-    """The flags of an ok row that make it shaky ([] for a clean one or a failed one)."""
+    """The flags of an ok row that make it shaky ([] for a clean one or a failed one).  A cell
+    whose visits give its interval (``visit_se``, bench.engine.visits) has a known precision
+    however few samples each visit took: few_samples stays a flag of the row, not a shaky one."""
     if row.get("status") != Status.OK:
         return []
-    return [f for f in SHAKY if _true(row.get(f))]
+    visited = _true(row.get("visit_se"))
+    return [f for f in SHAKY if _true(row.get(f)) and not (f == "few_samples" and visited)]
 
 
 def raw_flags(row: dict) -> list[str]:
@@ -136,10 +139,11 @@ def shaky(row: dict) -> bool:
 
 
 def shaky_counts(rows) -> dict:
-    """How many of the ok ``rows`` carry each flag (row.FLAGS, a row may carry several): the shaky
-    ones first, then noisy."""
+    """How many of the ok ``rows`` are shaky for each reason (a row may have several), then how many
+    carry each other flag (noisy)."""
     ok = [r for r in rows if r.get("status") == Status.OK]
-    return {f: sum(1 for r in ok if f in raw_flags(r)) for f in (*SHAKY, *(f for f in FLAGS if f not in SHAKY))}
+    return {f: sum(1 for r in ok if f in shaky_flags(r)) for f in SHAKY} | \
+        {f: sum(1 for r in ok if f in raw_flags(r)) for f in FLAGS if f not in SHAKY}
 
 
 def reasons_text(counts: dict) -> str:

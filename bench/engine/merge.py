@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.engine import judge, store
+from bench.engine import judge, store, visits
 from bench.errors import UsageError
 from bench.model.spec import measured_part, spec_from_dict
 
@@ -37,7 +37,7 @@ def merge_runs(run_dirs, out) -> Path:
     devices: dict = {}  # worker label in the merged run: the hardware it measured on
     for d, env in zip(dirs, envs):
         tag = f"shard {env['shard']}" if env.get("shard") else d.name
-        for row in store.read_current(d):
+        for row in store.current_rows(store.read_rows(d, with_visits=False)):  # as written: visits come apart
             key = store.cell_key(row["variant"], row)
             if key in seen:
                 raise UsageError(f"merge: the cell {row['variant']} {_label(row)} is measured in both {seen[key]} "
@@ -57,14 +57,15 @@ def merge_runs(run_dirs, out) -> Path:
             writer.write(_unflatten(row))
     finally:
         writer.close()
-    profiled = [r for d in dirs for r in store.read_rows(d, name=store.PROFILE)]
-    if profiled:
-        pw = store.ResultWriter(out, store.PROFILE)
-        try:
-            for r in profiled:
-                pw.write(r)
-        finally:
-            pw.close()
+    for name in (store.PROFILE, visits.VISITS):  # the profiled pass and the later visits, tied to their rows
+        extra = [r for d in dirs for r in store.read_rows(d, name=name)]
+        if extra:
+            w = store.ResultWriter(out, name)
+            try:
+                for r in extra:
+                    w.write(r)
+            finally:
+                w.close()
     pictures: dict = {}
     for d in dirs:
         pictures |= store.read_masks(d)

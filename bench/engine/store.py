@@ -116,12 +116,14 @@ REQUIRED = {RESULTS: ("variant", "status", *_CASE_REQUIRED), PROFILE: ("variant"
 _WARNED: set = set()
 
 
-def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS, quiet: bool = False) -> list[dict]:
+def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS, quiet: bool = False,
+              with_visits: bool = True) -> list[dict]:
     """Every valid row.  A torn last line (a killed writer: no newline at the end) is left
     out, and with ``repair`` cut off so that appends start on a fresh line; it is the only
     line ever removed.  Any other line that is not a JSON object holding the row's columns
     (garbage, NULs, an array, a row missing its case) is skipped with a warning naming its
-    line number, and stays in the file: a valid row is never rewritten or dropped."""
+    line number, and stays in the file: a valid row is never rewritten or dropped.  The rows of
+    results.jsonl come with their later visits folded in (``with_visits``; False: as written)."""
     path = Path(run_dir) / name
     if not path.exists():
         return []
@@ -144,7 +146,7 @@ def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS, quiet: b
     if torn and repair:
         with open(path, "r+b") as f:
             f.truncate(len(data) - len(torn))
-    if name == RESULTS:  # --visits: a cell's later visits fold into its row (bench.engine.visits)
+    if name == RESULTS and with_visits:  # --visits: a cell's later visits fold into its row (bench.engine.visits)
         rows = visits.merge(rows, visits.by_row(read_rows(run_dir, name=visits.VISITS, quiet=quiet)))
     return rows
 

@@ -33,8 +33,9 @@ interval is the one a rerun's figure falls in with 95% (``ci_lo_ms``, ``ci_hi_ms
   give a narrow interval), over the visits: ``visit_se``, the estimate's standard error within
   the run, which is what a fit weighs it by;
 - plus what a whole run shares and its visits cannot show (the machine's state that minute):
-  taken as large as the offsets its visits share vary (drift.py measured the two alike on the
-  2-core VM, quiet: a run's shared factor of sd 0.10 and 0.10, its visits' 0.06 and 0.09);
+  taken as large as the offsets its visits share vary, and no smaller than the estimate's own
+  variance (on the 2-core VM, quiet, drift.py measured a run's shared factor at sd 0.07 to 0.11,
+  of the order of both, and three visits read the first with 2 degrees of freedom);
 - both for this run and for the rerun, with Student's t.
 
 ``python tests/benchmarks/drift.py --out DIR --visits 3 --passes 0 --busy`` prints how often one
@@ -166,7 +167,8 @@ def with_interval(row: dict, pooled: float | None, shared: float = 0.0) -> dict:
     """The row's 95% interval for a rerun's figure (the module doc): its visits' variance of log
     figures, moderated towards the run's (``pooled``, the median over its cells, worth POOL_DOF
     degrees of freedom), over the visits; plus, for what a whole run shares and its visits cannot
-    show, as much again as its visits' shared offsets vary (``shared``); summed for two runs."""
+    show, as much again as its visits' shared offsets vary (``shared``), and no less than the
+    estimate's own variance; summed for two runs."""
     from bench.measure.stats import t_quantile
     from bench.measure.timing import NOISY_CI
 
@@ -174,6 +176,7 @@ def with_interval(row: dict, pooled: float | None, shared: float = 0.0) -> dict:
     dof, var = (n - 1 + POOL_DOF, ((n - 1) * var + POOL_DOF * pooled) / (n - 1 + POOL_DOF)) if pooled is not None \
         else (n - 1, var)
     se = math.sqrt(var / n)  # of the estimate's log, within the run
+    shared = max(shared, se ** 2)  # a run's shared state: at least as large as the estimate's own error
     half = t_quantile(0.975, dof) * math.sqrt(2 * (se ** 2 + shared))  # this run's estimate and a rerun's both vary
     est = float(row["median_ms"])
     lo, hi = est * math.exp(-half), est * math.exp(half)

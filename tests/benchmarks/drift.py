@@ -1,6 +1,7 @@
 """Where a cell's time moves between runs: per process, per minute, per machine state.
 
     python tests/benchmarks/drift.py --out DIR [--runs 6] [--passes 3] [--gap-s 60] [--busy] [--visits V]
+    python tests/benchmarks/drift.py --out DIR --again   # the runs DIR holds, read again
 
 Three measurements of one 18-cell sweep (naive, sdpa and chunked.online; n = 256, 512, 1024;
 none and causal; 4 heads of 64; float32 forward):
@@ -125,6 +126,7 @@ def main() -> int:
     p.add_argument("--gap-s", type=float, default=60.0)
     p.add_argument("--busy", action="store_true")
     p.add_argument("--visits", type=int, default=1, help="each sweep's --visits (the fresh runs)")
+    p.add_argument("--again", action="store_true", help="measure nothing: summarize the runs DIR already holds")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT))
     from bench.engine.judge import BETWEEN_RUN_SIGMA
@@ -132,17 +134,21 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    result = {"fresh": summarize(fresh(out / "fresh", args.runs, args.visits), BETWEEN_RUN_SIGMA)}
-    if args.passes > 1:
+    if args.again:  # the folders DIR holds, summarized by this tree's reader (nothing is measured)
+        result = {name: summarize(sorted((out / name).glob("*-*")), BETWEEN_RUN_SIGMA)
+                  for name in ("fresh", "kept", "busy") if (out / name).is_dir()}
+    else:
+        result = {"fresh": summarize(fresh(out / "fresh", args.runs, args.visits), BETWEEN_RUN_SIGMA)}
+    if args.passes > 1 and not args.again:
         result["kept"] = summarize(kept(out / "kept", args.passes, args.gap_s), BETWEEN_RUN_SIGMA)
-    if args.busy:
+    if args.busy and not args.again:
         loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:
             result["busy"] = summarize(fresh(out / "busy", args.runs, args.visits), BETWEEN_RUN_SIGMA)
         finally:
             loop.kill()
     result["between_run_sigma"] = BETWEEN_RUN_SIGMA
-    result["visits"] = args.visits
+    result["visits"] = "as measured" if args.again else args.visits
     result["wall_s"] = round(time.time() - t0)
     (out / "drift.json").write_text(json.dumps(result, indent=2))
     for name, s in result.items():
