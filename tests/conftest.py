@@ -19,13 +19,14 @@ MAX_TEST_WORKERS = 4  # the suite's sweeps each take two threads: more workers w
 
 
 def pytest_xdist_auto_num_workers(config):
-    """How many processes ``-n auto`` (pyproject's addopts) runs the suite in: one per usable core,
-    at most MAX_TEST_WORKERS; none (the suite in this process) on one core, and when the
-    pytest-benchmark suite is asked to measure, since a benchmark timed beside other tests is not
-    a measurement."""
+    """How many processes ``-n auto`` (pyproject's addopts) runs the suite in: one per usable core
+    and one more (a test that starts a sweep waits on it, and on its worker's start, for much of
+    its time, so one process per core leaves cores idle), at most
+    MAX_TEST_WORKERS; none (the suite in this process) on one core, and when the pytest-benchmark
+    suite is asked to measure, since a benchmark timed beside other tests is not a measurement."""
     measuring = config.getoption("benchmark_only", False) or config.getoption("benchmark_enable", False)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return 0 if measuring or cores < 2 else min(cores, MAX_TEST_WORKERS)
+    return 0 if measuring or cores < 2 else min(cores + 1, MAX_TEST_WORKERS)
 
 
 def run_cli(*args, timeout=600, env=None, cwd=None):
@@ -141,7 +142,7 @@ def eager_flex(case, traced=False, **kw):
 
 def pytest_configure(config):
     """A test process of ``-n auto`` runs torch on one thread and draws a report's charts in its
-    own process: there is one test process per core already, and a second thread or a drawing
+    own process: there is a test process per core already, and a second thread or a drawing
     process each would only contend (the suite's small tensors ran about a third slower, and a
     report built in a test spawned a process that imports matplotlib).  The sweeps the tests start
     choose their own threads."""
