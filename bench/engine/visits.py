@@ -66,7 +66,7 @@ def run_visits(pool, visits: int, open_writer) -> float:
     writer = open_writer()
     bar = tqdm(total=sum(len(n) for _, n in groups) * (visits - 1), unit="cell", dynamic_ncols=True,
                file=sys.stderr, disable=not pool.progress, desc="visits")
-    lock, timed = threading.Lock(), [0.0]
+    lock, timed, raised = threading.Lock(), [0.0], []
     try:
         for k in range(2, visits + 1):
             for w in pool.workers:  # a fresh process for this visit: another layout, another start
@@ -75,9 +75,15 @@ def run_visits(pool, visits: int, open_writer) -> float:
             queue.reverse()  # popped from the end
 
             def serve(worker, label, k=k, queue=queue):
+                try:
+                    visit_cases(worker, label, k, queue)
+                except BaseException as exc:  # the others stop at their next case; raised below
+                    raised.append(exc)
+
+            def visit_cases(worker, label, k, queue):
                 while True:
                     with lock:
-                        if not queue:
+                        if not queue or raised:
                             return
                         case, names = queue.pop()
 
@@ -98,6 +104,8 @@ def run_visits(pool, visits: int, open_writer) -> float:
                 t.start()
             for t in threads:
                 t.join()
+            if raised:
+                raise raised[0]
     finally:
         bar.close()
         writer.close()
