@@ -363,8 +363,8 @@ def _gpu_checks(bound: BoundVariant, median_ms: float, settings: MeasureSettings
 
 
 WARM_CALLS, WARM_S = 1, 0.05  # a later visit's calls before its timer's own warm-up: one at least, for 50 ms at
-# least (a long call: one); without them the first case of a fresh worker ran 1.6-3x slow
-FIRST_WARM_S = 0.5  # the first variant of a fresh worker's first case: with 50 ms it still ran up to 2.7x slow
+# least (a long call: one), as a first visit's check and determinism calls warm its variants
+FIRST_WARM_S = 0.5  # the first variant a fresh worker times: its threads start and its heap grows
 _WARMED: list = []  # this worker process has warmed up once (a later visit's worker is a fresh process)
 
 

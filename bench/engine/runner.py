@@ -80,9 +80,10 @@ def _steady_heap() -> None:
     """Make glibc's allocator behave the same in every worker: by default a block of 128 KiB or
     more is mapped and unmapped at each call until a free raises the threshold, and the heap's
     top is given back to the system, so the same cell in two processes can pay page faults in
-    one and not the other, by what ran before it (naive at n = 512, 2 heads: 0.6 ms in one fresh
-    worker, 1.9 ms in the next).  A fixed threshold and no trimming give each process the state
-    a long-lived one settles into.  Nothing where the C library is not glibc."""
+    one and not the other, by what ran before it (without this, naive at n = 512 took three
+    times as long in one fresh worker as in another).  A fixed
+    threshold and no trimming give each process the state a long-lived one settles into.
+    Nothing where the C library is not glibc."""
     try:
         import ctypes
 
