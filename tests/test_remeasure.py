@@ -72,7 +72,8 @@ def test_compare_counts_shaky_cells_apart_and_strict_trust_fails_on_them(capsys,
     assert "trust A: trustworthy" in out.out and "trust B: read with care" in out.out
     assert "worst: naive at n=" in out.out and "timed with 0.45 of its cores" in out.out
     assert main(["compare", str(a), str(b), "--strict-trust"]) == 1
-    assert "strict trust: 3 matching cell(s) are noisy or contended" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "strict trust: 3 matching cell(s) are shaky (short of samples, contended or throttled)" in err
 
 
 def test_the_trust_line_names_each_invocation_and_says_when_conditions_differ():

@@ -218,3 +218,34 @@ def test_a_merge_of_shards_keeps_each_cells_visits_apart_and_reads_them_back_fol
     assert len(read_jsonl(out / visits.VISITS)) == 4
     merged = {r["q_len"]: r for r in store.read_current(out)}
     assert merged[128]["visits"] == 3 and merged[128]["visit_medians_ms"] == pytest.approx([2.0, 2.2, 1.8])
+
+
+def _visited_run(folder, scale: float):
+    from bench.engine.store import ResultWriter, write_env
+
+    folder.mkdir()
+    base = {"device": "cpu", "dtype": "float32", "batch": 1, "heads": 2, "kv_heads": 2, "head_dim": 16,
+            "mask": "none", "window": None, "direction": "fwd", "reason": ""}
+    rows, later = ResultWriter(folder), ResultWriter(folder, visits.VISITS)
+    for n in (64, 128, 256):
+        med = scale * n * 1e-3
+        rows.write(_row(med, interleave_id=f"{folder.name}{n}", q_len=n, kv_len=n, q1_ms=med * 0.98, q3_ms=med * 1.02,
+                        iqr_ms=med * 0.04, min_ms=med * 0.97, samples_ms=[med] * 8, samples=8, **base))
+        for k, f in ((2, 1.01), (3, 0.99)):
+            later.write(_visit(med * f, k, of=f"{folder.name}{n}", q_len=n, kv_len=n, **base))
+    rows.close()
+    later.close()
+    write_env(folder, {"device": "cpu", "torch": "2.13.0", "peaks_tflops": {"float32": 0.2}})
+    return folder
+
+
+def test_compare_of_two_visited_runs_judges_them_without_a_calibration(tmp_path, capsys):
+    from bench.cli import main
+
+    a, b = _visited_run(tmp_path / "a", 1.0), _visited_run(tmp_path / "b", 2.0)
+    assert main(["compare", str(a), str(b), "--fail-on-regression", "10"]) == 1  # twice the time: a regression
+    out = capsys.readouterr()
+    assert "Worse 3" in out.out and "3 of 3 cells are judged from each run's visits" in out.err
+    assert "not calibrated" not in out.err
+    merged = store.read_current(a)[0]
+    assert merged["q1_ms"] == pytest.approx(0.98 * merged["median_ms"])  # the band lies around the figure

@@ -84,15 +84,13 @@ def command(args):
               + (f". {unsure} unsure: a change inside the runs' intervals; `python -m bench ab A_TREE B_TREE <the "
                  f"sweep's flags>` measures both builds in turns and finds smaller changes" if unsure else ""),
               file=sys.stderr)
-    if visited == len(m):
-        pass
-    elif known is None:
+    if visited < len(m) and known is None:  # cells timed in one process per run: a calibration decides
         print("note: two separate runs differ by what changed between them (the process, the minute, the "
               "machine's load) as well as by the build; this machine's between-run drift is not calibrated, so no "
               "cell is called faster or slower. To tell: `python -m bench ab A_TREE B_TREE <the sweep's flags>` "
               "measures both builds in turns; `python -m bench ab . . <flags>` (an A/A) calibrates compare here.",
               file=sys.stderr)
-    else:
+    elif visited < len(m):
         shift = m.attrs.get("shift")
         print(f"note: between-run drift on this machine (an A/A ab of {known['cells']} cells x {known['repeats']} "
               f"repeats): {100 * known['run']:.1f}% for a run as a whole, {100 * known['cell']:.1f}% more for each "
@@ -106,12 +104,12 @@ def command(args):
         print(f"warning: {other} matching cell(s) were timed with different timers ({'; '.join(pairs)}): their "
               f"times measure different things and are not judged", file=sys.stderr)
     if shaky and args.strict_trust:
-        print(f"strict trust: {shaky} matching cell(s) are noisy or contended in A or B; re-measure them "
-              f"(sweep --resume RUN --retry shaky) before comparing", file=sys.stderr)
+        print(f"strict trust: {shaky} matching cell(s) are shaky (short of samples, contended or throttled) in A or "
+              f"B; re-measure them (sweep --resume RUN --retry shaky) before comparing", file=sys.stderr)
         return 1
     if rule and shaky:
-        print(f"note: {shaky} shaky cell(s) were not judged for regressions (noisy or contended in A or B; "
-              f"--strict-trust fails on them)", file=sys.stderr)
+        print(f"note: {shaky} shaky cell(s) were not judged for regressions (short of samples, contended or "
+              f"throttled in A or B; --strict-trust fails on them)", file=sys.stderr)
     if rule and len(regressions):
         from reports.compare import evidence_line
 

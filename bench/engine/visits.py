@@ -24,7 +24,8 @@ variants measured ok are set up on fresh inputs and timed again in one interleav
 
 On read (``merge``), a row with later visits takes as its estimate the geometric mean of the
 visits' medians (``median_ms``; ``visit_medians_ms`` keeps each visit's figure and ``visit_ids``
-its number, ``first_median_ms`` the first visit's own, and the rates follow the estimate).  Its
+its number, ``first_median_ms`` the first visit's own; the rates follow the estimate, and the
+first visit's quartiles are carried to it, so that a chart's band lies around the figure).  Its
 interval is the one a rerun's figure falls in with 95% (``ci_lo_ms``, ``ci_hi_ms``,
 ``ci_halfwidth``):
 
@@ -51,6 +52,7 @@ import threading
 
 VISITS = "visits.jsonl"  # the later visits' rows
 RATES = ("tflops", "gbps", "pct_peak")  # figures that follow the time: rescaled with the estimate
+SPREAD = ("q1_ms", "q3_ms", "iqr_ms")  # the first visit's quartiles, carried to the estimate (the charts' band)
 POOL_DOF = 2  # a cell's visit variance is moderated towards its run's, as if that were 2 more visits' worth
 POOL_MIN = 3  # cells with visits a run needs before its variance is pooled
 
@@ -59,6 +61,8 @@ def run_visits(pool, visits: int, open_writer) -> float:
     """Visits 2..``visits`` of every cell ``pool`` measured ok, each row to the writer that
     ``open_writer()`` returns (visits.jsonl's); returns their timed seconds."""
     from tqdm import tqdm
+
+    from bench.model.row import cell_key
 
     groups = [(case, list(dict.fromkeys(names))) for case, names in pool.measured.items()]
     if visits < 2 or not groups:
@@ -88,8 +92,6 @@ def run_visits(pool, visits: int, open_writer) -> float:
                         case, names = queue.pop()
 
                     def on_row(row, case=case):
-                        from bench.model.row import cell_key
-
                         with lock:
                             row.update(of=pool.together.get(cell_key(row["variant"], row)), visit=k, worker=label)
                             writer.write(row)
@@ -168,6 +170,9 @@ def combine(row: dict, later) -> dict:
     for rate in RATES:
         if row.get(rate) is not None:
             out[rate] = float(row[rate]) * float(first) / est
+    for col in SPREAD:  # the first visit's spread around the figure, not around its own median
+        if row.get(col) is not None:
+            out[col] = float(row[col]) * est / float(first)
     return out
 
 
