@@ -7,7 +7,7 @@ from pathlib import Path
 
 from reports import frontier, steps
 from reports.accuracy import error_chart, pareto_chart, roofline_chart
-from reports.charts import chart_jobs, draw, drawing_pool, variant_style
+from reports.charts import chart_jobs, declared_colours, draw, drawing_pool, variant_style
 from reports.frames import load_runs, speedups, with_peaks
 from reports.groups import Group, not_run, overview, split
 from reports.markdown import write_markdown
@@ -57,7 +57,7 @@ def _build(run_dirs, out: Path | None) -> Path:
     df = with_peaks(df, envs)
     folder = Path(out) if out else run_dirs[0] / "report"
     folder.mkdir(parents=True, exist_ok=True)
-    baseline = next((e.get("baseline") for e in envs if e.get("baseline")), "naive")
+    baseline = next((e.get("baseline") for e in envs if e.get("baseline")), None)
     if baseline not in set(df["variant"]):
         baseline = None
     df = with_metrics(speedups(df, baseline), baseline)
@@ -70,7 +70,7 @@ def _build(run_dirs, out: Path | None) -> Path:
     fails = failures(df)
     df = with_labels(df)
     pics = pictures(df, envs)
-    style = variant_style(df["variant"], baseline)
+    style = variant_style(df["variant"], baseline, declared_colours(envs))
     charts_dir = folder / "charts"
     light = df.drop(columns=["samples_ms"], errors="ignore")
     bandwidth = max((e.get("peak_gbps") or 0.0 for e in envs), default=0.0) or None

@@ -30,40 +30,45 @@ FAIL_MARK = {s.value: "UNSUPP." if s is Status.UNSUPPORTED else s.word for s in 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf", "#1b9e77", "#222222", "#393b79", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#637939",
            "#a50026", "#7b4173", "#5254a3", "#9c9ede", "#d6616b", "#6b6ecf")
-# every built-in variant has its own slot of PALETTE (naive, the default baseline, near-black), chosen so that
-# the variants drawn together on a CPU (the exact ones beside the approximations) differ in hue; a plugin's
-# variant takes a free slot from its name's CRC-32, the next free one where another variant of the same
-# report took it
-BUILTIN_SLOTS = {"flex": 0, "chunked.online": 1, "nystrom": 2, "sdpa.cudnn": 3, "sdpa": 4, "sdpa.efficient": 5,
-                 "sdpa.math": 6, "sdpa.flash": 7, "window.chunked": 8, "xformers": 9, "performer": 10, "naive": 11,
-                 "linear.elu": 12}
-PLUGIN_SLOTS = [i for i in range(len(PALETTE)) if i not in BUILTIN_SLOTS.values()]
+# a variant that declares a slot of PALETTE (``variant(..., colour=N)``; the run folder's env.json keeps it)
+# has it in every chart of every run (the built-ins' slots are chosen so that the variants drawn together on a
+# CPU differ in hue; the default baseline is near-black); any other takes a slot no variant of the report
+# declares, from its name's CRC-32, the next free one where another variant of the same report took it
 
 
-def _slots(names) -> dict:
-    """{name: slot}: a built-in's own; a plugin's from its name's CRC-32 among PLUGIN_SLOTS, moved on to the
-    next free one when another plugin of ``names`` holds it (distinct while there are slots left)."""
-    import zlib
-
-    out = {n: BUILTIN_SLOTS[n] for n in names if n in BUILTIN_SLOTS}
-    taken: set = set()
-    for n in sorted(n for n in names if n not in BUILTIN_SLOTS):
-        k = zlib.crc32(n.encode()) % len(PLUGIN_SLOTS)
-        for step in range(len(PLUGIN_SLOTS)):
-            if PLUGIN_SLOTS[(k + step) % len(PLUGIN_SLOTS)] not in taken:
-                k = (k + step) % len(PLUGIN_SLOTS)
-                break
-        taken.add(PLUGIN_SLOTS[k])
-        out[n] = PLUGIN_SLOTS[k]
+def declared_colours(envs) -> dict:
+    """{variant: palette slot} as the run folders' env.json recorded them (the newest folder's last)."""
+    out: dict = {}
+    for env in envs or ():
+        out.update({n: int(s) for n, s in (env.get("colours") or {}).items() if 0 <= int(s) < len(PALETTE)})
     return out
 
 
-def variant_style(variants, baseline: str | None) -> dict:
-    """A colour and marker per variant: a built-in's depend on its name alone (the same in every chart of
-    every run, whatever else is drawn beside it); plugins' are distinct among the variants given.  The
-    baseline keeps its colour and is drawn as a circle."""
+def _slots(names, declared: dict) -> dict:
+    """{name: slot}: a declared one's own; another's from its name's CRC-32 among the slots not declared,
+    moved on to the next free one when another variant of ``names`` holds it (distinct while there are slots)."""
+    import zlib
+
+    out = {n: declared[n] for n in names if n in declared}
+    free = [i for i in range(len(PALETTE)) if i not in set(declared.values())] or list(range(len(PALETTE)))
+    taken: set = set()
+    for n in sorted(n for n in names if n not in declared):
+        k = zlib.crc32(n.encode()) % len(free)
+        for step in range(len(free)):
+            if free[(k + step) % len(free)] not in taken:
+                k = (k + step) % len(free)
+                break
+        taken.add(free[k])
+        out[n] = free[k]
+    return out
+
+
+def variant_style(variants, baseline: str | None, declared: dict | None = None) -> dict:
+    """A colour and marker per variant: one that declares a palette slot (``declared``: {name: slot}) has
+    it whatever else is drawn beside it; the others' are distinct among the variants given.  The baseline
+    keeps its colour and is drawn as a circle."""
     names = sorted(set(variants))
-    slots = _slots(names)
+    slots = _slots(names, declared or {})
     style = {}
     for i, name in enumerate(names):
         # earlier names are drawn wider and lower, so identical curves stay visible as an outline

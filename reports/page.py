@@ -11,7 +11,7 @@ import pandas as pd
 
 from bench.measure.flops import __doc__ as FLOP_DOC
 from bench.model.row import Status
-from reports.charts import variant_style
+from reports.charts import declared_colours, variant_style
 from reports.scaling import crossover_note
 from reports.tables import METRICS, NOTES
 from reports.trust import conclusions, trust_line, trust_state
@@ -196,7 +196,8 @@ def write_page(r: ReportParts) -> Path:
     """index.html: the trust box and what ran, which variant to use, the charts, the masks, the
     scaling, the tables, the statuses and the environment, in that order (report.md's too)."""
     several = len(r.groups) > 1
-    parts = [*_head_html(r, several), *_overview_html(r.groups, r.not_run, variant_style(r.df["variant"], r.baseline)),
+    parts = [*_head_html(r, several), *_overview_html(r.groups, r.not_run, variant_style(r.df["variant"], r.baseline,
+                                                                           declared_colours(r.envs))),
              *_charts_html(r, several), *_masks_html(r.masks), *_scaling_html(r), *_tables_html(r, several),
              *_statuses_html(r.df, r.counts, r.fails),
              "<h2 id=env>Environment</h2>" + _table_html(env_summary(r.envs)),

@@ -103,15 +103,20 @@ def test_each_quick_verdict_is_written_and_printed_as_it_is_reached(tmp_path, ca
 
 
 def test_the_sdpa_verdict_holds_each_backend_to_its_share_of_the_measured_peak():
+    from bench.api import discover
     from bench.cli.gpu_check import sdpa_verdict
 
+    registry = discover()
+    shares = {n: registry[n].traits.peak_share for n in registry.names() if registry[n].traits.peak_share}
+    assert shares["sdpa.cudnn"] == 0.6 and shares["sdpa.flash"] == 0.35  # as the variants declare them
     rows = [{"variant": "sdpa.flash", "status": "ok", "tflops": 380.0},
             {"variant": "sdpa.efficient", "status": "ok", "tflops": 200.0}]
-    name, ok, detail = sdpa_verdict(rows, peak=790.0)
+    name, ok, detail = sdpa_verdict(rows, peak=790.0, shares=shares)
     assert ok and detail.startswith("best sdpa.flash 380.0 TFLOP/s (threshold 0.35 x the measured matmul peak 790")
     cudnn = [{"variant": "sdpa.cudnn", "status": "ok", "tflops": 420.0}] + rows
-    assert not sdpa_verdict(cudnn, peak=790.0)[1]  # cuDNN below 0.6 x 790 = 474: its verdict, named
-    assert "best sdpa.cudnn" in sdpa_verdict(cudnn, peak=790.0)[2]
+    assert not sdpa_verdict(cudnn, peak=790.0, shares=shares)[1]  # cuDNN below 0.6 x 790 = 474: its verdict, named
+    assert "best sdpa.cudnn" in sdpa_verdict(cudnn, peak=790.0, shares=shares)[2]
+    assert sdpa_verdict(cudnn, peak=790.0)[1]  # one that declares no share: judge.PEAK_SHARE (0.35 x 790 = 277)
     assert sdpa_verdict(rows, peak=None)[1:] == (False, "no matmul peak was measured to hold it to")
     assert sdpa_verdict(rows, peak=None, absolute=0.0)[1]  # the CPU rehearsal's relaxed threshold
 

@@ -138,3 +138,75 @@ def test_each_facade_says_what_it_exports():
         module = importlib.import_module(name)
         assert module.__all__ and all(hasattr(module, n) for n in module.__all__), name
         assert module.__name__ == name  # a module of its own, not an alias of an internal one
+
+
+# -- the engine returns events, the command line prints (bench.engine.events) ----------------------------------
+
+def _prints(path: Path, root: Path = ROOT) -> list[str]:
+    """Where a module writes for a person: print(), sys.stdout/sys.stderr .write, a tqdm bar."""
+    found, where = [], path.relative_to(root)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id == "print":
+                found.append(f"{where}:{node.lineno} print()")
+            elif (isinstance(f, ast.Attribute) and f.attr == "write" and isinstance(f.value, ast.Attribute)
+                  and f.value.attr in ("stdout", "stderr")):
+                found.append(f"{where}:{node.lineno} sys.{f.value.attr}.write")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            if any(n == "tqdm" or n.startswith("tqdm.") for n in names):
+                found.append(f"{where}:{node.lineno} imports tqdm")
+    return found
+
+
+def test_nothing_below_the_command_line_prints():
+    """bench/cli is the one part of bench that prints; the engine logs and hands progress to the
+    caller's bars. (bench/engine/ab.py's server speaks its JSON protocol on a stream it names.)"""
+    bad = [hit for path in sorted((ROOT / "bench").rglob("*.py")) if "cli" not in path.relative_to(ROOT).parts[:2]
+           for hit in _prints(path)]
+    assert not bad, bad
+
+
+def test_the_print_scan_is_not_blind(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("import sys\nfrom tqdm import tqdm\n\ndef f():\n    print('x')\n    sys.stderr.write('y')\n")
+    assert len(_prints(sample, tmp_path)) == 3
+
+
+# -- what the harness knows of a variant is declared on the variant (bench.model.registry.Traits) --------------
+
+def _builtin_names() -> tuple[set[str], set[str]]:
+    """The built-in variants' names, and the names that are also a library one of them requires."""
+    from bench.api import discover
+
+    registry = discover()
+    names = set(registry.names())
+    libraries = {lib for n in names for lib in registry[n].requires}
+    return names, libraries
+
+
+def _named(path: Path, names: set[str], root: Path = ROOT) -> list[str]:
+    """Every string literal in ``path`` that is one of ``names`` (docstrings and prose are longer)."""
+    return [f"{path.relative_to(root)}:{node.lineno} {node.value!r}" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]
+
+
+def test_the_harness_names_no_built_in_variant():
+    """A built-in variant is one file: the plan, the judge, the charts, selfcheck and gpu-check read
+    what they need from its declaration. A name that is also a library's (xformers' version in the
+    fingerprint) or a kernel family's (bench.measure.kernels: the kernels that ran) is that, not the
+    variant."""
+    from bench.measure.kernels import PATTERNS
+
+    names, libraries = _builtin_names()
+    exempt = libraries | {family for family, _ in PATTERNS}
+    bad = [hit for top in ("bench", "reports") for path in sorted((ROOT / top).rglob("*.py"))
+           for hit in _named(path, names - exempt)]
+    assert not bad, bad
+
+
+def test_the_name_scan_is_not_blind(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""naive is mentioned in prose."""\nRATES = {"naive": 0.4, "mine": 1}\n')
+    assert _named(sample, {"naive"}, tmp_path) == ["sample.py:2 'naive'"]

@@ -188,7 +188,7 @@ def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
     naive = registry["naive"]
     short, long_ = spec.cases()[0], spec.cases()[0].replace(q_len=4096, kv_len=4096, heads=16, head_dim=128)
     assert plan.cell_cost_s(naive, short, 1000.0, fewer_threads=2.0) == plan.cell_cost_s(naive, short, 1000.0)
-    call_s = plan.work_flops("naive", False, long_) / plan.default_rate("naive", "cpu")
+    call_s = plan.work_flops(naive, long_) / plan.default_rate(naive, "cpu")
     assert call_s >= max(plan.PARALLEL_CALL_S, plan.DEFAULT_CEILING_MS / 1e3 / plan.DEFAULT_ROUNDS)  # 1 call a round
     assert plan.cell_cost_s(naive, long_, 1000.0, fewer_threads=2.0) - plan.cell_cost_s(naive, long_, 1000.0) \
         == pytest.approx(5 * call_s)  # its check, memory pass and 3 timed calls, each twice as long

@@ -122,7 +122,7 @@ def _synthetic_run(folder, rows):
     from bench.engine.store import ResultWriter, write_env
 
     folder.mkdir(parents=True, exist_ok=True)
-    write_env(folder, {"device": "cpu", "peaks_tflops": {"float32": 1.0, "bfloat16": 2.0}})
+    write_env(folder, {"device": "cpu", "baseline": "naive", "peaks_tflops": {"float32": 1.0, "bfloat16": 2.0}})
     w = ResultWriter(folder)
     for r in rows:
         w.write(r)

@@ -359,13 +359,32 @@ def test_compare_says_when_nothing_matches_and_reads_a_rule(tmp_path, capsys, ca
     assert main(["compare", str(a), str(c), "--fail-on-regression", "min:25%"]) == 0
 
 
+def _declared_colours() -> dict:
+    from bench.api import discover
+
+    registry = discover()
+    return {n: registry[n].traits.colour for n in registry.names() if registry[n].traits.colour is not None}
+
+
 def test_variant_colours_depend_on_the_name_alone():
     from reports.charts import variant_style
 
-    one = variant_style(["naive", "sdpa", "flex"], "naive")
-    other = variant_style(["sdpa", "my.plugin", "window.chunked", "sdpa.flash"], None)
+    declared = _declared_colours()
+    one = variant_style(["naive", "sdpa", "flex"], "naive", declared)
+    other = variant_style(["sdpa", "my.plugin", "window.chunked", "sdpa.flash"], None, declared)
     assert one["sdpa"]["color"] == other["sdpa"]["color"] and one["sdpa"]["marker"] == other["sdpa"]["marker"]
     assert len({tuple(s["color"]) for n, s in other.items()}) == 4
+
+
+def test_a_report_reads_the_colours_its_run_folders_recorded():
+    """The palette slot a variant declares is written to env.json by the sweep (tests/test_sweep.py)
+    and read back by the report, the newest folder's last; a slot outside the palette is ignored."""
+    from reports.charts import declared_colours, variant_style
+
+    assert declared_colours([{}]) == {}  # a folder written before the colours: slots from the names
+    assert declared_colours([{"colours": {"naive": 3}}, {"colours": {"naive": 11, "gone": 99}}]) == {"naive": 11}
+    mine = variant_style(["naive", "mine"], None, {"mine": 4})
+    assert mine["mine"]["color"] == variant_style(["mine"], None, {"mine": 4})["mine"]["color"]
 
 
 def test_a_merged_report_gives_each_run_its_panels_and_each_panel_its_n(tmp_path, monkeypatch):
@@ -670,15 +689,16 @@ def test_each_variant_keeps_one_colour_across_charts_distinct_within_a_chart():
 
     from matplotlib.colors import to_rgb
 
-    from reports.charts import BUILTIN_SLOTS, variant_style
+    from reports.charts import variant_style
 
-    names = list(BUILTIN_SLOTS) + ["einsum", "my.einsum", "plugin.a", "plugin.b", "chunked.online2"]
-    style = variant_style(names, "naive")
+    declared = _declared_colours()
+    names = list(declared) + ["einsum", "my.einsum", "plugin.a", "plugin.b", "chunked.online2"]
+    style = variant_style(names, "naive", declared)
     colours = [to_rgb(style[n]["color"]) for n in names]
     assert min(math.dist(a, b) for a, b in itertools.combinations(colours, 2)) > 0.15  # no two alike
     # the baseline's colour is its own in every chart, baseline or not (frontier bars draw with no baseline)
-    assert variant_style(["naive", "sdpa"], None)["naive"]["color"] == style["naive"]["color"]
-    assert variant_style(["naive", "sdpa.flash"], "naive")["naive"]["color"] != style["sdpa.flash"]["color"]
+    assert variant_style(["naive", "sdpa"], None, declared)["naive"]["color"] == style["naive"]["color"]
+    assert variant_style(["naive", "sdpa.flash"], "naive", declared)["naive"]["color"] != style["sdpa.flash"]["color"]
 
 
 def test_the_compare_chart_has_a_panel_per_variant_and_whiskers_whatever_the_cell_count(tmp_path):

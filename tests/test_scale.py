@@ -135,8 +135,8 @@ def test_the_plan_counts_compiles_cold_or_cached_and_the_budget(registry):
     assert plan.groups(both, registry, 100)[0].cost_s - plan.groups(both, registry, 100, refused)[0].cost_s == \
         pytest.approx(plan.cell_cost_s(flex, case, 100))
     big = case.replace(q_len=8192, kv_len=8192)  # a call beyond the budget: a few calls, whatever the budget
-    rate = plan.default_rate("naive", "cpu")
-    assert rate == plan.DEFAULT_RATE["cpu"] * plan.VARIANT_RATES["cpu"]["naive"]
+    rate = plan.default_rate(naive, "cpu")
+    assert rate == plan.DEFAULT_RATE["cpu"] * naive.traits.rate("cpu")  # the share naive declares
     assert plan.cell_cost_s(naive, big, 1) >= plan.MIN_CALLS * 4 * 8192 ** 2 * 64 * 4 / rate
     history = plan.History({("naive", "cpu"): 2.0}, {("naive", "cpu", "float32", "fwd"): 1e12})  # earlier runs
     call = 4 * 256 ** 2 * 64 * 4 / 1e12  # its FLOPs at the measured rate
@@ -154,14 +154,17 @@ def test_a_call_is_priced_by_the_pairs_its_variant_computes(registry):
     window, causal = dense.replace(mask="window", window=128), dense.replace(mask="causal")
     assert flops(window) < flops(dense) / 8  # the window keeps under an eighth of the pairs
     for name in ("naive", "sdpa.math", "chunked.online"):
-        assert plan.work_flops(name, False, window) == pytest.approx(flops(dense))
+        assert plan.work_flops(registry[name], window) == pytest.approx(flops(dense))
     for name in ("flex", "window.chunked"):
-        assert plan.work_flops(name, False, window) == pytest.approx(flops(window))
-    assert plan.work_flops("sdpa", False, causal) == pytest.approx(flops(causal))
-    assert plan.work_flops("sdpa", False, window) == pytest.approx(flops(dense))
-    assert plan.work_flops("linear.elu", True, dense) == pytest.approx(flops(dense) * plan.APPROX_KEYS / 2048)
-    assert plan.work_flops("a.plugin", False, window) == pytest.approx(flops(dense))  # not known: every pair
-    assert plan.default_rate("a.plugin", "cpu") == plan.DEFAULT_RATE["cpu"]
+        assert plan.work_flops(registry[name], window) == pytest.approx(flops(window))
+    assert plan.work_flops(registry["sdpa"], causal) == pytest.approx(flops(causal))
+    assert plan.work_flops(registry["sdpa"], window) == pytest.approx(flops(dense))
+    assert plan.work_flops(registry["linear.elu"], dense) == pytest.approx(flops(dense) * plan.APPROX_KEYS / 2048)
+    from bench.model.registry import Variant
+
+    plugin = Variant("a.plugin", lambda case: None, "declares nothing")
+    assert plan.work_flops(plugin, window) == pytest.approx(flops(dense))  # not declared: every pair
+    assert plan.default_rate(plugin, "cpu") == plan.DEFAULT_RATE["cpu"]
     # the history's rates are of the same work: a naive row on the window teaches its dense rate
     row = {"variant": "naive", "mask": "window", "flops": flops(window), "density": flops(window) / flops(dense),
            "kv_len": 2048}

@@ -87,6 +87,7 @@ def test_failing_variants_become_rows_and_the_sweep_goes_on(tmp_path):
     env = json.loads((out / "env.json").read_text())
     assert env["torch"] and env["threads"] >= 1 and env["peaks_tflops"]["float32"] > 0
     assert "bad.sleeps" in env["spec"]["variants"]
+    assert env["colours"]["naive"] == 11 and "bad.sleeps" not in env["colours"]  # the slots variants declare
     assert "statuses: ok 2, mismatch 1, unsupported 1, error 1, timeout 1, crash 1" in proc.stdout
 
 

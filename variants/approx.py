@@ -73,7 +73,7 @@ def _linear(fq, fk, v, causal: bool, eps: float):
     return torch.cat(outs, dim=2)[:, :, :lq]
 
 
-@variant("linear.elu", masks=("none", "causal"), approximate=True,
+@variant("linear.elu", masks=("none", "causal"), approximate=True, colour=12,
          description="linear attention, phi(x) = elu(x) + 1 (Katharopoulos et al. 2020); O(n), causal by "
                      "prefix sums; a different kernel from softmax, so its error is reported, not budgeted")
 def linear_elu(case):
@@ -99,8 +99,9 @@ def orthogonal_features(m: int, d: int, seed: int) -> torch.Tensor:
     return w * torch.randn(m, d, generator=g).norm(dim=1, keepdim=True)
 
 
-def performer_variant(name: str, features: int = FEATURES, seed: int = SEED, error_budget: float | None = None):
-    """Register a FAVOR+ variant with ``features`` random features."""
+def performer_variant(name: str, features: int = FEATURES, seed: int = SEED, error_budget: float | None = None,
+                      colour: int | None = None):
+    """Register a FAVOR+ variant with ``features`` random features (``colour``: its palette slot)."""
 
     def factory(case):
         causal = case.mask == "causal"
@@ -121,12 +122,12 @@ def performer_variant(name: str, features: int = FEATURES, seed: int = SEED, err
 
         return attention
 
-    variant(name, masks=("none", "causal"), approximate=True, error_budget=error_budget,
+    variant(name, masks=("none", "causal"), approximate=True, error_budget=error_budget, colour=colour,
             description=f"Performer FAVOR+: {features} positive orthogonal random features (Choromanski et al. "
                         f"2021), seeded; O(n), causal by prefix sums")(factory)
 
 
-performer_variant("performer")
+performer_variant("performer", colour=10)
 
 
 def pinv_iterative(a: torch.Tensor, iters: int = PINV_ITERS) -> torch.Tensor:
@@ -140,7 +141,7 @@ def pinv_iterative(a: torch.Tensor, iters: int = PINV_ITERS) -> torch.Tensor:
     return z
 
 
-@variant("nystrom", masks=("none",), approximate=True, error_budget=1.0,
+@variant("nystrom", masks=("none",), approximate=True, error_budget=1.0, colour=2,
          description=f"Nystromformer (Xiong et al. 2021): {LANDMARKS} segment-mean landmarks and the "
                      "pseudo-inverse of their softmax kernel; O(n), bidirectional")
 def nystrom(case):

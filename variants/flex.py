@@ -330,5 +330,7 @@ def _prepare(case, flex):
 variant("flex", masks=(masks.ANY,), score_mods=(masks.ANY,), check=_check, compiles=True, ragged=True, mix=True,
         paged=True, bottom_right=True, sinks=True, value_dim=True,
         dtypes=(*DTYPES, FP8),
+        work="kept", rates={"cpu": 0.7}, colour=0,  # its block mask skips what the mask drops
+        checks=("scaling-window", "paged", "sinks", "mla", "mix", "decode-gqa", "paged-64"),
         description="FlexAttention: any mask as a block mask from its mask_mod, any score mod; torch.compile'd "
                     "once per shape")(FlexFactory())

@@ -7,6 +7,10 @@ from bench.registry import Prepared, prep, variant
 
 @variant("naive", baseline=True, masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, mix=True, paged=True,
          bottom_right=True, sinks=True, value_dim=True,
+         rates={"cpu": 0.4}, colour=11,  # near-black: the default baseline
+         memory_exponents={"cuda": (1.8, 2.2), "cpu": (1.8, 2.2)},  # it materialises the n x n scores
+         selfcheck={"cpu": dict(q_len=1024, kv_len=1024), "cuda": dict(q_len=2048, kv_len=2048)},
+         checks=("scaling-causal", "profile", "timer", "trace"),
          description="textbook QK^T/sqrt(d) -> -inf mask -> softmax -> @V; materialises the scores "
                      "(a ragged or mixed batch: one sequence at a time; a paged cache: gathered first)")
 def naive(case):

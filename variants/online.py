@@ -19,7 +19,7 @@ BLOCK = 128  # keys per block
 
 
 @variant("chunked.online", masks=(masks.ANY,), score_mods=(masks.ANY,), ragged=True, mix=True, paged=True,
-         bottom_right=True, sinks=True, value_dim=True,
+         bottom_right=True, sinks=True, value_dim=True, rates={"cpu": 0.55}, colour=1,
          description="online softmax over key blocks (FlashAttention's algorithm) in plain PyTorch; "
                      "O(n * block) memory, exact (a ragged or mixed batch: one sequence at a time)")
 def chunked_online(case):

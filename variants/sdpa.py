@@ -177,9 +177,31 @@ def _check(factory, backend, case):
     return why
 
 
+# What the harness knows of each backend beyond what it runs (bench.registry.Traits): the fused ones skip the
+# masked half of a causal mask (work); their rate against the plan's default on a CPU (the median over README's
+# sweep's cells at n >= 1024); their palette slot; the share of the measured matmul peak gpu-check holds each to
+# (cuDNN's attention runs near the GEMM rate on Hopper; FlashAttention-2 in torch 2.11 reaches about 350 to 400
+# TFLOP/s of the H200's ~790, the memory-efficient kernel less); flash's peak memory exponent under causal
+# (on the CPU its per-thread scratch buffers are a fixed cost that the output only outgrows at larger sizes);
+# the cases selfcheck times; and the gpu-check steps each takes part in
+_FUSED_CHECKS = ("scaling-causal", "mix", "cross-gqa", "ragged")
+TRAITS = {
+    "sdpa": dict(work="causal", rates={"cpu": 1.6}, colour=4, peak_share=0.35, checks=("tiny", "mix", "cross-gqa",
+                                                                                          "mla")),
+    "sdpa.math": dict(rates={"cpu": 0.45}, colour=6, checks=("profile",),
+                      selfcheck={"cpu": dict(q_len=512, kv_len=512, mask="causal"),
+                                 "cuda": dict(q_len=1024, kv_len=1024, mask="causal")}),
+    "sdpa.flash": dict(work="causal", rates={"cpu": 1.5}, colour=7, peak_share=0.35,
+                       memory_exponents={"cuda": (0.85, 1.15), "cpu": (0.3, 1.15)},
+                       selfcheck={"cpu": dict(q_len=2048, kv_len=2048), "cuda": dict(q_len=4096, kv_len=4096)},
+                       checks=(*_FUSED_CHECKS, "profile", "timer", "trace")),
+    "sdpa.efficient": dict(work="causal", colour=5, peak_share=0.2, checks=_FUSED_CHECKS),
+    "sdpa.cudnn": dict(work="causal", colour=3, peak_share=0.6, checks=(*_FUSED_CHECKS, "mla")),
+}
+
 for _name, (_backend, _desc) in BACKENDS.items():
     _factory = _make_factory(_backend)
     variant(_name, description=_desc, masks=(masks.ANY,), score_mods=(masks.ADDITIVE,), ragged=True, mix=True,
             paged=True, bottom_right=True, value_dim=True,
             dtypes=(*DTYPES, FP8),
-            check=functools.partial(_check, _factory, _backend))(_factory)
+            check=functools.partial(_check, _factory, _backend), **TRAITS[_name])(_factory)

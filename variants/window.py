@@ -14,7 +14,7 @@ from bench import masks
 from bench.registry import variant
 
 
-@variant("window.chunked", masks=("window",),
+@variant("window.chunked", masks=("window",), work="kept", rates={"cpu": 0.2}, colour=8, checks=("scaling-window",),
          description="blocked sliding window in plain PyTorch; O(n*window) memory, no compile")
 def window_chunked(case):
     W, Lq, Lk, D = case.window, case.q_len, case.kv_len, case.head_dim

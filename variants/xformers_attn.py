@@ -83,6 +83,7 @@ def _check(case):
 
 
 @variant("xformers", requires=("xformers",), check=_check, devices=("cuda",), ragged=True, mix=True,
+         work="causal", colour=9, checks=("scaling-causal",),
          bottom_right=True, masks=("none", "causal", "window", "padding", "document"),
          description="xformers.ops.memory_efficient_attention with xformers attn_bias types (CUDA kernels only)")
 def xformers_mea(case):

@@ -24,7 +24,7 @@ from bench.cli import (
     status,
     sweep,
 )
-from bench.cli.common import Parser
+from bench.cli.common import Parser, listen
 from bench.errors import UsageError
 from bench.model.case import CaseError
 from bench.model.registry import RegistryError
@@ -43,6 +43,7 @@ def build_parser() -> Parser:
 def main(argv=None) -> int:
     # GPU numbers as nvidia-smi gives them, here as in every worker (set before CUDA starts)
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    listen()  # the engine logs its notes and warnings; here they are printed
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

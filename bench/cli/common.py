@@ -5,13 +5,60 @@ single-case commands."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
 import time
 from pathlib import Path
 
 from bench.errors import UsageError
 from bench.model.spec import SETTINGS, flag
 from bench.model.specbuild import build_spec, default_device, parse_values
+
+
+class Terminal(logging.Handler):
+    """Prints what the engine logs (``bench.engine.events``) on stderr, one line each: a note as it
+    reads, a warning after ``warning:``. The stream is looked up at each line, so a caller that
+    swaps sys.stderr (a test) sees what follows."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.levelno >= logging.WARNING and not text.startswith("warning:"):
+            text = f"warning: {text}"
+        print(text, file=sys.stderr, flush=True)
+
+
+def listen() -> None:
+    """The engine's notes and warnings printed on stderr (once per process, however often main runs)."""
+    from bench.engine.events import ROOT
+
+    log = logging.getLogger(ROOT)
+    if not any(isinstance(h, Terminal) for h in log.handlers):
+        log.addHandler(Terminal())
+    log.setLevel(logging.INFO)
+
+
+class _Bar:
+    """A tqdm bar behind the engine's Progress protocol."""
+
+    def __init__(self, total: int, unit: str, desc: str):
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, unit=unit, desc=desc or None, dynamic_ncols=True, file=sys.stderr)
+
+    def update(self, n: int = 1) -> None:
+        self._bar.update(n)
+
+    def describe(self, text: str) -> None:
+        self._bar.set_postfix_str(text, refresh=False)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def bars(total: int = 0, unit: str = "", desc: str = "") -> _Bar:
+    """The engine's progress drawn as tqdm bars on stderr."""
+    return _Bar(total, unit, desc)
 
 
 class Parser(argparse.ArgumentParser):

@@ -34,8 +34,14 @@ from bench.engine import judge, store
 from bench.errors import UsageError
 from bench.model.case import Case
 
-SCALING = {"causal": ["naive", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn", "xformers"],
-           "window": ["flex", "window.chunked"]}
+SCALING_MASKS = ("causal", "window")  # the full check's scaling sweeps: the variants that declare scaling-MASK
+
+
+def taking(registry, step: str, names=None) -> list[str]:
+    """The variants (of ``names``, or all) that declare they take part in the check's ``step``
+    (``variant(..., checks=(...))``), in the registry's order."""
+    return [n for n in (registry.names() if names is None else names)
+            if n in registry and step in registry[n].traits.checks]
 GPU_TIMEOUT_S = 300.0  # a cold flex forward+backward compile takes 20-35 s on its own
 
 QUICK = {  # the quick check's sizes per device (its thresholds are bench.engine.judge's)
@@ -134,7 +140,7 @@ def _failed_cells(rows: list[dict]) -> list[str]:
     return judge.failures(rows, allow_accuracy=True)
 
 
-def full_steps(names: list[str], seq_len: int, device: str) -> list[Step]:
+def full_steps(names: list[str], seq_len: int, device: str, registry) -> list[Step]:
     """The full check's sweeps: the matrix, cross-attention with GQA, a mixed batch, and the scaling
     sweeps."""
     small = max(16, seq_len // 2)
@@ -149,8 +155,8 @@ def full_steps(names: list[str], seq_len: int, device: str) -> list[Step]:
     mix = f"2x({small // 4}/{small // 4})+1x({max(2, small // 16)}/{small})+8x(1/{small})"
     steps.append(Step("mix", dict(variants=names, batch_mix=[mix], batch=None, kv_heads=[2], dtypes=["bf16"],
                                   masks=["none", "causal", "window"], directions=["fwd", "bwd"]), gpu))
-    for mask, wanted in SCALING.items():
-        chosen = [v for v in wanted if v in names]
+    for mask in SCALING_MASKS:
+        chosen = taking(registry, f"scaling-{mask}", names)
         if chosen:  # the CPU rehearsal draws no scaling report: the GPU's is the one
             steps.append(Step(f"scaling-{mask}", dict(variants=chosen, seq_lens=lengths, dtypes=["bf16"], masks=[mask],
                                                       directions=["fwd"]), gpu))
@@ -171,7 +177,7 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     names = variants or registry.names()
     common = dict(device=device, heads=[8], head_dims=[64], batch=[2], window=[max(8, seq_len // 8)],
                   timeout=GPU_TIMEOUT_S, visits=1, **({"budget_ms": 10.0} if device == "cpu" else {}))
-    steps = full_steps(names, seq_len, device)
+    steps = full_steps(names, seq_len, device, registry)
     ran, rows = {}, {}
     for step in steps:
         ran[step.folder], rows[step.folder] = step.run(out, registry, common)
@@ -190,7 +196,7 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
         checks.append((f"one worker per GPU ({n_gpus})", whole, detail))
     dims = dict(batch=1, heads=16, head_dim=128) if device == "cuda" else dict(batch=1, heads=8, head_dim=64)
     n_timer = 4096 if device == "cuda" else seq_len  # cells of 0.5 ms and more on a GPU: a 3% verdict needs it
-    for name in [n for n in ("naive", "sdpa.flash", "sdpa.math") if n in names] or names[:2]:
+    for name in taking(registry, "profile", names) or names[:2]:
         case = Case(device, "bfloat16", q_len=n_timer, kv_len=n_timer, mask="causal", kv_heads=dims["heads"], **dims)
         if not available(registry[name], case)[0]:
             continue
@@ -244,15 +250,16 @@ def quick_steps(registry, device: str) -> dict[str, Step]:
     # sub-0.1 ms cells forward and backward: NVML's columns, and the CUDA-graph cross-check of both (a
     # backward is captured with its forward on the capturing stream); with a ragged batch beside the
     # fixed one, through SDPA's nested tensors (no host sync in the call, so it can be captured too)
-    ragged = dict(variants=["sdpa"], heads=[8], head_dims=[64], batch=[4], masks=["none"])
+    ragged = dict(variants=taking(registry, "tiny"), heads=[8], head_dims=[64], batch=[4], masks=["none"])
     tiny = dict(ragged, seq_lens=[128], lengths=["fixed", "lognormal:0.5"], directions=["fwd", "bwd"])
     steps = {
         "matrix": Step("matrix", dict(variants=[n for n in registry.names() if n not in compiled], **matrix)),
-        "peak": Step("peak", dict(variants=[v for v in ("sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn")
-                                            if v in registry], seq_lens=[big["q_len"]], heads=[big["heads"]],
+        "peak": Step("peak", dict(variants=[v for v in registry.names() if registry[v].traits.peak_share],
+                                  seq_lens=[big["q_len"]], heads=[big["heads"]],
                                   head_dims=[big["head_dim"]], batch=[big["batch"]], masks=["none"],
                                   directions=["fwd"])),
-        "scaling": Step("scaling", dict(variants=[v for v in judge.MEMORY_EXPONENTS[device] if v in registry],
+        "scaling": Step("scaling", dict(variants=[v for v in registry.names()
+                                                  if registry[v].traits.memory_exponent(device)],
                                         seq_lens=q["scaling"], heads=[q["scaling_heads"]], head_dims=[q["scaling_dim"]],
                                         batch=[1], masks=["causal"], directions=["fwd"])),
     }
@@ -261,9 +268,9 @@ def quick_steps(registry, device: str) -> dict[str, Step]:
         steps["tiny-graph"] = Step("tiny-graph", dict(tiny, timer="graph"))
     else:  # the ragged batch alone, as the tiny sweeps hold it on a GPU
         steps["tiny"] = Step("tiny", dict(ragged, seq_lens=[q["n"]], lengths=["lognormal:0.5"], directions=["fwd"]))
-    if device == "cuda" and "flex" in registry:  # flex reading a paged cache in place: its own pages only
-        steps["paged"] = Step("paged", dict(variants=["flex"], seq_lens=[4], kv_lens=[4 * q["n"]], heads=[8],
-                                            kv_heads=[2], head_dims=[64], batch=[4], kv_layout=["paged:16"],
+    if device == "cuda" and taking(registry, "paged"):  # a paged cache read in place: its own pages only
+        steps["paged"] = Step("paged", dict(variants=taking(registry, "paged"), seq_lens=[4], kv_lens=[4 * q["n"]],
+                                            heads=[8], kv_heads=[2], head_dims=[64], batch=[4], kv_layout=["paged:16"],
                                             masks=["causal"], directions=["fwd"]))
     if compiled:  # last, so that the verdicts above are written whatever happens here; the CPU rehearsal
         # compiles for one mask (each compile takes seconds there, and the script is what it rehearses)
@@ -277,29 +284,30 @@ def extra_steps(registry, device: str) -> dict[str, Step]:
     each a sweep of its own with its own verdict (every cell ok, or unsupported with a reason)."""
     q = QUICK[device]
     n = q["n"]
-    flex = ["flex"] if "flex" in registry else []
-    sdpa = [v for v in ("sdpa", "sdpa.flash", "sdpa.efficient", "sdpa.cudnn") if v in registry]
     base = dict(heads=[8], head_dims=[64], batch=[2], directions=["fwd"])
     steps = {
-        "sinks": Step("sinks", dict(base, variants=flex, seq_lens=[n], masks=["causal+learned_sink"],
-                                    directions=["fwd", "bwd"])),  # flex's log-sum-exp path, forward and backward
-        "mla": Step("mla", dict(base, variants=flex + [v for v in ("sdpa", "sdpa.cudnn") if v in registry],
+        # a learned sink from the log-sum-exp, forward and backward
+        "sinks": Step("sinks", dict(base, variants=taking(registry, "sinks"), seq_lens=[n],
+                                    masks=["causal+learned_sink"], directions=["fwd", "bwd"])),
+        "mla": Step("mla", dict(base, variants=taking(registry, "mla"),
                                 seq_lens=[n], head_dims=["192/128"], masks=["causal"])),
-        "mix": Step("mix", dict(variants=flex + sdpa, heads=[8], kv_heads=[2], head_dims=[64], batch=None,
+        "mix": Step("mix", dict(variants=taking(registry, "mix"), heads=[8], kv_heads=[2], head_dims=[64], batch=None,
                                 batch_mix=[f"1x({n // 4}/{n // 4})+1x({n // 16}/{n})+4x(1/{n})"], masks=["causal"],
                                 directions=["fwd"])),  # nested q != kv, and the block-diagonal masks
-        "cross-gqa": Step("cross-gqa", dict(base, variants=sdpa, seq_lens=[n // 4], kv_lens=[n], kv_heads=[2],
-                                            masks=["causal"], align=["bottom-right"])),  # causal_lower_right
-        "ragged": Step("ragged", dict(base, variants=[v for v in sdpa if v != "sdpa"], seq_lens=[n // 4],
+        "cross-gqa": Step("cross-gqa", dict(base, variants=taking(registry, "cross-gqa"), seq_lens=[n // 4],
+                                            kv_lens=[n], kv_heads=[2], masks=["causal"],
+                                            align=["bottom-right"])),  # causal_lower_right
+        "ragged": Step("ragged", dict(base, variants=taking(registry, "ragged"), seq_lens=[n // 4],
                                       batch=[4], lengths=["lognormal:0.5"], masks=["none"])),
     }
-    if device == "cuda" and flex:  # torch 2.11's flex decode with a large GQA group, and a paged cache of 64
-        steps["decode-gqa"] = Step("decode-gqa", dict(variants=flex, seq_lens=[64], kv_lens=[4 * n], heads=[32],
-                                                      kv_heads=[8], head_dims=[64], batch=[1], masks=["causal"],
-                                                      align=["bottom-right"], directions=["fwd"]))
-        steps["paged-64"] = Step("paged-64", dict(variants=flex, seq_lens=[4], kv_lens=[4 * n], heads=[8],
-                                                  kv_heads=[2], head_dims=[64], batch=[4], kv_layout=["paged:64"],
-                                                  masks=["causal"], directions=["fwd"]))
+    if device == "cuda":  # torch 2.11's flex decode with a large GQA group, and a paged cache of 64
+        steps["decode-gqa"] = Step("decode-gqa", dict(variants=taking(registry, "decode-gqa"), seq_lens=[64],
+                                                      kv_lens=[4 * n], heads=[32], kv_heads=[8], head_dims=[64],
+                                                      batch=[1], masks=["causal"], align=["bottom-right"],
+                                                      directions=["fwd"]))
+        steps["paged-64"] = Step("paged-64", dict(variants=taking(registry, "paged-64"), seq_lens=[4],
+                                                  kv_lens=[4 * n], heads=[8], kv_heads=[2], head_dims=[64], batch=[4],
+                                                  kv_layout=["paged:64"], masks=["causal"], directions=["fwd"]))
     return {k: v for k, v in steps.items() if v.settings["variants"]}
 
 
@@ -369,12 +377,14 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     # 2. the best SDPA backend at a large size, against the matmul peak the sweep measured
     peak_rows = rows("peak")
     peak = (store.read_env(out / "peak").get("peaks_tflops") or {}).get(q["dtype"])
-    checks.add(*sdpa_verdict(peak_rows, peak, judge.MIN_TFLOPS_CPU if device == "cpu" else None))
+    shares = {n: registry[n].traits.peak_share for n in registry.names() if registry[n].traits.peak_share}
+    checks.add(*sdpa_verdict(peak_rows, peak, judge.MIN_TFLOPS_CPU if device == "cpu" else None, shares))
     checks.add(*kernel_verdict(peak_rows, device))
 
     # 3. memory exponents of a causal scaling sweep
     scaling = rows("scaling")
-    for name, (lo, hi) in judge.MEMORY_EXPONENTS[device].items():
+    for name in (n for n in registry.names() if registry[n].traits.memory_exponent(device)):
+        lo, hi = registry[name].traits.memory_exponent(device)
         mine = [r for r in scaling if r["variant"] == name and r["status"] == "ok" and r.get("peak_mem_bytes")]
         exp = _fit([r["q_len"] for r in mine], [r["peak_mem_bytes"] for r in mine])
         checks.add(f"3 memory exponent {name} in [{lo}, {hi}]", lo <= exp <= hi,
@@ -382,9 +392,9 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
 
     # 4. the harness's median against do_bench (torch.utils.benchmark on the CPU)
     t = q["timer"]
-    for name in ("sdpa.flash", "naive"):
+    for name in taking(registry, "timer"):
         case = Case(device, q["dtype"], kv_heads=t["heads"], mask="none", **t)
-        if name not in registry or not available(registry[name], case)[0]:
+        if not available(registry[name], case)[0]:
             checks.add(f"4 timer agreement {name}", False, "not available here")
             continue
         row = check_cell(registry[name], case, 300.0 if device == "cuda" else 60.0)
@@ -397,7 +407,8 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
 
     # 5. a profiler trace with device kernels
     case = Case(device, q["dtype"], 1, 8, 8, q["n"], q["n"], 64, "causal", None, "fwd")
-    name = "sdpa.flash" if available(registry["sdpa.flash"], case)[0] else "naive"
+    fused_first = sorted(taking(registry, "trace"), key=lambda n: registry[n].traits.peak_share is None)
+    name = next((n for n in fused_first if available(registry[n], case)[0]), registry.names()[0])
     res = profile_case(registry[name], case, out)
     events = json.loads(Path(res["trace"]).read_text()).get("traceEvents", [])
     want = "kernel" if device == "cuda" else "cpu_op"
@@ -562,10 +573,12 @@ def workload_verdict(ragged_rows: list[dict], paged_rows: list[dict], device: st
     return check, not problems, "; ".join(problems + details)
 
 
-def sdpa_verdict(rows: list[dict], peak: float | None, absolute: float | None = None) -> tuple[str, bool, str]:
+def sdpa_verdict(rows: list[dict], peak: float | None, absolute: float | None = None,
+                 shares: dict | None = None) -> tuple[str, bool, str]:
     """Verdict 2 from the peak sweep's rows: the fastest SDPA backend against its share of the
-    measured matmul peak (judge.SDPA_SHARE), naming the backend; ``absolute`` instead, where given
-    (the CPU rehearsal's relaxed threshold)."""
+    measured matmul peak (``shares``: each variant's declared peak_share; judge.PEAK_SHARE for one
+    that declares none), naming the backend; ``absolute`` instead, where given (the CPU rehearsal's
+    relaxed threshold)."""
     ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("tflops")), key=lambda r: -r["tflops"])
     if not ok:
         return "2 best SDPA backend TFLOP/s", False, "no SDPA backend ran"
@@ -573,7 +586,7 @@ def sdpa_verdict(rows: list[dict], peak: float | None, absolute: float | None = 
     if absolute is not None:
         threshold, why = absolute, f"threshold {absolute:g}"
     elif peak:
-        share = judge.SDPA_SHARE.get(best["variant"], judge.SDPA_SHARE["sdpa"])
+        share = (shares or {}).get(best["variant"], judge.PEAK_SHARE)
         threshold, why = share * peak, f"threshold {share:g} x the measured matmul peak {peak:.0f} = {share * peak:.0f}"
     else:
         return "2 best SDPA backend TFLOP/s", False, "no matmul peak was measured to hold it to"
@@ -630,13 +643,16 @@ def add_parser(sub) -> None:
     gp.add_argument("--out", metavar="DIR",
                     help="a new or empty folder (default: a fresh runs/<timestamp>-gpu-check-...)")
     gp.add_argument("--quick", action="store_true",
-                    help="the device acceptance check: seven verdicts in about five minutes on an H200")
+                    help="the device acceptance check: seven verdicts, each written as it is reached (--dry-run "
+                         "prints its projection)")
     gp.add_argument("--extra", action="store_true",
                     help="with --quick: its second step, the paths the first does not reach (sinks, 192/128, mixes, "
                          "GQA cross bottom-right, ragged pinned backends, flex decode with a GQA group, paged:64)")
     gp.add_argument("--dry-run", dest="dry_run", action="store_true",
                     help="with --quick: list each step's cells and projection, run nothing (any machine)")
-    gp.add_argument("--seq-len", dest="seq_len", default="2048")
+    gp.add_argument("--seq-len", dest="seq_len", default="2048", metavar="N",
+                    help="the full check's length: its matrix at N, its cross-attention at N/2, its scaling sweeps "
+                         "from N/2 to 8N (default 2048)")
     gp.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: the same steps at a small size, a dry run of the script itself")
     gp.add_argument("--variants", help="comma-separated subset (default: all)")

@@ -26,7 +26,7 @@ def command(args):
         from bench.model.specbuild import default_device
 
         registry = discover(args.plugin)
-        cells = default_cases(args.device or default_device())
+        cells = default_cases(registry, args.device or default_device())
     rows = []
     for name, case in cells:
         ok, why = available(registry[name], case)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.cli.common import Parser, add_setting_flags, given_settings, process_started
+from bench.cli.common import Parser, add_setting_flags, bars, given_settings, process_started
 from bench.engine import store
 from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
@@ -106,7 +106,7 @@ def _command(args, flags: dict) -> int:
     run_dir = _run_folder(resume, args.out, spec)  # a folder that cannot be written is refused before the plan
     print("plan: " + "; ".join(projection.lines()), file=sys.stderr)
     options = SweepOptions(resume=resumed, retry=retry, allow_env_change=args.allow_env_change, profile=args.profile,
-                           progress=not args.quiet, given=given,
+                           progress=not args.quiet, bars=bars, given=given,
                            command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]),
                            projected_s=projection.wall_s, model_rest_s=projection.model_rest_s,
                            others_cores_start=others)
@@ -170,7 +170,9 @@ def _submit(spec, registry, args) -> int:
         return 0
     release_prestarted()  # the jobs start their own workers
     print("plan: " + "; ".join(projection.lines()), file=sys.stderr)
-    record = jobs.submit(spec, sweep_dir, shards, max(projection.per_shard_s))
+    from bench.cli.common import listen
+
+    record = jobs.submit(spec, sweep_dir, shards, max(projection.per_shard_s), listen)
     print(f"sweep {record['sweep_id']}: {shards} job(s) through submitit ({spec.executor}), "
           f"{record['timeout_min']} min each")
     print(f"  {sweep_dir}/{jobs.SWEEP_FILE}     the jobs")

@@ -47,10 +47,13 @@ def require_submitit(executor: str):
     return submitit
 
 
-def run_shard(spec_dict: dict, folder: str, cuda_device: int | str | None = None) -> dict:
+def run_shard(spec_dict: dict, folder: str, cuda_device: int | str | None = None, listen=None) -> dict:
     """A job's work: the shard's sweep in its folder (resumed when it holds rows already).
     Returns its status counts.  ``cuda_device``: the one GPU this job may use, as the
-    submitting process's CUDA_VISIBLE_DEVICES names it."""
+    submitting process's CUDA_VISIBLE_DEVICES names it; ``listen``: what the submitter gave to
+    hear the sweep's notes in the job's log (a picklable function, called first)."""
+    if listen is not None:
+        listen()
     if cuda_device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(cuda_device)
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -65,8 +68,9 @@ def run_shard(spec_dict: dict, folder: str, cuda_device: int | str | None = None
             "already": summary.already}
 
 
-def submit(spec: Spec, sweep_dir: Path, shards: int, per_shard_s: float) -> dict:
-    """Submit one job per shard of ``spec``; returns (and writes) the sweep record."""
+def submit(spec: Spec, sweep_dir: Path, shards: int, per_shard_s: float, listen=None) -> dict:
+    """Submit one job per shard of ``spec``; returns (and writes) the sweep record.  ``listen``: a
+    picklable function each job calls first, so that its log holds the sweep's notes (run_shard)."""
     from bench.model.spec import sweep_id
 
     submitit = require_submitit(spec.executor)
@@ -103,13 +107,13 @@ def submit(spec: Spec, sweep_dir: Path, shards: int, per_shard_s: float) -> dict
         jobs.append((i, folder, device, shard_spec.to_dict()))
     if spec.executor == "slurm":
         with ex.batch():  # one job array
-            handles = [ex.submit(run_shard, d, str(f), None) for _, f, _, d in jobs]
+            handles = [ex.submit(run_shard, d, str(f), None, listen) for _, f, _, d in jobs]
     else:
         handles = []
         for _, f, device, d in jobs:  # every local job would see GPUs 0..n-1: each gets its own, or none
             ex.update_parameters(gpus_per_node=1 if device is not None else 0,
                                  visible_gpus=(device,) if device is not None else ())
-            handles.append(ex.submit(run_shard, d, str(f), device))
+            handles.append(ex.submit(run_shard, d, str(f), device, listen))
     record = {"sweep_id": sweep_id(spec), "executor": spec.executor, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "timeout_min": minutes, "submitit_folder": str(sweep_dir / SUBMITIT_DIR),
               "spec": replace(spec, executor=None, shards=None).to_dict(),

@@ -10,8 +10,8 @@ interleaved rounds against one reference.  A group's predicted cost is
 with a call's time taken as the work it does over a rate (``work_flops``): the FLOPs of every
 (query, key) pair for a variant that computes them all whatever its mask, of the kept pairs for
 one that skips what its mask drops (or only a causal mask's upper triangle), and about those of
-APPROX_KEYS keys for an approximation.  A built-in variant's rate with no earlier run is its
-measured share of the device's default (VARIANT_RATES); any other takes the default.  The timing
+APPROX_KEYS keys for an approximation (the variant declares which: ``work``).  A variant's rate with
+no earlier run is the share of the device's default it declares (``rates``), or the default.  The timing
 takes the calls the timer takes (``timing_s``): each round its share of the budget, or the calls
 the rounds need for a 95% interval of the median while its share of the ceiling lasts; a short
 call stops at its precision.  A compiled variant compiles a case cold unless an earlier run here
@@ -55,16 +55,9 @@ from bench.model.case import CASE_DEFAULTS, CASE_FIELDS, Case
 
 # achieved FLOP/s of an attention call, by device, when no earlier run says better
 DEFAULT_RATE = {"cpu": 5e10, "cuda": 1e14}
-# The pairs a built-in variant's work follows (``work_flops``): "kept", the mask's (it skips what the
-# mask drops); "causal", a causal mask's, and every pair under any other; any variant not named here
-# computes every pair whatever its mask
-FOLLOWS = {"flex": "kept", "window.chunked": "kept", "sdpa": "causal", "sdpa.flash": "causal",
-           "sdpa.efficient": "causal", "sdpa.cudnn": "causal", "xformers": "causal"}
-# A built-in variant's rate of that work against DEFAULT_RATE when no earlier run here says better:
-# the median over the cells that take the time (n >= 1024) of README's sweep on a 2-core CPU; a
-# variant not named here (or on a GPU, not yet measured) takes the default
-VARIANT_RATES = {"cpu": {"naive": 0.4, "sdpa.math": 0.45, "chunked.online": 0.55, "sdpa": 1.6, "sdpa.flash": 1.5,
-                         "flex": 0.7, "window.chunked": 0.2}}
+# The pairs a variant's work follows under a mask and its rate of that work against DEFAULT_RATE are
+# declared on the variant (``variant(..., work=, rates=)``, bench.model.registry.Traits); one that
+# declares none computes every pair at the default rate
 APPROX_KEYS = 256  # an approximate variant's call costs about what exact attention over this many keys does
 REFERENCE_RATE = 1e10  # the float64 reference: on the CPU whatever the device (its slice of a large case)
 COMPILE_S = {"cpu": 0.6, "cuda": 8.0}  # a variant that compiles, per case (torch.compile, a warm compiler)
@@ -124,23 +117,26 @@ def case_key(fields: dict) -> str:
     return repr(tuple(str(value(f)) for f in CASE_FIELDS if f != "device"))
 
 
-def work_flops(name: str, approximate: bool, case: Case) -> float:
-    """The FLOPs a call of variant ``name`` on ``case`` is priced by (module doc)."""
+def work_flops(variant, case: Case) -> float:
+    """The FLOPs a call of ``variant`` (a registry Variant) on ``case`` is priced by (module doc)."""
     from bench.model import masks
 
-    return _work(name, approximate, case.mask, flopcount.flops(case), masks.density(case), case.kv_len)
+    return _work(variant.traits.work, variant.approximate, case.mask, flopcount.flops(case), masks.density(case),
+                 case.kv_len)
 
 
-def _work(name: str, approximate: bool, mask: str, kept: float, density: float, kv_len: int) -> float:
-    follows = FOLLOWS.get(name, "all")
+def _work(follows: str, approximate: bool, mask: str, kept: float, density: float, kv_len: int) -> float:
+    """``follows``: the pairs the variant's work follows (Traits.work: all, kept or causal)."""
     if follows == "kept" or (follows == "causal" and mask == "causal"):
         return kept
     dense = kept / max(density, 1e-9)
     return dense * min(1.0, APPROX_KEYS / max(1, kv_len)) if approximate else dense
 
 
-def default_rate(name: str, device: str) -> float:
-    return DEFAULT_RATE[device] * VARIANT_RATES.get(device, {}).get(name, 1.0)
+def default_rate(variant, device: str) -> float:
+    """``variant``'s rate on ``device`` when no earlier run here says better: the device's default
+    times the rate it declares (Traits.rates; 1 without one)."""
+    return DEFAULT_RATE[device] * (variant.traits.rate(device) or 1.0)
 
 
 def load_history(root: Path, device: str, limit: int = 30, registry=None) -> History:
@@ -202,9 +198,9 @@ def load_history(root: Path, device: str, limit: int = 30, registry=None) -> His
 
 def _row_work(row: dict, registry) -> float:
     """A row's work (``work_flops``) from what it recorded: its kept pairs' FLOPs and density."""
-    name = row["variant"]
-    approximate = registry is not None and name in registry and registry[name].approximate
-    return _work(name, approximate, row.get("mask") or "none", row["flops"], row.get("density") or 1.0,
+    known = registry[row["variant"]] if registry is not None and row["variant"] in registry else None
+    follows, approximate = (known.traits.work, known.approximate) if known else ("all", False)
+    return _work(follows, approximate, row.get("mask") or "none", row["flops"], row.get("density") or 1.0,
                  int(row.get("kv_len") or 1))
 
 
@@ -295,8 +291,8 @@ def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None =
     that much longer (a shorter one hardly speeds up with more threads)."""
     history = history or History.empty()
     rate = history.rate.get((variant.name, case.device, case.dtype, case.direction)) or \
-        default_rate(variant.name, case.device)
-    call_s = work_flops(variant.name, variant.approximate, case) / rate
+        default_rate(variant, case.device)
+    call_s = work_flops(variant, case) / rate
     if call_s >= PARALLEL_CALL_S:
         call_s *= fewer_threads
     return cell_setup_s(variant, case, history) + 2 * call_s + timing_s(call_s, budget_ms, rounds, ceiling_ms)

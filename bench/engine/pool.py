@@ -4,11 +4,10 @@ profiled pass after the timing."""
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 
-from bench.engine import store
+from bench.engine import events, store
 from bench.engine.cell import REFERENCE
 from bench.engine.result import base_row
 from bench.engine.runner import Worker, WorkerSettings, park, release_prestarted, reuse
@@ -17,6 +16,8 @@ from bench.model.case import Case
 from bench.model.registry import available
 from bench.model.row import STATUSES, ReasonKind
 from bench.model.spec import Spec
+
+log = events.logger(__name__)
 
 
 class WorkerPool:
@@ -31,10 +32,10 @@ class WorkerPool:
     After ``run(cells)``: ``counts`` (status: cells), ``timed_s`` (seconds in timed samples),
     ``measured`` (case: variants measured ok) and ``devices`` (worker label: its device)."""
 
-    def __init__(self, run_dir: Path, spec: Spec, registry, slots: list, progress: bool = True,
+    def __init__(self, run_dir: Path, spec: Spec, registry, slots: list, bars: events.Bars = events.silent,
                  keep_workers: bool = False):
         self.run_dir, self.spec, self.registry, self.slots = run_dir, spec, registry, slots
-        self.progress = progress  # a progress bar on stderr
+        self.bars = bars  # makes the progress of each pass (bench.engine.events; the command line's draw bars)
         self.keep_workers = keep_workers  # leave the workers idle for the next sweep of this process
         many = len(slots) > 1
         self.settings = {s.label: MeasureSettings.from_spec(spec, s.threads) for s in slots}
@@ -57,8 +58,6 @@ class WorkerPool:
 
     def run(self, cells) -> float:
         """Measure ``cells`` ((variant name, case) pairs); returns the seconds timed in this call."""
-        from tqdm import tqdm
-
         from bench.engine import plan
 
         before = self.timed_s
@@ -70,8 +69,7 @@ class WorkerPool:
             groups.sort(key=lambda item: -cost[item[0]])
         self._queue = list(reversed(groups))
         self._writer = store.ResultWriter(self.run_dir)
-        self._bar = tqdm(total=len(cells), unit="cell", dynamic_ncols=True, file=sys.stderr,
-                         disable=not self.progress)
+        self._bar = self.bars(total=len(cells), unit="cell")
         try:
             if len(self.slots) == 1:
                 self._serve(self.workers[0], self.slots[0].label)
@@ -92,7 +90,7 @@ class WorkerPool:
     def profile(self) -> None:
         """sweep --profile: every cell measured ok, profiled again after all the timing."""
         if self.measured:
-            _profile_pass(self.workers[0], self.run_dir, self.measured, self.spec.timeout, self.progress)
+            _profile_pass(self.workers[0], self.run_dir, self.measured, self.spec.timeout, self.bars)
 
     def close(self) -> None:
         if not self.keep_workers:
@@ -153,7 +151,7 @@ class WorkerPool:
                     if not self._queue or self._raised:
                         return
                     case, names = self._queue.pop()
-                    self._bar.set_postfix_str(f"{case.label()}", refresh=False)
+                    self._bar.describe(case.label())
                 runnable = []
                 for name in names:
                     ok, why = available(self.registry[name], case, probe=False)  # probes run in the worker
@@ -169,19 +167,17 @@ class WorkerPool:
             self._raised.append(exc)
 
 
-def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, progress: bool) -> None:
+def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, bars: events.Bars) -> None:
     """sweep --profile: every cell measured ok, profiled again after all the timing (a
     profiler must not run just before a timed loop), into profile.jsonl."""
-    from tqdm import tqdm
-
     writer = store.ResultWriter(run_dir, store.PROFILE)
-    bar = tqdm(total=len(measured), unit="case", dynamic_ncols=True, file=sys.stderr, disable=not progress)
+    bar = bars(total=len(measured), unit="case", desc="profile")
     try:
         for case, names in measured.items():
-            bar.set_postfix_str(f"profiling {case.label()}", refresh=False)
+            bar.describe(f"profiling {case.label()}")
             tag, why = worker.run_group(names, case, timeout, writer.write, profile=True)
             if tag != "done":
-                print(f"warning: the profiled pass of {case.label()} ended early: {why}", file=sys.stderr)
+                log.warning("the profiled pass of %s ended early: %s", case.label(), why)
             bar.update(1)
     finally:
         bar.close()

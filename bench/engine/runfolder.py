@@ -5,14 +5,15 @@ this invocation's projected and measured times, which bench.engine.plan learns f
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-from bench.engine import judge, maskfile, peaks, store
+from bench.engine import events, judge, maskfile, peaks, store
 from bench.engine import remeasure as again
 from bench.errors import UsageError
 from bench.measure import contention
+
+log = events.logger(__name__)
 
 
 def measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:
@@ -47,8 +48,8 @@ def open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_en
         chosen = spec.threads is None and all(c.startswith("threads:") for c in changed)
         if changed and chosen:  # --threads auto chose another count under another load: noted, not refused
             changed = [f"{c} (--threads auto)" for c in changed]
-            print(f"note: {changed[0]}: the load differs from the run's last invocation; env.json's history "
-                  f"keeps both and the report says the folder mixes conditions", file=sys.stderr)
+            log.info("note: %s: the load differs from the run's last invocation; env.json's history keeps both and "
+                     "the report says the folder mixes conditions", changed[0])
         elif changed and not allow_env_change:
             raise UsageError(f"--resume {run_dir}: this machine differs from the run's ({'; '.join(changed)}); its "
                              f"rows would not compare. --allow-env-change resumes anyway and marks the run mixed")
@@ -57,8 +58,8 @@ def open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_en
         old = env.get("spec") or {}
         differs = sorted(k for k, v in spec.to_dict().items() if k in old and old[k] != v)
         if differs:
-            print(f"note: the spec differs from the run's in {', '.join(differs)}; both stay in env.json's "
-                  f"history, and every row records its own settings", file=sys.stderr)
+            log.info("note: the spec differs from the run's in %s; both stay in env.json's history, and every row "
+                     "records its own settings", ", ".join(differs))
         env.setdefault("resumed", []).append(command)
     else:
         env = here | {"peaks_tflops": {}}
@@ -70,6 +71,9 @@ def open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_en
     baseline = registry.baseline()
     from bench.model.spec import sweep_id
 
+    colours = {n: registry[n].traits.colour for n in spec.variants if n in registry and registry[n].traits.colour
+               is not None}
+    env["colours"] = {**env.get("colours", {}), **colours}  # each variant's palette slot, as it declares (reports)
     env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None,
             "loadavg_start": contention.load_average(), "sweep_id": sweep_id(spec), "shard": spec.shard,
             "workers": [s.label for s in slots]}

@@ -7,14 +7,15 @@ import contextlib
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
-from bench.engine import visits
+from bench.engine import events, visits
 from bench.engine.judge import wants_retry
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 from bench.model.row import Row, cell_key, current_rows, flatten, make_row, to_record  # noqa: F401
+
+log = events.logger(__name__)
 
 RESULTS = "results.jsonl"
 PROFILE = "profile.jsonl"  # sweep --profile: category shares per cell, from a pass after the timing
@@ -168,7 +169,7 @@ def _warn(path: Path, number: int, why: str) -> None:
     key = (str(Path(path).resolve()), number)  # once per line, however the folder was named
     if key not in _WARNED:
         _WARNED.add(key)
-        print(f"warning: {path}:{number}: skipped, {why}; the line is left in the file", file=sys.stderr)
+        log.warning("%s:%d: skipped, %s; the line is left in the file", path, number, why)
 
 
 def _finite(value):

@@ -5,16 +5,17 @@ to print and whether to build the report."""
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import judge, runfolder, store, visits
+from bench.engine import events, judge, runfolder, store, visits
 from bench.engine import remeasure as again
 from bench.engine.pool import WorkerPool
 from bench.measure import contention
 from bench.model.spec import Spec, shard_pair
+
+log = events.logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,8 @@ class SweepOptions:
     retry: frozenset = frozenset()  # with resume: statuses whose cells are measured again
     allow_env_change: bool = False  # with resume: go on on a machine whose fingerprint differs
     profile: bool = False  # a profiled pass over every ok cell after the timing
-    progress: bool = True  # a progress bar on stderr
+    progress: bool = True  # progress through ``bars`` (False: none, whatever ``bars`` is)
+    bars: events.Bars = events.silent  # makes the progress of each pass (the command line gives tqdm's)
     given: dict = field(default_factory=dict)  # the settings as the user gave them (env.json)
     command: str = ""  # the command line, for env.json's history
     projected_s: float | None = None  # the plan's projected wall time of the command (env.json's history)
@@ -55,7 +57,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
     with store.locked(run_dir):
         auto, note = again.auto_threads(spec)
         if note:
-            print(note, file=sys.stderr)
+            log.info(note)
         saved, spec = spec, spec.replace(threads=spec.threads or auto)  # the folder keeps 'auto'; cells run with it
         slots = worker_slots(spec)
         env = runfolder.open_run(run_dir, options.resume, saved, options.given, registry, options.allow_env_change,
@@ -64,18 +66,18 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
         cells = [(name, case) for name, case in spec_cells(spec, registry) if store.cell_key(name, case) not in done]
         where = f"{len(slots)} workers ({', '.join(s.label for s in slots)})" if len(slots) > 1 else \
             f"{env['threads']} threads"
-        print(f"run folder: {run_dir}  ({len(cells)} cells to run, {len(done)} already there; "
-              f"device {spec.device}, {where}" + (f"; shard {spec.shard} of sweep {env['sweep_id']}" if spec.shard
-                                                  else "") + ")", file=sys.stderr)
+        shard = f"; shard {spec.shard} of sweep {env['sweep_id']}" if spec.shard else ""
+        log.info("run folder: %s  (%d cells to run, %d already there; device %s, %s%s)", run_dir, len(cells),
+                 len(done), spec.device, where, shard)
         if spec.model:
             from bench.model.models import model
 
-            print(model(spec.model).summary(spec), file=sys.stderr)
+            log.info(model(spec.model).summary(spec))
         if len(slots) > 1 and spec.device == "cpu":
-            print("note: the workers have cores of their own but share the memory bandwidth and the caches: a "
-                  "memory-bound cell can run slower beside another than alone", file=sys.stderr)
+            log.info("note: the workers have cores of their own but share the memory bandwidth and the caches: a "
+                     "memory-bound cell can run slower beside another than alone")
         t0 = time.perf_counter()
-        pool = WorkerPool(run_dir, spec, registry, slots, progress=options.progress,
+        pool = WorkerPool(run_dir, spec, registry, slots, bars=options.bars if options.progress else events.silent,
                           keep_workers=options.keep_workers)
         try:
             timed_s = pool.run(cells)

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import threading
 
 VISITS = "visits.jsonl"  # the later visits' rows
@@ -60,16 +59,13 @@ POOL_MIN = 3  # cells with visits a run needs before its variance is pooled
 def run_visits(pool, visits: int, open_writer) -> float:
     """Visits 2..``visits`` of every cell ``pool`` measured ok, each row to the writer that
     ``open_writer()`` returns (visits.jsonl's); returns their timed seconds."""
-    from tqdm import tqdm
-
     from bench.model.row import cell_key
 
     groups = [(case, list(dict.fromkeys(names))) for case, names in pool.measured.items()]
     if visits < 2 or not groups:
         return 0.0
     writer = open_writer()
-    bar = tqdm(total=sum(len(n) for _, n in groups) * (visits - 1), unit="cell", dynamic_ncols=True,
-               file=sys.stderr, disable=not pool.progress, desc="visits")
+    bar = pool.bars(total=sum(len(n) for _, n in groups) * (visits - 1), unit="cell", desc="visits")
     lock, timed, raised = threading.Lock(), [0.0], []
     try:
         for k in range(2, visits + 1):

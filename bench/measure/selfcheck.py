@@ -23,18 +23,16 @@ from bench.measure.timing import CpuTimer, CudaTimer, interleave
 from bench.model.case import Case
 
 ROUNDS = 3
-DEFAULT_CELLS = {
-    "cpu": [("sdpa.flash", dict(q_len=2048, kv_len=2048)), ("naive", dict(q_len=1024, kv_len=1024)),
-            ("sdpa.math", dict(q_len=512, kv_len=512, mask="causal"))],
-    "cuda": [("sdpa.flash", dict(q_len=4096, kv_len=4096)), ("naive", dict(q_len=2048, kv_len=2048)),
-             ("sdpa.math", dict(q_len=1024, kv_len=1024, mask="causal"))],
-}
-
-
-def default_cases(device: str) -> list[tuple[str, Case]]:
+def default_cases(registry, device: str) -> list[tuple[str, Case]]:
+    """The cells selfcheck times when none is named: each variant's own (``variant(..., selfcheck=)``)."""
     dtype = "float32" if device == "cpu" else "bfloat16"
-    return [(name, Case(device=device, dtype=dtype, batch=1, heads=8, kv_heads=8, head_dim=64, **kw))
-            for name, kw in DEFAULT_CELLS[device]]
+    cells = []
+    for name in registry.names():
+        fields = registry[name].traits.selfcheck_case(device)
+        if fields is not None:
+            cells.append((name, Case(**{"device": device, "dtype": dtype, "batch": 1, "heads": 8, "kv_heads": 8,
+                                        "head_dim": 64, **fields})))
+    return cells
 
 
 def check_cell(variant, case: Case, budget_ms: float = 1000.0, rounds: int = ROUNDS) -> dict:

@@ -142,6 +142,70 @@ def capability_names() -> tuple[str, ...]:
     return tuple(c.name for c in CAPABILITIES)
 
 
+WORK = ("all", "kept", "causal")  # the pairs a variant's work follows under a mask (Traits.work)
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What the harness knows of a variant beyond what it can run, declared on the variant so that
+    no part of the harness names one:
+
+    - ``work``: the (query, key) pairs its work follows under a mask: ``all`` (every pair, whatever
+      the mask drops: a dense kernel), ``kept`` (only the pairs the mask keeps: it skips the rest),
+      or ``causal`` (a causal mask's, every pair under any other mask). The plan prices it by them.
+    - ``rates``: (device, rate) pairs, its achieved FLOP/s against the plan's default for the device
+      when no earlier run here says better.
+    - ``colour``: its slot of the report's palette (``reports.charts.PALETTE``), the same in every
+      chart of every run; without one, a slot from its name.
+    - ``peak_share``: the share of the measured matmul peak gpu-check's peak step expects of it at
+      its large size (taking part in that step).
+    - ``memory_exponents``: (device, (low, high)) pairs, the exponent of its peak memory against n
+      that gpu-check's scaling step expects under a causal mask (taking part in that step).
+    - ``selfcheck``: (device, case fields) pairs: the case ``python -m bench selfcheck`` times it on.
+    - ``checks``: the other gpu-check steps it takes part in (``bench.cli.gpu_check.STEPS``)."""
+    work: str = "all"
+    rates: tuple = ()
+    colour: int | None = None
+    peak_share: float | None = None
+    memory_exponents: tuple = ()
+    selfcheck: tuple = ()
+    checks: tuple[str, ...] = ()
+
+    def rate(self, device: str) -> float | None:
+        return dict(self.rates).get(device)
+
+    def memory_exponent(self, device: str) -> tuple | None:
+        return dict(self.memory_exponents).get(device)
+
+    def selfcheck_case(self, device: str) -> dict | None:
+        fields = dict(self.selfcheck).get(device)
+        return dict(fields) if fields is not None else None
+
+
+def _traits(name: str, work: str, rates, colour, peak_share, memory_exponents, selfcheck, checks) -> Traits:
+    """``variant(...)``'s trait keywords, checked and made hashable."""
+    if work not in WORK:
+        raise RegistryError(f"variant {name!r}: work is one of {', '.join(WORK)}, got {work!r}")
+    for label, given in (("rates", rates), ("memory_exponents", memory_exponents), ("selfcheck", selfcheck)):
+        if not isinstance(given, dict) or set(given) - set(DEVICES):
+            raise RegistryError(f"variant {name!r}: {label} takes a dict by device ({', '.join(DEVICES)}), "
+                                f"got {given!r}")
+    if any(not (isinstance(r, (int, float)) and r > 0) for r in rates.values()):
+        raise RegistryError(f"variant {name!r}: a rate is a positive number, got {rates!r}")
+    if any(not (isinstance(e, tuple) and len(e) == 2 and e[0] <= e[1]) for e in memory_exponents.values()):
+        raise RegistryError(f"variant {name!r}: a memory exponent is a (low, high) pair, got {memory_exponents!r}")
+    if colour is not None and not (isinstance(colour, int) and colour >= 0):
+        raise RegistryError(f"variant {name!r}: colour is a palette slot, a whole number from 0, got {colour!r}")
+    if peak_share is not None and not 0 < peak_share <= 1:
+        raise RegistryError(f"variant {name!r}: peak_share is a share of the peak, in (0, 1], got {peak_share!r}")
+    if isinstance(checks, str):
+        raise RegistryError(f"variant {name!r}: checks takes a tuple of step names, got the string {checks!r}")
+    return Traits(work=work, rates=tuple(sorted(rates.items())), colour=colour, peak_share=peak_share,
+                  memory_exponents=tuple(sorted(memory_exponents.items())),
+                  selfcheck=tuple(sorted((d, tuple(sorted(f.items()))) for d, f in selfcheck.items())),
+                  checks=tuple(checks))
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -163,6 +227,8 @@ class Variant:
     declared: tuple[tuple[str, bool], ...] = ()
     # the answers of ``check`` per case, kept with the variant (a probe runs library code once)
     probes: dict = field(default_factory=dict, compare=False, repr=False)
+    # what the harness's plan, judge, charts and checks know of it (``variant(...)``'s keywords: Traits)
+    traits: Traits = field(default_factory=lambda: Traits())
 
     def __getattr__(self, name: str):
         for cap in CAPABILITIES:
@@ -269,8 +335,14 @@ def _declared(name, devices, dtypes, masks, score_mods, capabilities: dict, appr
 def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             dtypes: Iterable[str] = DTYPES, masks: Iterable[str] = MASKS, score_mods: Iterable[str] = (),
             requires: Iterable[str] = (), baseline: bool = False, check: Callable[[Case], str | None] | None = None,
-            approximate: bool = False, error_budget: float | None = None, compiles: bool = False, **capabilities):
+            approximate: bool = False, error_budget: float | None = None, compiles: bool = False,
+            work: str = "all", rates: dict | None = None, colour: int | None = None, peak_share: float | None = None,
+            memory_exponents: dict | None = None, selfcheck: dict | None = None, checks: Iterable[str] = (),
+            **capabilities):
     """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
+
+    ``work``, ``rates``, ``colour``, ``peak_share``, ``memory_exponents``, ``selfcheck`` and
+    ``checks``: what the plan, the charts and the checks know of it (``Traits``); all optional.
 
     ``capabilities``: the CAPABILITIES it declares, by keyword: ``cross``, ``gqa`` and
     ``backward`` (default True), ``paged``, ``bottom_right`` and ``ragged`` (default False).
@@ -301,6 +373,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
     through ``bench.model.masks``); ``score_mods`` the score mods it applies (``ANY``, or
     ``bench.model.masks.ADDITIVE`` for every mod that is a bias added to the scores)."""
     declared = _declared(name, devices, dtypes, masks, score_mods, capabilities, approximate, error_budget)
+    traits = _traits(name, work, rates or {}, colour, peak_share, memory_exponents or {}, selfcheck or {}, checks)
 
     def deco(factory):
         mod = sys.modules.get(factory.__module__)
@@ -308,7 +381,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
                         dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods),
                         requires=tuple(requires), baseline=baseline, check=check, approximate=approximate,
                         error_budget=error_budget, compiles=compiles, module=factory.__module__,
-                        source=_source_of(mod, factory.__module__), declared=declared)
+                        source=_source_of(mod, factory.__module__), declared=declared, traits=traits)
         entries = module_variants(mod, create=True)
         if any(v.name == name for v in entries):
             raise DuplicateVariantError(f"variant {name!r} is registered twice in {entry.source}")
