@@ -1,4 +1,5 @@
-"""The engine driven from Python, as README shows it: a Spec in, a RunSummary out, no Namespace."""
+"""The engine driven from Python, as the reference shows it (bench/README.md): a Spec in, a RunSummary out, no
+Namespace."""
 
 import re
 
@@ -9,10 +10,11 @@ from tests.conftest import ROOT
 
 @pytest.mark.slow
 def test_readmes_python_sweep_runs_as_written(tmp_path, monkeypatch, capsys):
-    block = re.search(r"From Python .*?```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    block = re.search(r"From Python .*?```python\n(.*?)```", (ROOT / "bench" / "README.md").read_text(),
+                      re.S).group(1)
     monkeypatch.chdir(tmp_path)  # its runs/notebook lands here
     namespace = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+    exec(compile(block, "bench/README.md", "exec"), namespace)
     summary = namespace["summary"]
     assert summary.run_dir == tmp_path / "runs" / "notebook" or summary.run_dir.resolve() == \
         (tmp_path / "runs" / "notebook").resolve()
@@ -65,3 +67,30 @@ def test_the_api_and_the_command_line_resume_the_same_way(tmp_path):
                                                                  ("naive", 32), ("naive", 48)]
     specs = [json.loads((tmp_path / f / "env.json").read_text())["spec"] for f in ("cli", "api")]
     assert specs[0] == specs[1] and specs[0]["budget_ms"] == 5.0  # the saved spec's settings, kept
+
+
+@pytest.mark.slow
+def test_a_sweep_discovers_its_variants_and_expands_its_cells_once(tmp_path, monkeypatch):
+    """The command line prepares the sweep (registry, cells, plan) and hands it to the engine, which
+    neither discovers the variants again nor expands the cells again."""
+    from bench.cli import main
+    from bench.engine import discovery
+    from bench.engine import sweep as engine_sweep
+
+    calls = {"discover": 0, "spec_cells": 0}
+    real_discover, real_cells = discovery.discover, engine_sweep.spec_cells
+
+    def counting_discover(*args, **kwargs):
+        calls["discover"] += 1
+        return real_discover(*args, **kwargs)
+
+    def counting_cells(*args, **kwargs):
+        calls["spec_cells"] += 1
+        return real_cells(*args, **kwargs)
+
+    monkeypatch.setattr(discovery, "discover", counting_discover)
+    monkeypatch.setattr(engine_sweep, "spec_cells", counting_cells)
+    assert main(["sweep", "--out", str(tmp_path / "run"), "--variants", "naive", "--seq-lens", "32", "--heads", "2",
+                 "--head-dims", "8", "--masks", "none", "--directions", "fwd", "--budget-ms", "5", "--visits", "1",
+                 "--remeasure", "0", "--no-report", "--quiet", "--device", "cpu"]) == 0
+    assert calls == {"discover": 1, "spec_cells": 1}, calls

@@ -431,7 +431,8 @@ def test_compare_counts_cells_timed_with_another_timer_apart():
 
 def test_compare_gate_never_fails_on_another_timer(tmp_path, capsys):
     from bench.cli import main
-    from tests.test_reports import _run_folder, _timed_rows
+    from tests.support.runs import run_folder as _run_folder
+    from tests.support.runs import timed_rows as _timed_rows
 
     a = _run_folder(tmp_path / "a", [r | {"timer": "cuda-graph"} for r in _timed_rows("naive", 1.0, 0.01)])
     b = _run_folder(tmp_path / "b", [r | {"timer": "cuda-events+l2-flush"} for r in _timed_rows("naive", 2.0, 0.01)])

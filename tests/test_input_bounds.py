@@ -1,7 +1,8 @@
 """Every numeric parameter has both ends, checked against the case before any cell runs: the
 largest and smallest valid values pass, the first invalid value on each side is refused with
 exit 2 and one line.  What a row records is what was run: nothing is clamped in silence.
-Also the mask forms README shows, through every variant that declares them (flex compiled)."""
+Also the mask forms the reference shows (bench/README.md), through every variant that declares them (flex
+compiled)."""
 
 from __future__ import annotations
 
@@ -334,10 +335,10 @@ def test_a_corrupted_folder_warns_its_own_readers_once_and_never_the_planner(tmp
     assert len(err) == 1 and "results.jsonl:1: skipped, not valid JSON" in err[0]
 
 
-# -- the mask forms README shows, through every variant that declares them ------------------------------------
+# -- the mask forms the reference shows, through every variant that declares them ----------------------------
 
 def _readme_spellings() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "bench" / "README.md").read_text()
     section = text[text.index("## Masks and score mods"):text.index("## Ragged batches")]
     found = re.findall(r"`([a-z_]+(?:[:&(+][a-z0-9_:=/&()+]*)?)`", section)
     found += [m for cmd in re.findall(r"--masks (\S+)", section) for m in cmd.split(",")]

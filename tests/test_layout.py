@@ -210,3 +210,15 @@ def test_the_name_scan_is_not_blind(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text('"""naive is mentioned in prose."""\nRATES = {"naive": 0.4, "mine": 1}\n')
     assert _named(sample, {"naive"}, tmp_path) == ["sample.py:2 'naive'"]
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in tests/conftest.py or tests/support/, so that a test module can move
+    or go without breaking another."""
+    bad = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for name in _imports(path, "tests." + path.stem):
+            if name.startswith("tests.") and name.rpartition(".")[2].startswith("test_") or \
+                    name.startswith("tests.test_"):
+                bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not bad, bad

@@ -16,7 +16,8 @@ from bench.engine import plan, store
 from bench.model.specbuild import build_spec, parse_values
 from reports.frames import tidy
 from tests.conftest import read_jsonl, run_cli
-from tests.test_reports import _run_folder, _timed_rows
+from tests.support.runs import run_folder as _run_folder
+from tests.support.runs import timed_rows as _timed_rows
 
 SETTINGS = {"variants": ["naive"], "seq_lens": [16, 32], "heads": [2], "head_dims": [8], "masks": ["none"],
             "directions": ["fwd"], "budget_ms": 5, "device": "cpu", "dtypes": ["float32"], "batch": [1],

@@ -17,7 +17,7 @@ from reports.frames import facet_labels, tidy
 from reports.groups import MAX_FACETS, Group, overview, overview_display, split
 from reports.tables import facet_tables, summary_table
 from tests.conftest import ROOT, run_cli
-from tests.test_reports import open_in_browser
+from tests.support.browser import open_in_browser
 
 sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 import report_scale  # noqa: E402

@@ -9,12 +9,15 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from bench.engine.store import ResultWriter, write_env
+from bench.engine.store import ResultWriter
 from reports.build import build_report
 from reports.compare import Drift, compare_frames, compare_runs
 from reports.frames import paired_ratio, speedups, tidy
 from reports.scaling import crossovers, fit_exponent, scaling_table
 from tests.conftest import run_cli
+from tests.support.browser import open_in_browser
+from tests.support.runs import run_folder as _run_folder
+from tests.support.runs import timed_rows as _timed_rows
 
 
 @pytest.fixture(scope="module")
@@ -102,27 +105,6 @@ def test_scaling_table_and_crossover_on_synthetic_runs():
     c = crossovers(df)
     assert len(c) == 1 and c["faster_above"].iloc[0] == "lin"
     assert c["n_cross"].iloc[0] == 2000  # 1e-6 n^2 = 2e-3 n
-
-
-def _run_folder(path, rows, env=None):
-    path.mkdir(parents=True)
-    w = ResultWriter(path)
-    for r in rows:
-        w.write(r)
-    w.close()
-    write_env(path, {"device": "cpu", "torch": "2.13.0", "peaks_tflops": {"float32": 0.2}} | (env or {}))
-    return path
-
-
-def _timed_rows(variant, scale, spread, ns=(256, 512, 1024)):
-    base = dict(device="cpu", dtype="float32", batch=1, heads=8, kv_heads=8, head_dim=64, mask="none",
-                window=None, direction="fwd", reason="", status="ok")
-    out = []
-    for n in ns:
-        med = scale * 1e-5 * n**2
-        out.append(base | dict(variant=variant, q_len=n, kv_len=n, median_ms=med, q1_ms=med * (1 - spread),
-                               q3_ms=med * (1 + spread), iqr_ms=2 * spread * med))
-    return out
 
 
 def test_compare_flags_2x_slowdown_not_2pct(tmp_path, calibrated, capsys):
@@ -476,53 +458,6 @@ def test_pareto_chart_keeps_each_facets_largest_lengths_first(tmp_path, monkeypa
     accuracy.pareto_chart(pd.DataFrame(rows), tmp_path / "pareto", style={})
     assert accuracy.PARETO_PANELS == 8
     assert seen["titles"] == [f"n = {n}; mask={m}" for m in ("causal", "none") for n in (256, 512, 1024, 2048)]
-
-
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-PROBE = """<script>
-window.__errs = [];
-window.addEventListener('error', e => window.__errs.push(String(e.message || e.target && e.target.src)), true);
-const __ce = console.error; console.error = (...a) => { window.__errs.push(a.join(' ')); __ce(...a); };
-window.addEventListener('load', () => {
-  const imgs = [...document.images];
-  const r = {images: imgs.length, broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt),
-             scroll_width: document.documentElement.scrollWidth, width: window.innerWidth, errors: window.__errs,
-             ids: [...document.querySelectorAll('h2[id]')].map(h => h.id),
-             trust: (document.querySelector('p.trust') || {className: ''}).className};
-  // the report's group selector: which groups' blocks show, before and after switching to window.__switch
-  const shown = () => [...new Set([...document.querySelectorAll('[data-group]')]
-                       .filter(e => e.offsetParent !== null).map(e => e.getAttribute('data-group')))];
-  r.shown_before = shown();
-  const sel = document.getElementById('group');
-  if (sel && window.__switch) { sel.value = window.__switch; sel.dispatchEvent(new Event('change')); }
-  r.shown_after = shown();
-  const out = document.createElement('pre'); out.id = '__probe'; out.textContent = JSON.stringify(r);
-  document.body.appendChild(out);
-});
-</script>"""
-
-
-def open_in_browser(page, width: int = 1400, switch_to: str | None = None) -> dict:
-    """``page`` opened in headless Chromium at ``width`` px: what a probe script injected ahead
-    of the page's own content saw once it loaded (images, console errors, sections, scroll, and
-    the groups shown before and after choosing ``switch_to`` in the group selector)."""
-    import json
-    import shutil
-    import subprocess
-
-    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
-    if browser is None:
-        pytest.skip("no Chromium here (Debian: apt-get install chromium; .ci/run installs it)")
-    probed = page.with_name("probed.html")
-    switch = f"<script>window.__switch = {json.dumps(switch_to)};</script>" if switch_to else ""
-    probed.write_text(page.read_text().replace("<head>", "<head>" + switch + PROBE, 1))
-    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                           f"--window-size={width},900", "--virtual-time-budget=10000", "--dump-dom",
-                           probed.as_uri()], capture_output=True, text=True, timeout=120)
-    found = re.search(r'<pre id="__probe">(.*?)</pre>', proc.stdout, re.S)
-    assert found, proc.stderr[-2000:]
-    return json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
-                      .replace("&amp;", "&"))
 
 
 @pytest.mark.slow

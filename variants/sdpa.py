@@ -178,8 +178,8 @@ def _check(factory, backend, case):
 
 
 # What the harness knows of each backend beyond what it runs (bench.registry.Traits): the fused ones skip the
-# masked half of a causal mask (work); their rate against the plan's default on a CPU (the median over README's
-# sweep's cells at n >= 1024); their palette slot; the share of the measured matmul peak gpu-check holds each to
+# masked half of a causal mask (work); their rate against the plan's default on a CPU (the median over the
+# default sweep's cells at n >= 1024); their palette slot; the share of the measured matmul peak gpu-check holds each to
 # (cuDNN's attention runs near the GEMM rate on Hopper; FlashAttention-2 in torch 2.11 reaches about 350 to 400
 # TFLOP/s of the H200's ~790, the memory-efficient kernel less); flash's peak memory exponent under causal
 # (on the CPU its per-thread scratch buffers are a fixed cost that the output only outgrows at larger sizes);

@@ -8,7 +8,7 @@ SDPA, window for the windowed variants), profiler traces, the timer self-check a
 torch.utils.benchmark and triton.testing.do_bench, and the reports.
 
 ``--quick``: the device acceptance check, seven verdicts in about five minutes on an H200,
-each printed and written to quick-check.json as it is reached (README "On a GPU" lists
+each printed and written to quick-check.json as it is reached (bench/README.md "On a GPU" lists
 them): the variant matrix (the compiled variants' part last), the best SDPA backend against
 its share of the measured matmul peak and the kernels each ran, memory exponents, timer
 agreement, a profiler trace, NVML's fields with CUDA-graph timing on a sub-0.1 ms cell forward

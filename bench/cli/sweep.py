@@ -72,7 +72,7 @@ def command(args) -> int:
 def _command(args, flags: dict) -> int:
     from bench.engine import peaks, plan
     from bench.engine.request import sweep_spec
-    from bench.engine.sweep import SweepOptions, run_sweep, worker_slots
+    from bench.engine.sweep import SweepOptions, run_sweep, spec_cells, worker_slots
     from bench.measure import contention
     from bench.model import masks
 
@@ -91,7 +91,8 @@ def _command(args, flags: dict) -> int:
     target = _run_folder(resume, args.out, spec, create=False)
     resumed = resume is not None or (spec.shard is not None and (target / store.ENV).exists())
     retry = frozenset(_retry_statuses(args.retry, resume))
-    cells = _cells_left(spec, registry, target if resumed else None, retry)
+    every = spec_cells(spec, registry)  # expanded once: the plan prices what is left, the sweep runs it
+    cells = _cells_left(every, target if resumed else None, retry)
     others = contention.others_busy(tree=True) if spec.device == "cpu" else None  # its own workers are not others
     history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry)
     projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), history=history,
@@ -110,7 +111,7 @@ def _command(args, flags: dict) -> int:
                            command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]),
                            projected_s=projection.wall_s, model_rest_s=projection.model_rest_s,
                            others_cores_start=others)
-    summary = run_sweep(spec, run_dir, options)
+    summary = run_sweep(spec, run_dir, options, registry, every)
     return _finish(summary, spec, args, projection.wall_s)
 
 
@@ -140,10 +141,7 @@ def _check_run_settings(spec, resume, args) -> None:
         raise UsageError(f"--{slurm[0].replace('_', '-')} is a setting of --executor slurm")
 
 
-def _cells_left(spec, registry, run_dir, retry) -> list:
-    from bench.engine.sweep import spec_cells
-
-    cells = spec_cells(spec, registry)
+def _cells_left(cells, run_dir, retry) -> list:
     if run_dir is None or not (run_dir / store.RESULTS).exists():
         return cells
     done = store.done_keys(store.read_rows(run_dir), retry)

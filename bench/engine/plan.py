@@ -62,7 +62,7 @@ APPROX_KEYS = 256  # an approximate variant's call costs about what exact attent
 REFERENCE_RATE = 1e10  # the float64 reference: on the CPU whatever the device (its slice of a large case)
 COMPILE_S = {"cpu": 0.6, "cuda": 8.0}  # a variant that compiles, per case (torch.compile, a warm compiler)
 COMPILE_COLD_S = {"cpu": 8.5, "cuda": 8.0}  # per forward case it has not compiled before here (no compiler cache;
-# the CPU's measured with README's sweep, flex at 6.3-9.5 s a case)
+# the CPU's measured with the default preset's sweep, flex at 6.3-9.5 s a case)
 COMPILE_COLD_BACKWARD_S = {"cpu": 8.5, "cuda": 28.0}  # the same with a backward (bwd, fwd+bwd): on a GPU a cold
 # forward and backward compile of flex takes 20-35 s (Inductor's backward kernels, autotuned); the CPU has none
 COMPILE_FIRST_S = {"cpu": 4.0, "cuda": 20.0}  # once per worker: the compiler's own start

@@ -47,12 +47,18 @@ class RunSummary:
     remeasured: list = field(default_factory=list)  # what the end-of-sweep re-measurement did, in words
 
 
-def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions()) -> RunSummary:
+def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(), registry=None,
+              cells: list | None = None) -> RunSummary:
     """Measure every cell of ``spec`` that ``run_dir`` lacks, appending each row as soon as
-    it is known; returns what was done. One sweep at a time writes a folder (a lock)."""
-    from bench.engine.discovery import discover
+    it is known; returns what was done. One sweep at a time writes a folder (a lock).
 
-    registry = discover(spec.plugins)
+    ``registry`` and ``cells`` (``spec_cells(spec, registry)``): what the caller prepared already
+    (the command line, to print its plan), so that the variants are discovered and the cells
+    expanded once; the folder's rows are read here, under its lock, where a torn last line may be cut."""
+    if registry is None:
+        from bench.engine.discovery import discover
+
+        registry = discover(spec.plugins)
     run_dir = store.writable_dir(run_dir)
     with store.locked(run_dir):
         auto, note = again.auto_threads(spec)
@@ -63,7 +69,8 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions())
         env = runfolder.open_run(run_dir, options.resume, saved, options.given, registry, options.allow_env_change,
                                  options.command, slots, auto)
         done = store.done_keys(store.read_rows(run_dir, repair=True), options.retry)
-        cells = [(name, case) for name, case in spec_cells(spec, registry) if store.cell_key(name, case) not in done]
+        cells = [(name, case) for name, case in (spec_cells(spec, registry) if cells is None else cells)
+                 if store.cell_key(name, case) not in done]
         where = f"{len(slots)} workers ({', '.join(s.label for s in slots)})" if len(slots) > 1 else \
             f"{env['threads']} threads"
         shard = f"; shard {spec.shard} of sweep {env['sweep_id']}" if spec.shard else ""

@@ -12,7 +12,7 @@
 - ``quantum_ms``: the samples sit on multiples of a scheduler time slice (QUANTA_MS), spread
   over two multiples or more: the timings measure the scheduler, not the kernel.
 
-Thresholds (measured on a 2-core VM, README "Numbers you can trust"): quiet quick sweeps
+Thresholds (measured on a 2-core VM, bench/measure/README.md "Numbers you can trust"): quiet quick sweeps
 had cpu_util >= 0.77 and other_cpu <= 0.06 in every cell; next to two busy loops every
 cell had cpu_util <= 0.54 and other_cpu >= 0.98.  CPU_UTIL_MIN and OTHER_CPU_MARGIN sit
 between the two.  One thread has no parallel region to wait in: with a busy loop on the

@@ -5,8 +5,8 @@ then ``python -m bench report`` on each size, timed, with its peak memory.
     python tests/benchmarks/report_scale.py [--rows 208,2000,20000] [--source RUN] [--keep DIR]
 
 ``--source``: a run folder to copy (default: a fresh ``sweep --preset quick``).  It prints one
-line per size: rows, groups, seconds, peak RSS, the report's size; it asserts nothing.  The
-figures in README come from this script, run alone on the 2-core machine.
+line per size: rows, groups, seconds, peak RSS, the report's size; it asserts nothing.  Run it
+alone on the machine (reports/README.md names it).
 """
 
 from __future__ import annotations

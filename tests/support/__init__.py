@@ -1,0 +1,2 @@
+"""What several test modules share: helpers that make run folders and open pages (fixtures are in
+tests/conftest.py)."""
