@@ -43,8 +43,8 @@ def _rows() -> list[dict]:
 def _surfaces(rows):
     """What each surface says of the rows: (shaky per row in the report, its failed cells, the CLI's
     shaky count line, gpu-check's failed cells, the report's trust state)."""
-    from bench.cli.gpu_check import _failed_cells
     from bench.cli.sweep import shaky_count
+    from bench.engine.judge.acceptance import failed_cells as _failed_cells
     from reports.frames import tidy
     from reports.tables import failed_cells
     from reports.trust import trust_state
@@ -80,7 +80,7 @@ def test_changing_the_one_rule_changes_every_surface(monkeypatch):
     assert not any(shaky) and cli.startswith("shaky: 0 of 4 ok cells") and state[0] == "clean"
     monkeypatch.setattr(judge, "failed", lambda row: row["variant"] == "naive")  # only naive's cells fail
     assert [line.split()[0] for line in _surfaces(rows)[3]] == ["naive"] * 3
-    from bench.cli.gpu_check import _matrix_verdict
+    from bench.engine.judge.acceptance import matrix_verdict as _matrix_verdict
 
     assert not _matrix_verdict("1 matrix", rows)[1]
 

@@ -222,3 +222,20 @@ def test_no_test_module_imports_another():
                     name.startswith("tests.test_"):
                 bad.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not bad, bad
+
+
+def test_the_command_line_decides_no_verdict():
+    """Judging has one home below the reports (bench.engine.judge, gpu-check's in its acceptance
+    module): no subcommand defines a verdict of its own."""
+    bad = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name}" for path in sorted((ROOT / "bench" / "cli").glob("*.py"))
+           for node in ast.walk(ast.parse(path.read_text()))
+           if isinstance(node, ast.FunctionDef) and node.name.rstrip("_").endswith("verdict")]
+    assert not bad, bad
+
+
+def test_gpu_checks_thresholds_are_rows_of_the_judges_table():
+    from bench.engine.judge.acceptance import ACCEPTANCE, threshold
+
+    assert threshold("timer agreement", "cuda") == 0.03 and threshold("timer agreement", "cpu") == 0.25
+    assert threshold("peak share", "cuda") == threshold("peak share", "cpu")  # one row for any device
+    assert all(t.why for t in ACCEPTANCE)

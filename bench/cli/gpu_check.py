@@ -30,7 +30,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.engine import judge, store
+from bench.engine import store
+from bench.engine.judge import acceptance
 from bench.errors import UsageError
 from bench.model.case import Case
 
@@ -125,7 +126,7 @@ def _start(out: Path | None, device: str, label: str):
     return out, discover()
 
 
-def _verdict(checks: list[tuple[str, bool, str]]) -> int:
+def _exit_code(checks: list[tuple[str, bool, str]]) -> int:
     from tabulate import tabulate
 
     print(tabulate([[name, "ok" if ok else "FAIL", detail] for name, ok, detail in checks],
@@ -133,11 +134,6 @@ def _verdict(checks: list[tuple[str, bool, str]]) -> int:
     failed = [name for name, ok, _ in checks if not ok]
     print("PASS" if not failed else "FAIL: " + "; ".join(failed))
     return 1 if failed else 0
-
-
-def _failed_cells(rows: list[dict]) -> list[str]:
-    """The cells that failed, less an approximate variant's accuracy verdict (bench.engine.judge)."""
-    return judge.failures(rows, allow_accuracy=True)
 
 
 def full_steps(names: list[str], seq_len: int, device: str, registry) -> list[Step]:
@@ -216,7 +212,7 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     print(f"\nstatus and median per cell (b=2, h=8, d=64; n={seq_len}, cross: q={small} kv={3 * small}):")
     print(tabulate(table.reset_index(), headers="keys", showindex=False))
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in df["status"].value_counts().items()))
-    bad = _failed_cells(matrix + cross + mixed + scaling_rows)
+    bad = acceptance.failed_cells(matrix + cross + mixed + scaling_rows)
     checks.append(("every cell ok, or unsupported with a reason", not bad,
                    f"{len(bad)} failed: {bad[0]}" if bad else f"{len(df) + len(mixed) + len(scaling_rows)} cells"))
     ok_mixed = sorted({r["variant"] for r in mixed if r["status"] == "ok"})
@@ -225,7 +221,7 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     stopped = [f for f, ok in ran.items() if not ok]
     checks.append(("every sweep ran to the end", not stopped, "refused: " + ", ".join(stopped) if stopped else
                    ", ".join(ran)))
-    return _verdict(checks)
+    return _exit_code(checks)
 
 
 def _fit(ns, ys) -> float:
@@ -329,11 +325,12 @@ def run_extra_check(out: Path | None, device: str = "cuda") -> int:
     print(f"projected: {extra_projection(registry, device) / 60:.1f} min by the plan's cost model", flush=True)
     for i, (name, step) in enumerate(steps.items(), start=1):
         rows = step.run(out, registry, common)[1]
-        check, ok, detail = _matrix_verdict(f"x{i} {EXTRA_CHECKS[name]}: ok or unsupported with a reason", rows)
+        check, ok, detail = acceptance.matrix_verdict(f"x{i} {EXTRA_CHECKS[name]}: ok or unsupported with a reason",
+                                                      rows)
         if device == "cuda" and not any(r.get("status") == "ok" for r in rows):  # each path is there to run on a GPU
             ok, detail = False, f"no cell ran ({detail})"
         checks.add(check, ok, detail)
-    return _verdict(checks.items)
+    return _exit_code(checks.items)
 
 
 def dry_run(registry, device: str, extra: bool) -> int:
@@ -371,15 +368,16 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
         return steps[name].run(out, registry, common)[1] if name in steps else []
 
     # 1. every variant x mask x direction at n (FlexAttention's compiles last: the slowest part)
-    checks.add(*_matrix_verdict("1 every variant x mask x fwd/bwd: ok or unsupported with a reason (an "
+    checks.add(*acceptance.matrix_verdict("1 every variant x mask x fwd/bwd: ok or unsupported with a reason (an "
                                 "approximation: or its accuracy verdict)", rows("matrix")))
 
     # 2. the best SDPA backend at a large size, against the matmul peak the sweep measured
     peak_rows = rows("peak")
     peak = (store.read_env(out / "peak").get("peaks_tflops") or {}).get(q["dtype"])
     shares = {n: registry[n].traits.peak_share for n in registry.names() if registry[n].traits.peak_share}
-    checks.add(*sdpa_verdict(peak_rows, peak, judge.MIN_TFLOPS_CPU if device == "cpu" else None, shares))
-    checks.add(*kernel_verdict(peak_rows, device))
+    relaxed = acceptance.threshold("best backend TFLOP/s", "cpu") if device == "cpu" else None
+    checks.add(*acceptance.sdpa_verdict(peak_rows, peak, relaxed, shares))
+    checks.add(*acceptance.kernel_verdict(peak_rows, device))
 
     # 3. memory exponents of a causal scaling sweep
     scaling = rows("scaling")
@@ -400,7 +398,7 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
         row = check_cell(registry[name], case, 300.0 if device == "cuda" else 60.0)
         tool = "do_bench" if "ratio_do_bench" in row else "tub"
         ratio = row[f"ratio_{tool}"]
-        tol = judge.TIMER_AGREEMENT[device]
+        tol = acceptance.threshold("timer agreement", device)
         checks.add(f"4 timer agreement {name} within {100 * tol:g}% of {tool}", abs(ratio - 1) <= tol,
                    f"harness {row['harness_ms']:.4g} ms, {tool} {row[f'{tool}_ms']:.4g} ms, ratio {ratio:.3f} "
                    f"(rounds {row[f'ratio_{tool}_lo']:.3f}-{row[f'ratio_{tool}_hi']:.3f})")
@@ -418,17 +416,18 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     # 6. a sub-0.1 ms cell: NVML's clocks, power and energy, and its time again as a CUDA graph
     tiny, tiny_graph = rows("tiny"), rows("tiny-graph")
     fixed = [r for r in tiny + tiny_graph if r.get("lengths", "fixed") == "fixed"]
-    checks.add(*gpu_state_verdict([r for r in fixed if r in tiny], [r for r in fixed if r in tiny_graph], device))
+    checks.add(*acceptance.gpu_state_verdict([r for r in fixed if r in tiny], [r for r in fixed if r in tiny_graph],
+                                             device))
 
     # 7. the ragged and paged workloads: SDPA's nested tensors (timed by events and as a graph), flex
     # over a paged pool
-    checks.add(*workload_verdict([r for r in tiny + tiny_graph if r not in fixed], rows("paged"), device))
+    checks.add(*acceptance.workload_verdict([r for r in tiny + tiny_graph if r not in fixed], rows("paged"), device))
 
     if "matrix-compiled" in steps:
         compiled = steps["matrix-compiled"].settings["variants"]
-        checks.add(*_matrix_verdict(f"1 {', '.join(compiled)} x mask x fwd/bwd: ok or unsupported with a reason",
-                                    rows("matrix-compiled")))
-    return _verdict(checks.items)
+        checks.add(*acceptance.matrix_verdict(f"1 {', '.join(compiled)} x mask x fwd/bwd: ok or unsupported with a "
+                                              f"reason", rows("matrix-compiled")))
+    return _exit_code(checks.items)
 
 
 QUICK_LIMIT_S = 360.0  # the quick check must fit six minutes on an H200, by its own projection
@@ -477,122 +476,6 @@ class Verdicts:
         print(f"{'ok  ' if ok else 'FAIL'} {check}: {detail}", flush=True)
         store.write_json(self.path.parent, self.path.name,
                          [{"check": c, "ok": k, "detail": d} for c, k, d in self.items], indent=2)
-
-
-def _matrix_verdict(check: str, rows: list[dict]) -> tuple[str, bool, str]:
-    import pandas as pd
-
-    bad = _failed_cells(rows)
-    counts = pd.Series([r["status"] for r in rows]).value_counts().to_dict() if rows else {}
-    return check, bool(rows) and not bad, (f"{len(bad)} failed, e.g. {bad[0]}" if bad else
-                                           ", ".join(f"{k} {v}" for k, v in counts.items()))
-
-
-def kernel_verdict(rows: list[dict], device: str) -> tuple[str, bool, str]:
-    """Every ok cell of the SDPA sweep names the kernels that ran, and a pinned backend ran its
-    own (bench.measure.kernels); on the CPU there are no CUDA kernels to name."""
-    check = "2 kernels that ran belong to each cell's backend"
-    if device != "cuda":
-        return check, True, "on the CPU: no CUDA kernels to name"
-    ok = [r for r in rows if r.get("status") == "ok"]
-    bad = [f"{r['variant']}: {r['kernel_mismatch']}" for r in ok if r.get("kernel_mismatch")]
-    unnamed = [r["variant"] for r in ok if not r.get("kernels")]
-    ran = ", ".join(f"{r['variant']} -> {r.get('backend_ran') or '?'}" for r in ok)
-    if bad or unnamed:
-        return check, False, "; ".join(bad + [f"{v}: no kernel names" for v in unnamed])
-    return check, bool(ok), ran or "no ok cell"
-
-
-def gpu_state_verdict(events_rows: list[dict], graph_rows: list[dict], device: str) -> tuple[str, bool, str]:
-    """Verdict 6: a sub-0.1 ms cell, forward and backward, has NVML's clock and power (when
-    nvidia-ml-py is there), its CUDA-graph time beside its event time (a failed capture is named
-    from ``graph_error``, its timing kept), and ``--timer graph`` times each as a graph."""
-    check = "6 NVML state, and CUDA-graph timing of a fwd and a bwd cell under 0.1 ms"
-    if device != "cuda":
-        return check, True, "on the CPU: no NVML, no CUDA graphs"
-    directions = sorted({r.get("direction") for r in events_rows + graph_rows})
-    pairs = {d: (next((r for r in events_rows if r.get("direction") == d and r.get("status") == "ok"), None),
-                 next((r for r in graph_rows if r.get("direction") == d and r.get("status") == "ok"), None))
-             for d in directions}
-    if not pairs or any(row is None or graph is None for row, graph in pairs.values()):
-        return check, False, "a cell did not run: " + "; ".join(
-            f"{r.get('variant')} {r.get('direction')} {r.get('status')}: {r.get('reason')}"
-            for r in events_rows + graph_rows if r.get("status") != "ok")[:300]
-    problems, details = [], []
-    try:
-        import pynvml  # noqa: F401
-        nvml_here = True
-    except ImportError:
-        nvml_here = False  # optional: the columns are simply absent
-    for d, (row, graph) in pairs.items():
-        if nvml_here and row.get("sm_clock_start_mhz") is None:
-            problems.append(f"{d}: no SM clock from NVML")
-        if row.get("graph_error"):
-            problems.append(f"{d}: the CUDA-graph cross-check failed ({row['graph_error']})")
-        elif row["median_ms"] < 0.1 and row.get("graph_median_ms") is None:
-            problems.append(f"{d}: no CUDA-graph cross-check under 0.1 ms")
-        if graph.get("timer") != "cuda-graph":
-            problems.append(f"{d}: --timer graph timed with {graph.get('timer')}")
-        details.append(f"{d}: events {row['median_ms']:.4g} ms, graph {row.get('graph_median_ms') or float('nan'):.4g}"
-                       f" ms, kernels {row.get('kernel_sum_ms') or float('nan'):.4g} ms "
-                       f"({row.get('timer_mismatch') or 'agree'}); --timer graph {graph['median_ms']:.4g} ms; "
-                       f"SM {row.get('sm_clock_start_mhz')} MHz, {row.get('power_start_w')} W of "
-                       f"{row.get('power_limit_w')}, {row.get('energy_j_per_call')} J/call")
-    return check, not problems, "; ".join(problems + details)
-
-
-def workload_verdict(ragged_rows: list[dict], paged_rows: list[dict], device: str) -> tuple[str, bool, str]:
-    """Verdict 7: a ragged batch through SDPA's nested tensors is ok with its layout change timed
-    apart, and (on a GPU) flex reads a paged cache visiting no more than its own pages."""
-    check = "7 a ragged batch through sdpa, a paged cache through flex"
-    problems, details = [], []
-    ragged = [r for r in ragged_rows if r.get("status") == "ok"]
-    failed = [f"{r.get('direction')} {r.get('status')}: {r.get('reason')}" for r in ragged_rows
-              if r.get("status") != "ok"]
-    if not ragged_rows or failed:
-        problems.append("ragged sdpa: " + ("; ".join(failed) if failed else "no row"))
-    for r in ragged:
-        layout = (r.get("extra") or {}).get("layout_ms", r.get("layout_ms"))
-        layout = "?" if layout is None else f"{layout:.3g}"
-        how = " ".join(str(x) for x in (r.get("direction"), r.get("timer")) if x)
-        details.append(f"ragged sdpa{' ' + how if how else ''} {r['median_ms']:.4g} ms (layout change {layout} ms "
-                       f"of it, {r.get('layout')})")
-    if device == "cuda":
-        paged = [r for r in paged_rows if r.get("status") == "ok"]
-        if not paged:
-            problems.append("paged flex: " + "; ".join(f"{r.get('status')}: {r.get('reason')}" for r in paged_rows)
-                            if paged_rows else "paged flex: no row")
-        for r in paged:
-            extra = r.get("extra") or {}
-            share = extra.get("kv_blocks_visited", r.get("kv_blocks_visited"))
-            if share is None or share > 1.0 / r["batch"] + 1e-6:
-                problems.append(f"paged flex visits {share} of the pool's blocks (its own pages: 1/{r['batch']})")
-            details.append(f"paged flex {r['median_ms']:.4g} ms, {share} of the pool's blocks visited")
-    else:
-        details.append("paged flex: on a GPU only (the CPU suite checks its block mask)")
-    return check, not problems, "; ".join(problems + details)
-
-
-def sdpa_verdict(rows: list[dict], peak: float | None, absolute: float | None = None,
-                 shares: dict | None = None) -> tuple[str, bool, str]:
-    """Verdict 2 from the peak sweep's rows: the fastest SDPA backend against its share of the
-    measured matmul peak (``shares``: each variant's declared peak_share; judge.PEAK_SHARE for one
-    that declares none), naming the backend; ``absolute`` instead, where given (the CPU rehearsal's
-    relaxed threshold)."""
-    ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("tflops")), key=lambda r: -r["tflops"])
-    if not ok:
-        return "2 best SDPA backend TFLOP/s", False, "no SDPA backend ran"
-    best = ok[0]
-    if absolute is not None:
-        threshold, why = absolute, f"threshold {absolute:g}"
-    elif peak:
-        share = (shares or {}).get(best["variant"], judge.PEAK_SHARE)
-        threshold, why = share * peak, f"threshold {share:g} x the measured matmul peak {peak:.0f} = {share * peak:.0f}"
-    else:
-        return "2 best SDPA backend TFLOP/s", False, "no matmul peak was measured to hold it to"
-    detail = (f"best {best['variant']} {best['tflops']:.1f} TFLOP/s ({why}); "
-              + ", ".join(f"{r['variant']} {r['tflops']:.1f}" for r in ok[1:]))
-    return "2 best SDPA backend TFLOP/s", best["tflops"] >= threshold, detail
 
 
 def command(args):

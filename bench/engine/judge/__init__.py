@@ -354,13 +354,7 @@ def trust(rows, mixed_runs=(), unreliable_peaks=(), conclusions: Conclusions | N
                  f"only {n_shaky} of {n} ok cells are shaky", **args)
 
 
-# -- gpu-check's acceptance thresholds ----------------------------------------------------------------
-
-# what each variant must reach is declared on it (variant(..., peak_share=, memory_exponents=)); a fused
-# backend that declares no share of the measured matmul peak is held to this one
-PEAK_SHARE = 0.35
-TIMER_AGREEMENT = {"cuda": 0.03, "cpu": 0.25}  # the harness median against do_bench (torch.utils.benchmark)
-MIN_TFLOPS_CPU = 0.0  # the CPU rehearsal's relaxed threshold for the best SDPA backend
+# -- gpu-check's acceptance thresholds and verdicts: bench.engine.judge.acceptance -------------------------------
 
 
 # -- compare: is B faster or slower than A, cell by cell -------------------------------------------------
