@@ -347,3 +347,19 @@ def test_every_row_is_stamped_with_the_settings_also_those_that_never_reached_a_
     rows = read_jsonl(out / "results.jsonl")
     assert {r["status"] for r in rows} == {"ok", "unsupported"}  # xformers: refused before any worker ran it
     assert {(r["budget_ms"], r["threads"], r["precision"]) for r in rows} == {(5.0, 1, 0.04)}
+
+
+def test_a_sweeps_flags_are_read_without_torch():
+    """The workers start importing torch as soon as the flags are read, and the flags are read
+    without it (a malformed mask alone asks the catalogue), so the two imports overlap and a value
+    no setting takes is still refused before any worker starts."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom bench.cli import build_parser\nfrom bench.cli.common import given_settings\n"
+            "given_settings(build_parser().parse_args(['sweep', '--preset', 'quick', '--masks', "
+            "'none,causal,window:64,document:4&causal,sink:4+window:256', '--lengths', 'lognormal:0.5', "
+            "'--batch-mix', '2x(4/8)', '--inputs', 'clustered', '--head-dims', '192/128', '--device', 'cpu']))\n"
+            "print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stdout + proc.stderr

@@ -101,19 +101,23 @@ def choices(what: str, valid, normalize: Callable[[str], str] = str):
 
 def mask_spellings(raw, name: str) -> list[str]:
     """Mask spellings, checked for their form here; their names are checked by ``build_spec``,
-    once the plugins (which may define masks) are loaded."""
-    from bench.model import masks
+    once the plugins (which may define masks) are loaded. A well-formed spelling is read without
+    torch (``bench.model.mask_spelling``), so that the workers can start importing it before this
+    process does; a malformed one is parsed by the catalogue for its own words."""
+    from bench.model import mask_spelling
 
     values = texts(raw, name)
     for text in values:
         try:
-            masks.check_size(text)
-        except masks.MaskError as exc:
+            mask_spelling.check_size(text)
+        except mask_spelling.MaskError as exc:
             raise UsageError(f"--masks: {exc}") from None
         if any(not term.strip() for term in text.split("+")):
             raise UsageError(f"--masks {text}: an empty term between '+' signs; join terms such as "
                              f"causal+softcap:50")
         if not MASK_SPELLING.match(text):
+            from bench.model import masks
+
             try:  # the parser's own words where it has some (an empty term beside '&', a wrapper's form)
                 masks.parse(text, window=1)
                 specific = ""
