@@ -227,7 +227,8 @@ def test_no_test_module_imports_another():
 def test_the_command_line_decides_no_verdict():
     """Judging has one home below the reports (bench.engine.judge, gpu-check's in its acceptance
     module): no subcommand defines a verdict of its own."""
-    bad = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name}" for path in sorted((ROOT / "bench" / "cli").glob("*.py"))
+    cli = sorted((ROOT / "bench" / "cli").glob("*.py"))
+    bad = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name}" for path in cli
            for node in ast.walk(ast.parse(path.read_text()))
            if isinstance(node, ast.FunctionDef) and node.name.rstrip("_").endswith("verdict")]
     assert not bad, bad
