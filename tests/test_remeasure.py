@@ -136,6 +136,9 @@ def test_threads_auto_takes_the_free_cores_when_others_load_the_machine(monkeypa
     monkeypatch.setattr(contention, "free_cores", lambda window_s=0.5: 1.9)
     assert remeasure.auto_threads(spec) == (None, "")  # quiet: one thread per core
     assert remeasure.auto_threads(spec.replace(threads=2)) == (None, "")  # a count given is kept
+    monkeypatch.setattr(contention, "free_cores", lambda window_s=0.5: pytest.fail("probed twice"))
+    assert remeasure.auto_threads(spec, others=1.3)[0] == 1  # the plan's probe, taken as it is: not probed again
+    assert remeasure.auto_threads(spec, others=0.1) == (None, "")
 
 
 def test_the_projection_learns_from_what_earlier_sweeps_took(tmp_path, registry):

@@ -14,11 +14,13 @@ from bench.measure import contention
 QUIET_WAIT_S = 10.0  # the longest a re-measurement pass waits for the load to drop
 
 
-def auto_threads(spec) -> tuple[int | None, str]:
+def auto_threads(spec, others: float | None = None) -> tuple[int | None, str]:
     """``--threads auto`` (the default) on the CPU: when other processes leave fewer cores free
     than the sweep would use, the free ones (at least 1), and a note that says so; else
-    (None, ''): one thread per core.  Measured once the workers started ahead have done
-    their imports, as the contention check measures (bench.measure.contention)."""
+    (None, ''): one thread per core.  ``others``: the cores' worth other processes used, as the
+    caller measured it already (the plan's probe: the load is probed once per sweep); without it,
+    measured here once the workers started ahead have done their imports, as the contention
+    check measures (bench.measure.contention)."""
     from bench.engine.runner import wait_prestarted
 
     if spec.threads is not None and spec.device == "cpu":
@@ -30,9 +32,12 @@ def auto_threads(spec) -> tuple[int | None, str]:
                           f"count); --threads {max(1, cores // (spec.workers or 1))} or fewer")
     if spec.threads is not None or spec.device != "cpu" or (spec.workers or 1) > 1:
         return None, ""
-    wait_prestarted()
     cores = len(contention.usable_cpus())
-    free = contention.free_cores()
+    if others is not None:
+        free = max(0.0, cores - others)
+    else:
+        wait_prestarted()
+        free = contention.free_cores()
     if free is None or free > cores - 0.5:
         return None, ""
     n = max(1, min(cores, int(free + 0.5)))

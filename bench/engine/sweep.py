@@ -61,7 +61,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
         registry = discover(spec.plugins)
     run_dir = store.writable_dir(run_dir)
     with store.locked(run_dir):
-        auto, note = again.auto_threads(spec)
+        auto, note = again.auto_threads(spec, options.others_cores_start)  # the plan's probe, when it made one
         if note:
             log.info(note)
         saved, spec = spec, spec.replace(threads=spec.threads or auto)  # the folder keeps 'auto'; cells run with it
