@@ -1,4 +1,6 @@
-"""Imported by the fork server alone (bench.engine.runner.FORKSERVER_PRELOAD): its exit skips the
+"""Imported by the fork server alone (bench.engine.runner.FORKSERVER_PRELOAD), last: it imports the
+built-in variants and collects and freezes the server's heap once, so that no worker forked from it
+imports them again or scans that heap at its first collection; and its exit skips the
 interpreter's teardown.  The server holds the sweep's stdout and stderr, and tearing down torch and
 dynamo takes it about 1.5 s after the sweep has exited, during which whoever reads the sweep's output
 through a pipe (a script, CI, subprocess.run with capture_output) waits for its end.  The workers it
@@ -28,5 +30,19 @@ def _leave() -> None:
     os._exit(0)
 
 
+def _prepare() -> None:
+    import gc
+
+    from bench.engine.discovery import discover
+
+    try:
+        discover([])  # the built-in variants; a worker discovers its plugins, and says what fails
+    except Exception:  # noqa: BLE001
+        pass
+    gc.collect()
+    gc.freeze()  # torch's, dynamo's and the variants' objects: shared with every worker, never scanned
+
+
 if _in_fork_server():
     atexit.register(_leave)
+    _prepare()
