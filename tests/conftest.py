@@ -145,9 +145,15 @@ def pytest_configure(config):
     own process: there is a test process per core already, and a second thread or a drawing
     process each would only contend (the suite's small tensors ran about a third slower, and a
     report built in a test spawned a process that imports matplotlib).  The sweeps the tests start
-    choose their own threads."""
+    choose their own threads.  Every test process prints the engine's notes and warnings as the
+    command line does."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
         torch.set_num_threads(1)
         os.environ.setdefault("ATTNBENCH_DRAW_PROCESSES", "0")
+    # the engine logs its notes and warnings (bench.engine.events); a test process prints them on stderr
+    # as `python -m bench` does, from its first test on, whichever test calls the command line first
+    from bench.cli.common import listen
+
+    listen()

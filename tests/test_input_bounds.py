@@ -394,3 +394,33 @@ def test_every_readme_mask_form_runs_through_every_variant_that_declares_it(regi
             with b.scope():
                 result = run_and_check(case, b.fn, *b.inputs)
         assert result.ok, (spelling, name, result.reason)
+
+
+def test_the_libraries_pools_are_started_before_the_baseline_so_no_check_looks_for_them():
+    """OpenMP's pool and the profiler's thread start on their first use; a worker starts them before
+    its leftover baseline (leftovers.warm), so the first cell's check does not spend a look on them.
+    Without that, the same calls make the check look (in a fresh process, with two threads)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, torch
+from bench.measure import leftovers
+torch.set_num_threads(2)
+if sys.argv[1] == "warm":
+    leftovers.warm()
+looks = []
+guard = leftovers.Leftovers(sleep=looks.append)
+a = torch.ones(128, 128)
+(a @ a).sum().item()
+from torch.profiler import ProfilerActivity, profile
+with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+    (a @ a).sum().item()
+guard.check()
+print(len(looks))
+"""
+    runs = {how: subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, timeout=120)
+            for how in ("warm", "cold")}
+    assert all(r.returncode == 0 for r in runs.values()), {h: r.stderr[-500:] for h, r in runs.items()}
+    assert runs["warm"].stdout.split()[-1] == "0"  # nothing new: no look
+    assert int(runs["cold"].stdout.split()[-1]) > 0  # the pools appeared after the baseline: it looked

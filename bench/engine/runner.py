@@ -244,13 +244,14 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
 
     from bench.engine.cell import ReferenceCache, WorkerTainted, cuda_broken, profile_group, retime_group, run_group
     from bench.engine.discovery import discover
-    from bench.measure.leftovers import Leftovers
+    from bench.measure.leftovers import Leftovers, warm
 
     if settings.measure.threads:
         torch.set_num_threads(settings.measure.threads)
     registry = discover(settings.plugins)
     cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
     cache = ReferenceCache()
+    warm()  # the libraries' own thread pools, started before the baseline
     gc.collect()
     gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
     leftovers = Leftovers()  # what a variant leaves running, against the worker as it is now

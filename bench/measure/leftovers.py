@@ -80,6 +80,21 @@ def _cpu_s(pid) -> float:
         return 0.0
 
 
+def warm(threads: int | None = None) -> None:
+    """Start the threads the libraries start on their first use, before a worker takes its baseline:
+    OpenMP's pool (the first parallel region) and the profiler's (the memory pass). A pool that
+    appears later costs the next check a look of a few tenths of a second before it is taken as the
+    new normal; started here, it is part of the baseline and costs nothing."""
+    import torch
+
+    a = torch.ones(128, 128)
+    (a @ a).sum().item()  # a parallel region at the worker's thread count
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+        (a @ a).sum().item()
+
+
 class Leftovers:
     def __init__(self, sleep=time.sleep, cpu=time.process_time, clock=time.monotonic):
         self.sleep, self.cpu, self.clock = sleep, cpu, clock
