@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reports import frontier, steps
+from reports import frontier_section, steps
 from reports.accuracy import error_chart, pareto_chart, roofline_chart
 from reports.charts import chart_jobs, declared_colours, draw, drawing_pool, variant_style
 from reports.frames import load_runs, speedups, with_peaks
 from reports.groups import Group, not_run, overview, split
 from reports.markdown import write_markdown
-from reports.masks import density_chart, mask_table, pattern_chart, pictures, with_labels
+from reports.mask_section import density_chart, mask_table, pattern_chart, pictures, with_labels
 from reports.mixes import is_mix_frame, mix_jobs
 from reports.page import ReportParts, write_page
 from reports.scaling import crossovers, scaling_table
@@ -103,7 +103,7 @@ def _build(run_dirs, out: Path | None) -> Path:
     scaling.to_csv(folder / "scaling.csv", index=False)
     failed_rows(df).to_csv(folder / "failures.csv", index=False)
     cross.to_csv(folder / "crossovers.csv", index=False)
-    memory = frontier.write(df, envs, folder, charts_dir)
+    memory = frontier_section.write(df, envs, folder, charts_dir)
     step_table = steps.steps_table(df)
     per_step = {"table": step_table, "note": steps.NOTE,
                 "chart": steps.steps_chart(df, charts_dir / "steps", style) if not step_table.empty else None}

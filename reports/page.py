@@ -186,7 +186,7 @@ class ReportParts:
     charts: dict
     baseline: str | None
     masks: dict | None = None
-    memory: dict | None = None  # reports.frontier.write: the memory models, the predicted frontier chart
+    memory: dict | None = None  # reports.frontier_section.write: the memory models, the predicted frontier chart
     steps: dict | None = None  # reports.steps: the cost per step (--steps), its chart
     groups: list = field(default_factory=list)  # reports.build.GroupPart: each group's overview, charts, tables
     not_run: pd.DataFrame | None = None  # reports.groups.not_run: the variants with no ok cell, listed once

@@ -41,7 +41,8 @@ def available_memory() -> float | None:
 
 
 def command(args) -> int:
-    from bench.engine import frontier, store
+    from bench.engine import frontier_search as frontier
+    from bench.engine import store
 
     registry, spec = case_spec(args, {"seq_lens": ",".join(map(str, frontier.PROBES["n"]["cpu"])), "heads": "8",
                                       "head_dims": "64", "batch": "1", "masks": "causal", "directions": "fwd",
@@ -84,7 +85,7 @@ def command(args) -> int:
 
 def _budget(args, device: str) -> tuple[float, float | None, str]:
     """(budget bytes, the most a cell may be predicted to use, where the budget came from)."""
-    from bench.engine import frontier
+    from bench.engine import frontier_search as frontier
 
     if args.memory_budget:
         budget = parse_size(args.memory_budget)
@@ -136,7 +137,7 @@ def _write(results, out: Path, base, axis: str) -> None:
     import pandas as pd
     from tabulate import tabulate
 
-    from bench.engine import frontier
+    from bench.engine import frontier_search as frontier
 
     table, cells = [], []
     for r in results:

@@ -11,7 +11,7 @@ from pathlib import Path
 from bench.engine import store
 from bench.measure.stats import Stats
 from bench.model.case import Case
-from bench.model.row import ACCURACY, CONTENTION, FIGURES, SETTINGS, WORKLOAD
+from bench.model.row import ACCURACY, CONTENTION, FIGURES, SETTING_COLUMNS, WORKLOAD
 
 
 def _stats_seconds(samples_ms: list[float], number: int) -> dict:
@@ -47,7 +47,7 @@ def to_pytest_benchmark(run_dir: Path) -> dict:
             "name": f"{row['variant']}[{param}]",
             "fullname": f"attnbench::{row['variant']}[{param}]",
             "params": case.to_dict(), "param": param,
-            "extra_info": {k: row[k] for k in (*WORKLOAD, *SETTINGS, *FIGURES, *ACCURACY, *CONTENTION)
+            "extra_info": {k: row[k] for k in (*WORKLOAD, *SETTING_COLUMNS, *FIGURES, *ACCURACY, *CONTENTION)
                            if row.get(k) is not None and k != "pct_peak"}
                           | _peak_share(row, env),
             "options": {"disable_gc": False, "timer": row.get("timer", "perf_counter"),

@@ -82,7 +82,7 @@ CLEAN_SHARE = 0.1  # a sweep with more of its ok cells contended than this teach
 
 
 @dataclass(frozen=True)
-class Group:
+class CaseCost:
     case: Case
     variants: tuple[str, ...]
     index: int  # its place in the spec's order (ties, and the order a bin runs them in)
@@ -314,7 +314,7 @@ def group_cost_s(variants, case: Case, budget_ms: float, history: History | None
 
 def groups(cells, registry, budget_ms: float, history: History | None = None, factor: float = 1.0,
            fewer_threads: float = 1.0, rounds: int = DEFAULT_ROUNDS,
-           ceiling_ms: float = DEFAULT_CEILING_MS) -> list[Group]:
+           ceiling_ms: float = DEFAULT_CEILING_MS) -> list[CaseCost]:
     """``cells`` ((variant name, case) in spec order) as case groups with their costs; a
     variant that cannot run here by its declared capabilities, or whose probe found the case
     unsupported in an earlier run here, costs nothing (it is not launched, or not timed).
@@ -328,18 +328,18 @@ def groups(cells, registry, budget_ms: float, history: History | None = None, fa
         runs = [registry[n] for n in names if registry[n].static_reason(case) is None
                 and (n, case_key(case.to_dict())) not in skip]
         if not runs:
-            out.append(Group(case, tuple(names), i, 0.001, 0.0))
+            out.append(CaseCost(case, tuple(names), i, 0.001, 0.0))
             continue
         setup = sum(cell_setup_s(v, case, history) for v in runs)
         cost = group_cost_s(runs, case, budget_ms, history, fewer_threads, rounds, ceiling_ms)
-        out.append(Group(case, tuple(names), i, setup + factor * (cost - setup), setup))
+        out.append(CaseCost(case, tuple(names), i, setup + factor * (cost - setup), setup))
     return out
 
 
-def split(items: list[Group], n: int) -> list[list[Group]]:
+def split(items: list[CaseCost], n: int) -> list[list[CaseCost]]:
     """``items`` in ``n`` bins of near-equal cost (longest first, to the least loaded bin);
     each bin keeps the spec's order."""
-    bins: list[list[Group]] = [[] for _ in range(n)]
+    bins: list[list[CaseCost]] = [[] for _ in range(n)]
     loads = [0.0] * n
     for g in sorted(items, key=lambda g: (-g.cost_s, g.index)):
         i = min(range(n), key=lambda b: (loads[b], b))
@@ -428,7 +428,7 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     cost = {g.index: g.cost_s for g in gs}  # the calibrated cost of each group, in whichever split
     per_shard, first_workers = [], []
     for k, b in enumerate(shard_bins):
-        worker_bins = split([Group(g.case, g.variants, g.index, cost[g.index], g.setup_s) for g in b], workers)
+        worker_bins = split([CaseCost(g.case, g.variants, g.index, cost[g.index], g.setup_s) for g in b], workers)
         loads = [slowdown * sum(g.cost_s for g in w) for w in worker_bins]
         per_shard.append(fixed + max(loads, default=0.0))
         if k == 0:

@@ -74,7 +74,7 @@ OUTCOME = ("status", "reason", "reason_kind")
 WORKLOAD = ("mask_params", "density", "flops", "bytes", "approximate", "seq_lengths", "padding_waste",
             "layout", "phases")  # a ragged batch: each sequence's length, padded over real FLOPs, how the variant
 # held it; a mixed batch: each phase's sequences, tokens, FLOPs and bytes (bench.measure.flops.mix_phases)
-SETTINGS = ("threads", "budget_ms", "precision", "worker")  # worker: where it ran (cpu, cpu:0-3, cuda:1)
+SETTING_COLUMNS = ("threads", "budget_ms", "precision", "worker")  # worker: where it ran (cpu, cpu:0-3, cuda:1)
 TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth",
           "noisy", "few_samples", "median_confidence", "ci_lo_ms", "ci_hi_ms", "number", "warmup_calls", "timer",
           "samples_ms", "round_medians_ms", "rounds", "timed_s", "bwd_forward", "interleave_id")
@@ -95,7 +95,7 @@ GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_e
              "temp_end_c",
              "throttle_reasons", "energy_j_per_call", "energy_j_per_token", "energy_why", "throttled",
              "throttled_why")  # NVML
-COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTINGS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
+COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTING_COLUMNS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
            *GPU_STATE)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
            "rel_iqr", "ci_halfwidth", "median_confidence", "timed_s", "cpu_util", "other_cpu", "density", "flops",
