@@ -257,7 +257,7 @@ def summary_table(rows: list[dict]) -> str:
     """variant (x the facets that vary) by seq_len: median ms, or the status as a word.
     Variants with no cell that could run here are listed below the table with the reason."""
 
-    from bench.engine.store import current_rows
+    from bench.model.row import current_rows
 
     rows = current_rows(rows)  # a cell measured again: its newest row
     if not rows:

@@ -32,7 +32,7 @@ def test_gpu_check_dry_run_on_cpu(tmp_path, capsys):
     assert scaled == {("naive", "causal")}  # causal for naive and SDPA, window for the windowed ones
     scaled = {(r["variant"], r["mask"]) for r in read_jsonl(tmp_path / "scaling-window" / "results.jsonl")}
     assert scaled == {("window.chunked", "window")}
-    from bench.engine.store import current_rows
+    from bench.model.row import current_rows
 
     mixed = current_rows(read_jsonl(tmp_path / "mix" / "results.jsonl"))  # naive takes a mix, window.chunked says why
     assert {r["mix"] for r in mixed} == {"2x(4/4)+1x(2/16)+8x(1/16)"} and len(mixed) == 12

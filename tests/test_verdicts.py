@@ -15,6 +15,7 @@ from bench.engine.cell import run_group
 from bench.measure.inputs import make_grad_out, make_inputs
 from bench.measure.reference import check, reference, run_and_check
 from bench.measure.settings import MeasureSettings
+from bench.model.row import current_rows
 from bench.registry import Variant
 
 # -- the check's power where values are small: long sequences, bf16, gradients, decode --------
@@ -192,7 +193,7 @@ def test_the_newest_row_of_a_cell_decides_what_is_done_and_what_is_retried():
     rows = [_row("oom"), _row("crash")]
     assert store.done_keys(rows, frozenset({"oom"}))  # its newest row is crash: not asked for
     assert not store.done_keys(rows, frozenset({"crash"}))  # measured again, however old its oom
-    assert store.current_rows(rows) == [rows[1]]
+    assert current_rows(rows) == [rows[1]]
     shaky = [_row("ok", 1.0, contended=True)]
     assert not store.done_keys(shaky, frozenset({"shaky"})) and store.done_keys(shaky, frozenset({"crash"}))
 

@@ -112,8 +112,8 @@ def _budget(args, device: str) -> tuple[float, float | None, str]:
 def _measure(spec, registry, name, case, out: Path, axis: str):
     """One cell in a worker of its own sweep (run folder cells/<variant>-<axis><size>): its row
     and the sweep's wall seconds."""
-    from bench.engine.store import current_rows
     from bench.engine.sweep import SweepOptions, run_sweep
+    from bench.model.row import current_rows
 
     size = case.q_len if axis == "n" else case.batch
     cell_spec = spec.replace(variants=[name], seq_lens=[case.q_len], batch=[case.batch])

@@ -14,7 +14,7 @@ from bench.engine import store
 from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
 from bench.model.digits import is_digits
-from bench.model.row import STATUSES
+from bench.model.row import STATUSES, current_rows
 
 # torch and the engine are imported once the workers are started (prestart): they import
 # theirs meanwhile
@@ -268,7 +268,7 @@ def shaky_count(rows, remeasured: frozenset = frozenset(), run_dir=None) -> str:
     """How many of the ok cells (their current rows) are shaky, by reason, and what would help."""
     from bench.engine import judge
 
-    current = store.current_rows(rows)
+    current = current_rows(rows)
     t = judge.trust(current)
     text = f"shaky: {t.shaky} of {t.ok} ok cells ({judge.reasons_text(t.counts)})"
     wide = (f"; {t.noisy} with an interval beyond +-5% (noisy: shown with the cell, not shaky, since what the "

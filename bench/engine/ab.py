@@ -225,14 +225,14 @@ def rows_by_cell(out: Path, repeats: int, n_slices: int) -> dict:
     measured together pair per visit of each repeat (``TOGETHER_VISITS``: A and B in the same fresh
     worker and the same round), which are as many more units."""
     from bench.engine import store
-    from bench.model.row import IDENTITY
+    from bench.model.row import IDENTITY, current_rows
 
     cells: dict = {}
     for k in range(repeats):
         for i in range(n_slices):
             for label in ("A", "B", "AB"):
                 f = folder(out, k, i, label)
-                for r in store.current_rows(store.read_rows(f, quiet=True)) if f.exists() else []:
+                for r in current_rows(store.read_rows(f, quiet=True)) if f.exists() else []:
                     if r.get("status") != "ok" or not r.get("median_ms"):
                         continue
                     side_of = label

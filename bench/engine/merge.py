@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bench.engine import judge, store, visits
 from bench.errors import UsageError
+from bench.model.row import current_rows
 from bench.model.spec import measured_part, spec_from_dict
 
 
@@ -37,7 +38,7 @@ def merge_runs(run_dirs, out) -> Path:
     devices: dict = {}  # worker label in the merged run: the hardware it measured on
     for d, env in zip(dirs, envs):
         tag = f"shard {env['shard']}" if env.get("shard") else d.name
-        for row in store.current_rows(store.read_rows(d, with_visits=False)):  # as written: visits come apart
+        for row in current_rows(store.read_rows(d, with_visits=False)):  # as written: visits come apart
             key = store.cell_key(row["variant"], row)
             if key in seen:
                 raise UsageError(f"merge: the cell {row['variant']} {_label(row)} is measured in both {seen[key]} "

@@ -12,6 +12,7 @@ from bench.engine import events, judge, maskfile, peaks, store
 from bench.engine import remeasure as again
 from bench.errors import UsageError
 from bench.measure import contention
+from bench.model.row import current_rows
 
 log = events.logger(__name__)
 
@@ -20,7 +21,7 @@ def measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:
     """This invocation's times for env.json's history: its cells' wall time, their setups
     (per worker), and the rest, next to what the plan projected and modelled."""
     keys = {store.cell_key(n, c) for n, c in cells}
-    mine = [r for r in store.current_rows(rows) if store.cell_key(r["variant"], r) in keys]
+    mine = [r for r in current_rows(rows) if store.cell_key(r["variant"], r) in keys]
     setup = sum((r.get("setup_ms") or 0.0) / 1e3 for r in mine) / max(1, workers)
     ok = [r for r in rows if r.get("status") == "ok" and store.cell_key(r["variant"], r) in keys]  # re-measured too
     contended = sum(1 for r in ok if "contended" in judge.shaky_flags(r))

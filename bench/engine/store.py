@@ -12,8 +12,9 @@ from pathlib import Path
 
 from bench.engine import events, visits
 from bench.engine.judge import wants_retry
+from bench.model import row as rows_of  # current_rows: the one helper that says which row of a cell counts
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
-from bench.model.row import Row, cell_key, current_rows, flatten, make_row, to_record  # noqa: F401
+from bench.model.row import Row, cell_key, flatten, make_row, to_record  # noqa: F401
 
 log = events.logger(__name__)
 
@@ -26,14 +27,14 @@ DEFAULT_ROOT = Path("runs")
 def read_current(run_dir: Path, quiet: bool = False) -> list[dict]:
     """``current_rows`` of a run folder's results.jsonl (``quiet``: its bad lines unsaid, for a
     reader that only learns from other folders, such as the planner)."""
-    return current_rows(read_rows(run_dir, quiet=quiet))
+    return rows_of.current_rows(read_rows(run_dir, quiet=quiet))
 
 
 def done_keys(rows, retry=frozenset()) -> set:
     """The cells a resume does not measure again: those whose current row's status is not in
     ``retry`` (which may also name the flags of ``judge.RETRY_FLAGS``: ok cells noisy, contended,
     throttled, or any)."""
-    return {cell_key(r["variant"], r) for r in current_rows(rows) if not wants_retry(r, retry)}
+    return {cell_key(r["variant"], r) for r in rows_of.current_rows(rows) if not wants_retry(r, retry)}
 
 
 

@@ -13,6 +13,7 @@ from bench.engine import events, judge, runfolder, store, visits
 from bench.engine import remeasure as again
 from bench.engine.pool import WorkerPool
 from bench.measure import contention
+from bench.model.row import current_rows
 from bench.model.spec import Spec, shard_pair
 
 log = events.logger(__name__)
@@ -127,7 +128,7 @@ def worker_slots(spec: Spec) -> list:
 
 def contention_warning(rows: list[dict], spec) -> str:
     """A warning that counts the contended cells (of the rows that count) and says what to do, or ''."""
-    ok = [r for r in store.current_rows(rows) if r.get("status") == "ok"]
+    ok = [r for r in current_rows(rows) if r.get("status") == "ok"]
     bad = [r for r in ok if "contended" in judge.shaky_flags(r)]
     if not bad:
         return ""
