@@ -735,16 +735,17 @@ def _duration(ms: float) -> str:
     return f"{ms / 1000:.3g} s" if ms >= 1000 else f"{ms:.3g} ms"
 
 
-def frontier_chart(df: pd.DataFrame, out: Path, title: str, predicted: bool = False) -> Path | None:
+def frontier_chart(df: pd.DataFrame, out: Path, title: str, predicted: bool = False,
+                   declared: dict | None = None) -> Path | None:
     """The memory frontier: the largest size each variant fits in the budget as a bar, its
     median time at that size written on it (``frontier.csv``'s columns: variant, largest,
     median_ms_at_largest).  ``predicted``: the bars come from the memory model, not from cells,
-    and are drawn hatched."""
+    and are drawn hatched; ``declared``: the variants' palette slots (``declared_colours``)."""
     rows = df[df["largest"].notna()].sort_values("largest")
     if rows.empty:
         return None
     fig, ax = new_figure(figsize=(7.5, 0.5 + 0.45 * len(rows)))
-    style = variant_style(rows["variant"], None)
+    style = variant_style(rows["variant"], None, declared)
     y = np.arange(len(rows))
     ax.barh(y, rows["largest"].astype(float), color=[style[v]["color"] for v in rows["variant"]],
             hatch="//" if predicted else None, alpha=0.6 if predicted else 0.9)

@@ -71,7 +71,7 @@ def _exponent(series: pd.DataFrame) -> float:
 def write(df: pd.DataFrame, envs: list[dict], folder: Path, charts_dir: Path) -> dict:
     """frontier.csv (every run, empty when no series has three lengths), the table for the page
     and the predicted frontier chart."""
-    from reports.charts import frontier_chart
+    from reports.charts import declared_colours, frontier_chart
 
     table, budget = memory_table(df, envs)
     table.to_csv(folder / "frontier.csv", index=False)
@@ -85,7 +85,8 @@ def write(df: pd.DataFrame, envs: list[dict], folder: Path, charts_dir: Path) ->
         charts_dir.mkdir(parents=True, exist_ok=True)
         case = "{} {} {} h={}/{} d={} b={}".format(*key)
         chart = frontier_chart(one, charts_dir / "frontier", f"Predicted largest n within {budget / 2**30:.3g} GiB "
-                                                             f"(the machine's memory less 10%)\n{case}", predicted=True)
+                                                             f"(the machine's memory less 10%)\n{case}", predicted=True,
+                               declared=declared_colours(envs))
     budget_text = f"{budget / 2**30:.3g} GiB (this machine's memory less 10%)" if budget else "the machine's memory"
     return {"table": _shown(table), "chart": chart, "note": NOTE.format(limit=100 * memmodel.HELD_OUT_LIMIT,
                                                                         budget=budget_text)}

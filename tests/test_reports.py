@@ -713,3 +713,24 @@ def test_the_trust_box_counts_the_conclusions_that_rest_on_shaky_cells(tmp_path)
                                          "weighted_down": "1 (contended)"}]), None)
     assert got.stated["exponents"] == 0 and got.risky == 0  # uncertain (+-0.5): not stated, so not at risk
     assert judge.winner_at_risk(1.01, 0.99, 1.03, True) == (False, False)  # not told apart: not stated
+
+
+def test_the_reports_frontier_bars_take_each_variants_declared_colour(tmp_path, monkeypatch):
+    """The frontier chart draws without a baseline, from frontier.csv's rows: it still takes the
+    palette slots env.json recorded, as every other chart does."""
+    import reports.charts as charts
+
+    seen = []
+    real = charts.frontier_chart
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("declared"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(charts, "frontier_chart", spy)
+    rows = [r | {"peak_mem_bytes": 48 * r["q_len"] ** 2} for r in _timed_rows("naive", 1.0, 0.02,
+                                                                                ns=(128, 256, 512, 1024))]
+    run = _run_folder(tmp_path / "run", rows, env={"colours": {"naive": 11}, "baseline": "naive",
+                                                   "memory_bytes": 2**30})
+    build_report([run])
+    assert seen == [{"naive": 11}]

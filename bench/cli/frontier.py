@@ -79,7 +79,8 @@ def command(args) -> int:
 
         results.append(frontier.search(name, axis, make_case, measure, budget, probes, spec.timeout,
                                        limit=limit, log=lambda s: print("  " + s, flush=True)))
-    _write(results, out, base, axis)
+    _write(results, out, base, axis, {n: registry[n].traits.colour for n in registry.names()
+                                      if registry[n].traits.colour is not None})
     return 0
 
 
@@ -133,7 +134,7 @@ def shape_text(case, axis: str) -> str:
     return f"{case.device} {case.dtype} {where} {heads} d={case.dims} {mask} {case.direction}"
 
 
-def _write(results, out: Path, base, axis: str) -> None:
+def _write(results, out: Path, base, axis: str, colours: dict) -> None:
     import pandas as pd
     from tabulate import tabulate
 
@@ -164,7 +165,7 @@ def _write(results, out: Path, base, axis: str) -> None:
     from reports.charts import frontier_chart
 
     path = frontier_chart(df, out / "frontier.png", f"Largest {axis} within {frontier.gib(results[0].budget)}: "
-                                                    f"{shape_text(base, axis)}")
+                                                    f"{shape_text(base, axis)}", declared=colours)
     print(f"frontier: {out / 'frontier.csv'} (cells: frontier-cells.csv); "
           + (f"chart {path}" if path else "no chart: no variant fits within the budget at any size searched"))
 
