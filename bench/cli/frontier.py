@@ -1,5 +1,5 @@
 """``python -m bench frontier``: the longest context (or the largest batch at a length) each
-variant fits in a memory budget, found with real cells (bench.engine.frontier)."""
+variant fits in a memory budget, found with real cells (bench.engine.frontier_search)."""
 
 from __future__ import annotations
 
