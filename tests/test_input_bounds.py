@@ -396,6 +396,7 @@ def test_every_readme_mask_form_runs_through_every_variant_that_declares_it(regi
         assert result.ok, (spelling, name, result.reason)
 
 
+@pytest.mark.slow
 def test_the_libraries_pools_are_started_before_the_baseline_so_no_check_looks_for_them():
     """OpenMP's pool and the profiler's thread start on their first use; a worker starts them before
     its leftover baseline (leftovers.warm), so the first cell's check does not spend a look on them.
