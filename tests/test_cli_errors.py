@@ -58,3 +58,19 @@ def test_window_without_the_window_mask_warns(tmp_path):
                    "--quiet", "--no-report")
     assert proc.returncode == 0, proc.stderr
     assert "warning: --window 8 has no effect: no window mask in --masks (causal)" in proc.stderr
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(tmp_path):
+    """``python -m bench list | head -1``: the reader closes the pipe early; the command ends without a
+    BrokenPipeError traceback (``true`` reads nothing and is gone before the table is written)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    err = tmp_path / "err.txt"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run(f"'{sys.executable}' -m bench list 2>'{err}' | true", shell=True, env=env, cwd=tmp_path,
+                   timeout=120)
+    assert "Traceback" not in err.read_text() and "BrokenPipe" not in err.read_text(), err.read_text()
