@@ -191,3 +191,33 @@ def test_a_new_capability_is_one_declaration(monkeypatch):
                                             "bottom_right, value_dim, sinks, ragged, mix, windowed"):
         reg.variant("probe.bad", description="x", slidey=True)
     setattr(sys.modules[__name__], reg.MODULE_ATTR, [])  # this test module's registrations go with it
+
+
+@pytest.mark.parametrize("keywords, words", [
+    (dict(work="sparse"), "work is one of all, kept, causal"),
+    (dict(rates={"tpu": 1.0}), "rates takes a dict by device"),
+    (dict(rates={"cpu": 0}), "a rate is a positive number"),
+    (dict(colour=-1), "colour is a palette slot"),
+    (dict(peak_share=1.5), "peak_share is a share of the peak"),
+    (dict(memory_exponents={"cuda": (2.2, 1.8)}), "a memory exponent is a (low, high) pair"),
+    (dict(selfcheck={"cpu": dict(seq_len=512)}), "selfcheck's cpu case takes case fields"),
+    (dict(checks=("timer", "timing")), "unknown gpu-check step(s) ['timing']"),
+    (dict(checks="timer"), "checks takes a tuple of step names"),
+])
+def test_a_variants_traits_are_checked_where_they_are_declared(keywords, words):
+    """What a plugin declares for the plan, the charts and the checks is refused at once, with what
+    is valid, rather than silently ignored (a misspelt gpu-check step would leave the variant out)."""
+    from bench.registry import variant
+
+    with pytest.raises(RegistryError) as caught:
+        variant("my.variant", description="traits", **keywords)
+    assert words in str(caught.value)
+
+
+def test_the_built_in_variants_declare_their_traits():
+    registry = discover()
+    assert registry["flex"].traits.work == "kept" and registry["sdpa.flash"].traits.work == "causal"
+    assert registry["naive"].traits.work == "all" and registry["naive"].traits.colour == 11
+    assert registry["naive"].traits.selfcheck_case("cpu") == {"q_len": 1024, "kv_len": 1024}
+    colours = [registry[n].traits.colour for n in registry.names() if registry[n].traits.colour is not None]
+    assert len(colours) == len(set(colours))  # no two built-ins share a slot

@@ -34,13 +34,16 @@ from bench.engine import store
 from bench.engine.judge import acceptance
 from bench.errors import UsageError
 from bench.model.case import Case
+from bench.model.registry import CHECKS
 
 SCALING_MASKS = ("causal", "window")  # the full check's scaling sweeps: the variants that declare scaling-MASK
 
 
 def taking(registry, step: str, names=None) -> list[str]:
     """The variants (of ``names``, or all) that declare they take part in the check's ``step``
-    (``variant(..., checks=(...))``), in the registry's order."""
+    (``variant(..., checks=(...))``; the steps are ``bench.model.registry.CHECKS``), in the registry's
+    order."""
+    assert step in CHECKS, step
     return [n for n in (registry.names() if names is None else names)
             if n in registry and step in registry[n].traits.checks]
 GPU_TIMEOUT_S = 300.0  # a cold flex forward+backward compile takes 20-35 s on its own

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import RegistryError, first_line
-from bench.model.case import CASE_DTYPES, DEVICES, DTYPES, MASKS, Case
+from bench.model.case import CASE_DTYPES, CASE_FIELDS, DEVICES, DTYPES, MASKS, Case
 
 ENTRY_POINT_GROUP = "attnbench.variants"
 
@@ -143,6 +143,11 @@ def capability_names() -> tuple[str, ...]:
 
 
 WORK = ("all", "kept", "causal")  # the pairs a variant's work follows under a mask (Traits.work)
+# the gpu-check steps a variant may take part in (Traits.checks; bench/cli/gpu_check.py runs them): the quick
+# check's profile, timer agreement, trace, tiny (sub-0.1 ms, CUDA graphs) and paged steps, the full check's
+# scaling sweeps, and the --extra paths
+CHECKS = ("profile", "timer", "trace", "tiny", "paged", "scaling-causal", "scaling-window", "sinks", "mla", "mix",
+          "cross-gqa", "ragged", "decode-gqa", "paged-64")
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,13 @@ def _traits(name: str, work: str, rates, colour, peak_share, memory_exponents, s
         raise RegistryError(f"variant {name!r}: peak_share is a share of the peak, in (0, 1], got {peak_share!r}")
     if isinstance(checks, str):
         raise RegistryError(f"variant {name!r}: checks takes a tuple of step names, got the string {checks!r}")
+    unknown = sorted(set(checks) - set(CHECKS))
+    if unknown:
+        raise RegistryError(f"variant {name!r}: unknown gpu-check step(s) {unknown}; valid: {', '.join(CHECKS)}")
+    for device, fields in selfcheck.items():
+        if not isinstance(fields, dict) or set(fields) - set(CASE_FIELDS):
+            raise RegistryError(f"variant {name!r}: selfcheck's {device} case takes case fields "
+                                f"({', '.join(CASE_FIELDS)}), got {fields!r}")
     return Traits(work=work, rates=tuple(sorted(rates.items())), colour=colour, peak_share=peak_share,
                   memory_exponents=tuple(sorted(memory_exponents.items())),
                   selfcheck=tuple(sorted((d, tuple(sorted(f.items()))) for d, f in selfcheck.items())),
