@@ -254,6 +254,7 @@ def _snapshot(folder):
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_export_never_writes_over_a_runs_files_nor_any_file_without_force(measured, tmp_path, capsys):
     before = _snapshot(measured)
     for name in ("results.jsonl", "env.json", "masks.json"):
@@ -270,6 +271,7 @@ def test_export_never_writes_over_a_runs_files_nor_any_file_without_force(measur
     assert json.loads(other.read_text())["benchmarks"]
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_no_command_writes_over_an_existing_run_folders_files(measured, tmp_path, capsys, monkeypatch):
     """Every subcommand that reads a run leaves the files it found byte for byte as they were; only
     sweep --resume (its rows), report (report/) and merge (its own merged/ folder) write into one."""
@@ -286,6 +288,7 @@ def test_no_command_writes_over_an_existing_run_folders_files(measured, tmp_path
     capsys.readouterr()
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_report_of_one_run_named_twice_reads_it_once(measured, tmp_path, capsys):
     import pandas as pd
 
@@ -304,6 +307,7 @@ def test_frontier_refuses_a_folder_that_holds_anything(tmp_path, capsys):
     assert (out / "frontier.csv").read_text() == "variant,largest\nnaive,64\n"
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_resume_with_another_out_is_refused(measured, tmp_path, capsys):
     _refused(capsys, ["sweep", "--resume", measured, "--out", tmp_path / "other", "--dry-run"], "give one of them")
 
@@ -327,6 +331,7 @@ def test_batch_mix_is_taken_by_profile_and_selfcheck(tmp_path, capsys):
     assert "mix=1x(8/8)+2x(1/16)" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_compare_explain_gives_each_runs_own_settings_and_folders(measured, tmp_path, capsys):
     """Run B is run A's rows measured under another budget: each command carries its own run's."""
     other = tmp_path / "b"
@@ -346,6 +351,7 @@ def test_compare_explain_gives_each_runs_own_settings_and_folders(measured, tmp_
     _refused(capsys, ["compare", measured, other, "--explain", ""], "--explain takes words")
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_status_finds_the_newest_runs_sweep_id_once_through_runs_latest(measured, tmp_path, capsys, monkeypatch):
     """runs/latest links to the run it names: a sweep id found through both is in one folder."""
     import shutil
@@ -366,6 +372,7 @@ def test_status_finds_the_newest_runs_sweep_id_once_through_runs_latest(measured
     _refused(capsys, ["status", sweep_id], "is in 2 run folders")
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_compare_explain_with_nothing_to_explain_and_status_repro_with_a_superscript(measured, tmp_path, capsys):
     other = tmp_path / "other"
     other.mkdir()

@@ -6,6 +6,7 @@ bench/engine (discovery, cells, worker, sweep, run folder) <- reports <- bench/c
 """
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,3 +241,28 @@ def test_gpu_checks_thresholds_are_rows_of_the_judges_table():
     assert threshold("timer agreement", "cuda") == 0.03 and threshold("timer agreement", "cpu") == 0.25
     assert threshold("peak share", "cuda") == threshold("peak share", "cpu")  # one row for any device
     assert all(t.why for t in ACCEPTANCE)
+
+
+def _starts_a_sweep(source: str) -> bool:
+    return bool(re.search(r"run_cli\(\s*[\"']sweep[\"']", source))
+
+
+def test_a_test_that_starts_a_sweep_in_a_subprocess_is_marked_slow():
+    """The quick loop (``-m "not slow"``) holds no test that starts a sweep in a subprocess, itself or
+    through a fixture: pyproject's marker says what slow means, and this keeps the loop to it."""
+    bad = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        text = path.read_text()
+        tree = ast.parse(text)
+        functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        sweeping = {n.name for n in functions if not n.name.startswith("test_")
+                    and _starts_a_sweep(ast.get_source_segment(text, n) or "")}
+        for node in functions:
+            if not node.name.startswith("test_"):
+                continue
+            slow = any("slow" in ast.unparse(d) for d in node.decorator_list)
+            uses = _starts_a_sweep(ast.get_source_segment(text, node) or "") or \
+                any(a.arg in sweeping for a in node.args.args)
+            if uses and not slow:
+                bad.append(f"{path.relative_to(ROOT)}::{node.name}")
+    assert not bad, bad

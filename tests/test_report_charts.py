@@ -18,6 +18,7 @@ def bf16_run(tmp_path_factory):
     return out, res
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_a_bf16_sweep_with_an_approximation_writes_its_report(bf16_run):
     out, res = bf16_run
     assert res.returncode == 0, res.stderr
@@ -49,6 +50,7 @@ def test_a_report_that_cannot_be_built_fails_the_sweep_and_keeps_the_rows(tmp_pa
     assert (out / "report" / "index.html").is_file()
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_serving_mixes_are_bar_groups_with_phase_shares_and_the_summary_has_a_column_per_mix(tmp_path):
     from reports.build import group_chart_jobs
     from reports.charts import chart, variant_style
