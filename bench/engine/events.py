@@ -3,7 +3,7 @@
 Two kinds of event leave the engine:
 
 - notes and warnings, as records of the standard ``logging`` module under the ``bench`` logger
-  (``log = events.logger(__name__)``). The command line installs the handler that prints them
+  (``log = logging.getLogger(__name__)``). The command line installs the handler that prints them
   (``bench.cli.common.Terminal``); a script that installs none sees warnings on stderr through
   logging's last-resort handler and no notes.
 - progress, through a ``Progress`` the caller's factory makes (``bars(total, unit, desc)``). The
@@ -12,16 +12,10 @@ Two kinds of event leave the engine:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Protocol
 
 ROOT = "bench"
-
-
-def logger(module: str) -> logging.Logger:
-    """The logger of an engine module (under ``bench``, whatever the module's own name)."""
-    return logging.getLogger(module if module.startswith(ROOT + ".") else f"{ROOT}.{module}")
 
 
 class Progress(Protocol):

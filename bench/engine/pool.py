@@ -4,6 +4,7 @@ profiled pass after the timing."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from bench.model.registry import available
 from bench.model.row import STATUSES, ReasonKind
 from bench.model.spec import Spec
 
-log = events.logger(__name__)
+log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 
 
 class WorkerPool:

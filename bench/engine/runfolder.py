@@ -5,16 +5,17 @@ this invocation's projected and measured times, which bench.engine.plan learns f
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
-from bench.engine import events, judge, maskfile, peaks, store
+from bench.engine import judge, maskfile, peaks, store
 from bench.engine import remeasure as again
 from bench.errors import UsageError
 from bench.measure import contention
 from bench.model.row import current_rows
 
-log = events.logger(__name__)
+log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 
 
 def measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:

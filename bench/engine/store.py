@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import time
 from pathlib import Path
 
-from bench.engine import events, visits
+from bench.engine import visits
 from bench.engine.judge import wants_retry
 from bench.model import row as rows_of  # current_rows: the one helper that says which row of a cell counts
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 from bench.model.row import Row, cell_key, flatten, make_row, to_record  # noqa: F401
 
-log = events.logger(__name__)
+log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 
 RESULTS = "results.jsonl"
 PROFILE = "profile.jsonl"  # sweep --profile: category shares per cell, from a pass after the timing

@@ -5,6 +5,7 @@ to print and whether to build the report."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from bench.measure import contention
 from bench.model.row import current_rows
 from bench.model.spec import Spec, shard_pair
 
-log = events.logger(__name__)
+log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 
 
 @dataclass(frozen=True)

@@ -80,15 +80,19 @@ def _cpu_s(pid) -> float:
         return 0.0
 
 
-def warm(threads: int | None = None) -> None:
+def warm() -> None:
     """Start the threads the libraries start on their first use, before a worker takes its baseline:
-    OpenMP's pool (the first parallel region) and the profiler's (the memory pass). A pool that
-    appears later costs the next check a look of a few tenths of a second before it is taken as the
-    new normal; started here, it is part of the baseline and costs nothing."""
+    OpenMP's pool (the first parallel region) and, where the memory pass uses it (no GPU: the CPU's
+    allocator-level peak), the profiler's. A pool that appears later costs the next check a look of a
+    few tenths of a second before it is taken as the new normal; started here, it is part of the
+    baseline and costs nothing. A GPU worker's profiler is left alone: it stays untouched until a
+    profiled call needs it (CUPTI)."""
     import torch
 
     a = torch.ones(128, 128)
     (a @ a).sum().item()  # a parallel region at the worker's thread count
+    if torch.cuda.is_available():
+        return
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
