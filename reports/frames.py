@@ -10,8 +10,8 @@ from bench.measure.flops import DIRECTION_FACTOR
 from bench.model import row
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
-FACET_COLS = ["run", "model", "hardware", "device", "dtype", "direction", "mask", "window", "align", "lengths",
-              "mix", "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dims", "kv"]
+FACET_COLS = ["run", "model", "hardware", "device", "scope", "ffn", "dtype", "direction", "mask", "window", "align",
+              "lengths", "mix", "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dims", "kv"]
 NUMERIC = [*row.NUMERIC, "compile_ms", "prep_ms", "compile_warm_ms", "step_median_ms", "step_steady_ms",
            "step_prep_ms", "recompiles", "steps"]  # the row's numeric columns, and its extras' setup and step figures
 FLAGS = list(row.FLAGS)
@@ -199,7 +199,7 @@ def varying_facets(df: pd.DataFrame) -> list[str]:
 
 
 FACET_DEFAULTS = {"lengths": "fixed", "inputs": "normal", "align": "top-left", "kv_layout": "contiguous",
-                  "model": "-", "mix": "none"}  # unsaid
+                  "model": "-", "mix": "none", "scope": "core", "ffn": "none"}  # unsaid
 
 
 def constant_facets(df: pd.DataFrame) -> dict:

@@ -190,6 +190,8 @@ class ReportParts:
     steps: dict | None = None  # reports.steps: the cost per step (--steps), its chart
     groups: list = field(default_factory=list)  # reports.build.GroupPart: each group's overview, charts, tables
     not_run: pd.DataFrame | None = None  # reports.groups.not_run: the variants with no ok cell, listed once
+    layer: dict | None = None  # reports.layer_section: attention's share of the layer, the crossovers, the chart
+    layer_saved: dict | None = None  # reports.layer_section: the layer time the fastest exact core saves
 
 
 def write_page(r: ReportParts) -> Path:
@@ -256,6 +258,9 @@ def _scaling_html(r: ReportParts) -> list[str]:
              "For decode, n is the KV cache length.</p>",
              _table_html(fmt_scaling(r.scaling), index=False) if not r.scaling.empty else "<p>no ok cells</p>"]
     parts += _section_html("memory", "Memory model and frontier", r.memory, "predicted frontier")
+    parts += _section_html("layer", "Attention in its layer: where O(n²) starts to matter", r.layer,
+                           "attention's share of the layer against n")
+    parts += _section_html("layer-saved", "Layer time saved by the fastest exact core", r.layer_saved, "")
     parts += _section_html("steps", "Cost per step", r.steps, "step against kernel")
     parts += _workload_html(r.df)
     parts.append("<h3>Crossovers</h3>")

@@ -265,8 +265,8 @@ def summary_table(rows: list[dict]) -> str:
     df = pd.DataFrame(rows)
     if "median_ms" not in df:
         df["median_ms"] = None
-    facets = [c for c in ("device", "dtype", "direction", "mask", "window", "align", "lengths", "mix", "inputs",
-                          "kv_layout", "batch", "heads", "kv_heads", "head_dim", "head_dim_v")
+    facets = [c for c in ("device", "scope", "ffn", "dtype", "direction", "mask", "window", "align", "lengths", "mix",
+                          "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dim", "head_dim_v")
               if c in df and df[c].astype(str).nunique() > 1]
     if (df["kv_len"] != df["q_len"]).any():
         facets.append("kv_len")

@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,6 +24,7 @@ from bench.engine.result import CellResult
 from bench.errors import first_line
 from bench.measure import contention, kernels, nvml
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
+from bench.measure.layer import layer_figures
 from bench.measure.leftovers import Leftovers
 from bench.measure.memory import peak_bytes
 from bench.measure.reference import check_form, determinism, reference, run_and_check
@@ -143,6 +144,7 @@ class _Live:
     result: CellResult
     call: Callable = None
     timer: object = None
+    parts: dict = field(default_factory=dict)  # a layer's parts: part -> its timer
 
 
 def _nowhere(name: str) -> None:
@@ -188,8 +190,9 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
     if settings.threads is None:  # the rows record the threads the cells ran with
         settings = settings.replace(threads=torch.get_num_threads())
     try:
-        inputs = case_inputs(case)
-        if not skip_reference:
+        layer = case.scope != "core"  # a layer: its own inputs and weights, its own float64 check (bench.measure.layer)
+        inputs = None if layer else case_inputs(case)
+        if not skip_reference and not layer:
             at(REFERENCE)
             try:
                 (q, k, v), grad_out = inputs
@@ -227,6 +230,8 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         bound = bind_variant(var, case, inputs)
         result.setup_ms = bound.setup_ms
         result.extra = _extra(bound.prepared.info)
+        if case.scope != "core":
+            return _check_layer(var, bound, result)
         if case.ragged or case.mixed:  # how the variant held the batch: packed, nested, padded or a dense mask
             result.layout = result.extra.pop("layout", "packed")
         (q, k, v), grad_out = inputs
@@ -248,18 +253,42 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         return _Live(var, None, result.fail(exc))
 
 
+def _check_layer(var: Variant, bound, result: CellResult) -> _Live:
+    """A layer cell's check: the whole against the float64 layer, then twice more for the same bits."""
+    with bound.scope():
+        check = bound.check()
+    result.checked(check)
+    if check.ok:
+        with bound.scope():
+            result.deterministic, result.nondeterminism = bound.determinism()
+        if result.deterministic:
+            result.nondeterminism = None
+    return _Live(var, bound, result)
+
+
+def _owner(key) -> str:
+    """The variant a timer belongs to: its own name, or (name, part) for a layer's part."""
+    return key[0] if isinstance(key, tuple) else key
+
+
 def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at) -> None:
     by_name = {item.variant.name: item for item in live}
     # a bwd call holds its forward's graph; built at each variant's turn and dropped after it, so
     # one variant's graph is alive at a time, not every variant's of the case (a later one's oom)
-    per_turn = case.direction == "bwd" and len(live) > 1 and settings.timer != "graph"  # a graph keeps its call
+    per_turn = case.direction == "bwd" and len(live) > 1 and settings.timer != "graph" and case.scope == "core"
+    # (a graph keeps its call; a layer's parts hold their graphs beside the whole's)
     gpu = _nvml() if case.device == "cuda" else None  # clocks, power, energy around each turn
     states = {name: nvml.Cell() for name in by_name}
 
     @contextlib.contextmanager
-    def enter(name):
+    def enter(key):
+        name = _owner(key)
         at(name)
         item = by_name[name]
+        if key != name:  # a layer's part: its turn in the same rounds, nothing sampled around it
+            with item.bound.scope():
+                yield
+            return
         with item.bound.scope():
             if per_turn:
                 item.timer.call = item.bound.timed()  # the forward runs here, outside the timed turn
@@ -275,8 +304,13 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
                 if per_turn:
                     item.timer.call = None  # its graph goes with it
 
-    def on_error(name, exc):
-        emit(by_name[name].result.fail(exc, "timing").row())
+    failed = set()
+
+    def on_error(key, exc):
+        name = _owner(key)
+        if name not in failed:  # the whole's or any part's timer: the cell fails once
+            failed.add(name)
+            emit(by_name[name].result.fail(exc, "timing" if key == name else f"timing its part {key[1]}").row())
 
     graph = case.device == "cuda" and settings.timer == "graph"  # captured from a call built on its own stream
     for item in list(live):
@@ -287,11 +321,20 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
                     item.call = item.bound.timed()
             item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer,
                                     make_call=item.bound.timed)
+            if case.scope != "core":  # each part, a timer of its own in the same rounds
+                with item.bound.scope():
+                    item.parts = {part: make_timer(case.device, call, settings.budget_ms, settings.precision,
+                                                   settings.timer, make_call=lambda c=call: c)
+                                  for part, call in item.bound.part_calls().items()}
             if per_turn:
                 item.result.bwd_forward = "per turn"
         except Exception as exc:
             on_error(item.variant.name, exc)
-    timers = {item.variant.name: item.timer for item in live if item.result.status is None}
+    timers = {}
+    for item in live:
+        if item.result.status is None:
+            timers[item.variant.name] = item.timer
+            timers |= {(item.variant.name, part): t for part, t in item.parts.items()}
     together = uuid.uuid4().hex[:12]  # the rows timed in these rounds: their round medians pair by index
     window = contention.LoadWindow().start()
     interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=on_error,
@@ -299,7 +342,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
     other_cpu = window.stop() if case.device == "cpu" else None
     release_flush_buffer()
     for item in live:
-        if item.result.status is None:  # not failed in the rounds
+        if item.result.status is None and item.variant.name not in failed:  # not failed in the rounds
             _finish(item, case, settings, together, other_cpu, states[item.variant.name] if gpu else None, at)
             emit(item.result.row())
 
@@ -313,11 +356,14 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
         at(item.variant.name)
         timing = result.timing = item.timer.result().summary()
         result.interleave_id = together
+        if item.parts:
+            result.layer = layer_figures(case, timing, {p: t.result().summary() for p, t in item.parts.items()})
         if case.device == "cpu":
             result.contention = contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms)
         if state is not None:
             result.gpu_state = state.columns(_NVML["device"], case.batch * case.q_len, _NVML["flush_mj"])
         item.call = None  # the retained graph of a bwd call goes before the memory pass
+        item.parts = {}  # and a layer's parts' graphs
         _free(case.device)
         during = f"memory pass (after a timing of median {timing.median_ms:.4g} ms, not kept)"
         with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
@@ -381,7 +427,7 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
     rounds = max(1, settings.rounds)
     timers, rows = {}, {}
     try:
-        (q, k, v), grad_out = inputs = case_inputs(case)
+        inputs = case_inputs(case) if case.scope == "core" else None  # a layer makes its own
         for var in variants:
             rows[var.name] = row = {"variant": var.name, **case.to_dict(), "status": Status.OK.value,
                                     "pid": os.getpid()}  # the process of this visit
@@ -389,10 +435,10 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
                 at(var.name)
                 bound = bind_variant(var, case, inputs)
                 with bound.scope():
-                    start, calls = time.perf_counter(), 0
+                    start, calls, warm = time.perf_counter(), 0, bound.timed("fwd")
                     warm_s = WARM_S if _WARMED else FIRST_WARM_S
                     while calls < WARM_CALLS or time.perf_counter() - start < warm_s:
-                        bound.fn(q, k, v)
+                        warm()
                         calls += 1
                     _WARMED.append(True)
                     call = bound.timed()

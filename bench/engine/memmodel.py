@@ -25,7 +25,7 @@ HELD_OUT_LIMIT = 0.10  # a model is trusted when it predicts its largest measure
 MIN_POINTS = 3  # three coefficients
 # what a model is per: the case's fields other than its lengths
 GROUP = ("variant", "device", "dtype", "mask", "window", "direction", "batch", "heads", "kv_heads", "head_dim",
-         "head_dim_v", "inputs", "align")
+         "head_dim_v", "inputs", "align", "scope", "ffn")
 
 
 def input_bytes(case: Case) -> int:

@@ -26,7 +26,7 @@ def cell_flags(row: dict) -> list[str]:
     if window not in (None, "", "-") and window == window:  # a report's frame writes "-" for none
         flags += ["--window", str(int(window))]
     for field, flag in (("lengths", "--lengths"), ("inputs", "--inputs"), ("kv_layout", "--kv-layout"),
-                        ("align", "--align")):
+                        ("align", "--align"), ("scope", "--scope"), ("ffn", "--ffn")):
         value = row.get(field) or CASE_DEFAULTS[field]
         if value != CASE_DEFAULTS[field] and not (mix != CASE_DEFAULTS["mix"] and field == "align"):
             flags += [flag, str(value)]

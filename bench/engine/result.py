@@ -14,7 +14,7 @@ from bench.measure.origin import classify
 from bench.measure.reference import CheckResult
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import TimingSummary
-from bench.model import masks
+from bench.model import layer, masks
 from bench.model.case import Case
 from bench.model.row import MEASURED, ReasonKind, Status, default_kind
 
@@ -27,8 +27,12 @@ def base_row(variant: str, case: Case, status: str = "", reason: str = "", kind:
     (default: the status's own).  The sweep writes such a row itself for a cell no worker
     finished (a crash, a hang) or none was asked to (a variant that cannot take the case)."""
     kind = kind if kind is not None else (default_kind(Status(status)).value if status else "")
-    workload = {} if case.unsupported_reason else {**masks.row_columns(case), "flops": flopcount.flops(case),
-                                                   "bytes": flopcount.min_bytes(case)}
+    if case.unsupported_reason:
+        workload = {}
+    elif case.scope != "core":  # a layer: its self-attention core's mask, the layer's counted FLOPs
+        workload = {**masks.row_columns(layer.core_cases(case)["core"]), "flops": flopcount.layer_flops(case)}
+    else:
+        workload = {**masks.row_columns(case), "flops": flopcount.flops(case), "bytes": flopcount.min_bytes(case)}
     if case.mixed and workload:  # each phase's share of the work
         workload["phases"] = flopcount.mix_phases(case)
     return {"variant": variant, **case.to_dict(), "status": status, "reason": reason, "reason_kind": kind,
@@ -58,6 +62,7 @@ class CellResult:
     bwd_forward: str | None = None  # "per turn": each turn of a backward ran its own forward
     interleave_id: str | None = None  # the cells timed in the same rounds
     contention: dict = field(default_factory=dict)  # the CPU's verdict (bench.measure.contention.verdict)
+    layer: dict | None = None  # a layer scope's parts (bench.measure.layer.layer_figures)
     gpu_state: dict = field(default_factory=dict)  # clocks, power and energy around its turns (nvml.Cell)
     peak_mem_bytes: int | None = None  # the memory pass: the whole step's peak
     gpu_checks: dict = field(default_factory=dict)  # the kernels that ran, their backend, the graph timer
@@ -102,10 +107,13 @@ class CellResult:
         if self.timing is not None:
             row.update(self.timing.columns())
         row.update(self.contention, **self.gpu_state, **self.gpu_checks)
+        if self.layer is not None:
+            row["layer"] = self.layer
         if self.status is Status.OK and self.timing is not None:
             seconds = self.timing.median_ms * 1e-3
             row["peak_mem_bytes"] = self.peak_mem_bytes
             if not self.approximate:  # an approximation does not do exact attention's FLOPs
                 row["tflops"] = row["flops"] / seconds / 1e12
-            row["gbps"] = row["bytes"] / seconds / 1e9
+            if row.get("bytes") is not None:  # a layer's traffic is not modelled
+                row["gbps"] = row["bytes"] / seconds / 1e9
         return row

@@ -48,6 +48,10 @@ def case_inputs(case: Case) -> tuple[tuple, object]:
 def bind_variant(variant: Variant, case: Case, inputs: tuple[tuple, object] | None = None) -> BoundVariant:
     """Set ``variant`` up for ``case`` (timing the setup) on ``inputs`` (``case_inputs``; made
     here when not given: the cells of one case share theirs)."""
+    if case.scope != "core":  # the core inside its layer (bench.measure.layer): the layer's own inputs and weights
+        from bench.measure.layer import bind_layer
+
+        return bind_layer(variant, case)
     (q, k, v), grad_out = inputs if inputs is not None else case_inputs(case)
     t0 = time.perf_counter()
     prepared = variant.prepare(case)

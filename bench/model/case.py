@@ -87,6 +87,10 @@ class Case:
     # lengths packed into one call, q and k apart; it sets batch 1, q_len and kv_len to the packed totals and
     # bottom-right alignment (within each sequence)
     mix: str = "none"
+    # where the core runs (--scope, bench.model.layer): alone (core), or inside the seeds' multi-head module
+    # (block), encoder or decoder layer; a layer's feed-forward network: mlp:D_FF or swiglu:D_FF (none: no FFN)
+    scope: str = "core"
+    ffn: str = "none"
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
@@ -120,6 +124,7 @@ class Case:
         if self.align == "bottom-right" and self.q_len > self.kv_len:
             raise CaseError("align", self.align, "bottom-right puts the queries at the end of the keys, so q_len <= "
                                                  f"kv_len; got q_len {self.q_len}, kv_len {self.kv_len}")
+        self._check_scope()
         from bench.model import workload
 
         try:
@@ -138,6 +143,22 @@ class Case:
             workload.check_kv_layout(self.kv_layout, self.kv_len)
         except workload.WorkloadError as exc:
             raise CaseError(exc.field, getattr(self, exc.field), str(exc), message=str(exc)) from None
+
+    def _check_scope(self) -> None:
+        from bench.model import layer
+
+        if self.scope not in layer.SCOPES:
+            raise CaseError("scope", self.scope, f"valid: {', '.join(layer.SCOPES)}")
+        if self.scope in ("core", "block"):  # no FFN in them
+            if self.ffn != "none":
+                raise CaseError("ffn", self.ffn, f"scope {self.scope} has no feed-forward network: ffn none")
+            return
+        if self.ffn == "none":
+            raise CaseError("ffn", self.ffn, f"scope {self.scope} has a feed-forward network: mlp:D_FF or swiglu:D_FF")
+        try:
+            object.__setattr__(self, "ffn", layer.ffn_text(self.ffn))
+        except layer.LayerError as exc:
+            raise CaseError("ffn", self.ffn, str(exc), message=str(exc)) from None
 
     def _derive_mix(self) -> None:
         from bench.model import workload
@@ -236,7 +257,9 @@ class Case:
             return "a paged KV cache and a mixed batch together are not modelled: one at a time"
         if self.paged and self.ragged:
             return "a paged KV cache and a ragged batch together are not modelled: one at a time"
-        return None
+        from bench.model import layer
+
+        return layer.reason(self)
 
     @property
     def paged(self) -> bool:
@@ -297,4 +320,4 @@ class Case:
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}  # a row written before a field existed
 # fields later than the first run folders: a row without them was measured with their default
-CASE_ADDED = ("lengths", "inputs", "kv_layout", "align", "head_dim_v", "mix")
+CASE_ADDED = ("lengths", "inputs", "kv_layout", "align", "head_dim_v", "mix", "scope", "ffn")

@@ -26,11 +26,14 @@ class Model:
     dtype: str = "bfloat16"
     note: str = ""
     decode: dict = field(default_factory=dict)  # settings that replace these under --preset decode
+    ffn: str = ""  # its layers' feed-forward network for a layer scope (--scope): swiglu:INTERMEDIATE_SIZE
 
     def settings(self, preset: str) -> dict:
         """The sweep settings this model sets under ``preset`` (parsed values, as a preset's)."""
         out = {"heads": [self.heads], "kv_heads": [self.kv_heads], "head_dims": [_dims(self.head_dims)],
                "masks": list(self.masks), "dtypes": [self.dtype]}
+        if self.ffn:
+            out["ffn"] = self.ffn
         if preset == "decode" and self.decode:
             out |= {k: [_dims(v)] if k == "head_dims" else [v] for k, v in self.decode.items()}
         return out
@@ -53,7 +56,8 @@ class Model:
         layers = " | ".join(self.masks)
         decode = ", ".join(f"{k}={v}" for k, v in self.decode.items())
         return {"model": self.name, "heads": self.heads, "kv_heads": self.kv_heads, "head_dims": self.head_dims,
-                "layers (masks)": layers, "dtype": self.dtype, "decode form": decode or "-", "source": self.source}
+                "layers (masks)": layers, "dtype": self.dtype, "ffn": self.ffn or "-",
+                "decode form": decode or "-", "source": self.source}
 
 
 def _dims(text: str):
@@ -61,15 +65,18 @@ def _dims(text: str):
 
 
 MODELS: dict[str, Model] = {m.name: m for m in (
-    Model("llama3-8b", 32, 8, "128", ("causal",), "huggingface.co/meta-llama/Meta-Llama-3-8B, config.json"),
-    Model("llama3-70b", 64, 8, "128", ("causal",), "huggingface.co/meta-llama/Meta-Llama-3-70B, config.json"),
+    Model("llama3-8b", 32, 8, "128", ("causal",), "huggingface.co/meta-llama/Meta-Llama-3-8B, config.json "
+          "(intermediate_size 14336)", ffn="swiglu:14336"),
+    Model("llama3-70b", 64, 8, "128", ("causal",), "huggingface.co/meta-llama/Meta-Llama-3-70B, config.json "
+          "(intermediate_size 28672)", ffn="swiglu:28672"),
     Model("mistral-7b", 32, 8, "128", ("window:4096",),
           "huggingface.co/mistralai/Mistral-7B-v0.1, config.json (sliding_window 4096)",
-          note="v0.1: every layer a sliding window of 4096"),
+          note="v0.1: every layer a sliding window of 4096", ffn="swiglu:14336"),
     Model("gemma2-9b", 16, 8, "256", ("window:4096+softcap:50", "causal+softcap:50"),
           "huggingface.co/google/gemma-2-9b, config.json (attn_logit_softcapping 50, sliding_window 4096)",
           note="layers alternate a sliding window of 4096 and global attention, logits soft-capped at 50"),
-    Model("qwen2.5-7b", 28, 4, "128", ("causal",), "huggingface.co/Qwen/Qwen2.5-7B, config.json"),
+    Model("qwen2.5-7b", 28, 4, "128", ("causal",), "huggingface.co/Qwen/Qwen2.5-7B, config.json "
+          "(intermediate_size 18944)", ffn="swiglu:18944"),
     Model("gpt-oss-20b", 64, 8, "64", ("window:128+learned_sink", "causal+learned_sink"),
           "huggingface.co/openai/gpt-oss-20b, config.json (sliding_window 128, learned sinks per head)",
           note="layers alternate a sliding window of 128 and global attention, each head with a learned sink "

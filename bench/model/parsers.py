@@ -267,3 +267,13 @@ def yes_no(raw, name: str) -> bool:
     if text in ("false", "no", "0", "off"):
         return False
     raise UsageError(f"{name} takes true or false, got {raw!r}")
+
+
+def ffn_spelling(raw, name: str) -> str:
+    """A layer's FFN: mlp:D_FF or swiglu:D_FF (bench.model.layer)."""
+    from bench.model import layer
+
+    try:
+        return layer.ffn_text(str(raw))
+    except layer.LayerError as exc:
+        raise UsageError(str(exc).replace("--ffn", name, 1)) from None

@@ -256,6 +256,8 @@ class Variant:
         """Why the declared capabilities exclude ``case`` (None when they admit it)."""
         if case.unsupported_reason:
             return case.unsupported_reason
+        if case.scope != "core":  # a layer: what its attention calls ask of the variant
+            return _in_layer(case, self.static_reason)
         if case.device not in self.devices:
             return f"device {case.device} not supported (supports {', '.join(self.devices)})"
         if case.dtype not in self.dtypes:
@@ -503,9 +505,23 @@ def probe_reason(v: Variant, case: Case) -> str | None:
     the cell's ``error``, with where it was raised)."""
     if v.check is None:
         return None
+    if case.scope != "core":
+        return _in_layer(case, lambda core: probe_reason(v, core))
     if case not in v.probes:
         v.probes[case] = v.check(case)
     return v.probes[case]
+
+
+def _in_layer(case: Case, reason) -> str | None:
+    """Why a layer case's attention calls (bench.model.layer.core_cases) cannot run, by ``reason``
+    of each core case; None when every one can."""
+    from bench.model import layer
+
+    for name, core in layer.core_cases(case).items():
+        why = reason(core)
+        if why:
+            return f"{'its cross-attention' if name == 'core_cross' else 'its attention'} in scope {case.scope}: {why}"
+    return None
 
 
 def __getattr__(name: str):

@@ -95,8 +95,9 @@ GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_e
              "temp_end_c",
              "throttle_reasons", "energy_j_per_call", "energy_j_per_token", "energy_why", "throttled",
              "throttled_why")  # NVML
+LAYER = ("layer",)  # a layer scope (bench.model.layer): each part's time, FLOPs, interval; their sum; the core's share
 COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTING_COLUMNS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
-           *GPU_STATE)
+           *GPU_STATE, *LAYER)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
            "rel_iqr", "ci_halfwidth", "median_confidence", "timed_s", "cpu_util", "other_cpu", "density", "flops",
            "bytes", "padding_waste",
@@ -116,7 +117,7 @@ TEXT = ("reason", "layout", "worker", "timer", "bwd_forward", "interleave_id", "
         "throttled_why", "energy_why")
 YES_NO = (*FLAGS, "approximate", "deterministic")
 LISTS = ("seq_lengths", "samples_ms", "round_medians_ms", "kernels")
-TABLES = ("mask_params", "phases")  # mask_params: a mask's parameters; phases: {phase: its figures}
+TABLES = ("mask_params", "phases", "layer")  # mask_params: a mask's parameters; phases: {phase: its figures}
 COLUMN_TYPES: dict = {
     **{name: t for name, t in get_type_hints(Case).items() if name in CASE_FIELDS},
     **dict.fromkeys(NUMERIC, Number), "number": int, "warmup_calls": int, "rounds": int, "threads": int,

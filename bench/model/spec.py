@@ -34,10 +34,12 @@ from bench.model.case import (
     normalize_align,
     normalize_dtype,
 )
+from bench.model.layer import SCOPES
 from bench.model.parsers import (  # noqa: F401  (shard_pair: the engine's; the rest declare the settings)
     check_masks,
     choice,
     choices,
+    ffn_spelling,
     gpu_list,
     head_dims,
     ints,
@@ -120,6 +122,20 @@ class Spec:
                                    "e.g. 2x(512/512)+1x(128/4096)+8x(1/2048) (quote it in a shell); replaces the "
                                    "lengths, batch and alignment axes", workload_spellings("mix"), axis=True,
                                    case=True, metavar="MIX")
+    scope: list[str] = setting("where the attention core is timed: core (the call alone; the default), block "
+                               "(the seeds' multi-head module: QKV projections, the core, the output projection), "
+                               "encoder (the block, Add & Norm, a feed-forward network, Add & Norm) or decoder "
+                               "(masked self-attention, cross-attention over an encoder output of --kv-lens tokens "
+                               "under its padding mask, the FFN); a layer's row times each part too "
+                               "(bench.model.layer)", choices("scope", SCOPES), default=("core",), axis=True,
+                               case=True, metavar="SCOPE")
+    ffn_mult: float = setting("a layer scope's FFN width as a multiple of d_model = heads x head_dim (default 4; "
+                              "a --model or --ffn gives its own)", number(0.125, 64.0, False), default=4.0,
+                              metavar="M", case=True)
+    ffn: str | None = setting("a layer scope's FFN: mlp:D_FF (ReLU between two maps, LayerNorm after each residual, "
+                              "as the seeds) or swiglu:D_FF (gate, up and down maps, RMSNorm before each sublayer, "
+                              "as llama); default mlp at --ffn-mult x d_model", ffn_spelling, metavar="KIND:D_FF",
+                              case=True)
     device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
                           default="cpu", case=True)
     preset: str = setting("quick, default, full, decode or serving (default: default); sized per device", text,
@@ -204,9 +220,11 @@ class Spec:
 
         out, seen = [], set()
         batches = [None] if self.total_tokens else self.batch  # None: T // q_len, per length
-        for dtype, direction, spelling, batch_given, heads, dims in itertools.product(
-                self.dtypes, self.directions, self.masks, batches, self.heads, self.head_dims):
+        for scope, dtype, direction, spelling, batch_given, heads, dims in itertools.product(
+                self.scope or ["core"], self.dtypes, self.directions, self.masks, batches, self.heads,
+                self.head_dims):
             head_dim, head_dim_v = split_dims(dims)
+            layer = {"scope": scope, "ffn": self._ffn(scope, heads * head_dim)}
             for kv_heads in self.kv_heads or [heads]:
                 for size in (self.window if masks.uses_window_flag(spelling) else [None]):
                     try:
@@ -217,7 +235,7 @@ class Spec:
                         try:
                             case = Case(self.device, dtype, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                                         mask=mask, window=window, direction=direction, head_dim_v=head_dim_v,
-                                        **shape)
+                                        **shape, **layer)
                             if not case.unsupported_reason:  # else every variant's row says why
                                 masks.bind(case).validate()  # parameters that do not fit, definitions that fail
                         except (CaseError, masks.MaskError) as exc:
@@ -226,6 +244,12 @@ class Spec:
                             seen.add(case)
                             out.append(case)
         return out
+
+    def _ffn(self, scope: str, d_model: int) -> str:
+        """A layer's FFN: --ffn, or an MLP --ffn-mult times d_model wide; none in core and block."""
+        if scope in ("core", "block"):
+            return "none"
+        return self.ffn or f"mlp:{max(1, round(self.ffn_mult * d_model))}"
 
     def _shapes(self, batch_given: int | None) -> list[dict]:
         """The batch shapes of the sweep, small to large n within each workload: a batch and its
@@ -256,7 +280,7 @@ def measured_part(spec: Spec) -> dict:
     for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"]),
                          ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0), ("deterministic", False),
                          ("model", None), ("total_tokens", None), ("batch_mix", None), ("steps", 0),
-                         ("dynamic", False)):
+                         ("dynamic", False), ("scope", ["core"]), ("ffn_mult", 4.0), ("ffn", None)):
         # a sweep from before they existed hashes as it did
         if out.get(key) in (default, None):
             out.pop(key, None)
