@@ -136,10 +136,20 @@ def workload_spellings(kind: str):
         canonical = {"lengths": workload.canonical_lengths, "inputs": workload.canonical_inputs,
                      "kv_layout": workload.canonical_kv_layout, "mix": workload.canonical_mix}[kind]
         try:
+            if kind == "mix":  # a trace (@FILE) is read here and sampled when the spec is built (--trace-mixes)
+                return list(dict.fromkeys(_trace_checked(x) if x.startswith("@") else canonical(x)
+                                          for x in texts(raw, name)))
             return list(dict.fromkeys(canonical(x) for x in texts(raw, name)))
         except workload.WorkloadError as exc:
             raise UsageError(str(exc)) from None
     return parse
+
+
+def _trace_checked(text: str) -> str:
+    from bench.model.trace import read_trace
+
+    read_trace(text[1:])
+    return text
 
 
 def check_masks(spellings) -> None:

@@ -122,6 +122,10 @@ class Spec:
                                    "e.g. 2x(512/512)+1x(128/4096)+8x(1/2048) (quote it in a shell); replaces the "
                                    "lengths, batch and alignment axes", workload_spellings("mix"), axis=True,
                                    case=True, metavar="MIX")
+    trace_mixes: int = setting("--batch-mix @FILE reads a JSONL serving trace (one batch a line: each sequence's "
+                               "new and cached tokens) and keeps this many representative batches, chosen by total "
+                               "tokens and decode share (default 4; bench.model.trace)", number(1, 256, True),
+                               default=4, metavar="N")
     scope: list[str] = setting("where the attention core is timed: core (the call alone; the default), block "
                                "(the seeds' multi-head module: QKV projections, the core, the output projection), "
                                "encoder (the block, Add & Norm, a feed-forward network, Add & Norm) or decoder "
@@ -280,7 +284,8 @@ def measured_part(spec: Spec) -> dict:
     for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"]),
                          ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0), ("deterministic", False),
                          ("model", None), ("total_tokens", None), ("batch_mix", None), ("steps", 0),
-                         ("dynamic", False), ("scope", ["core"]), ("ffn_mult", 4.0), ("ffn", None)):
+                         ("dynamic", False), ("scope", ["core"]), ("ffn_mult", 4.0), ("ffn", None),
+                         ("trace_mixes", 4)):
         # a sweep from before they existed hashes as it did
         if out.get(key) in (default, None):
             out.pop(key, None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 from functools import cache
 from importlib import resources
@@ -23,6 +24,7 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 DEFAULT_TIMEOUT_S = {"cpu": 300.0, "cuda": 120.0}
+log = logging.getLogger(__name__)
 
 
 def parse_values(raw: dict, source: str | None = None) -> dict:
@@ -77,6 +79,27 @@ def presets(device: str) -> dict[str, dict]:
             for name, values in tomllib.loads(text).items()}
 
 
+def _traced(mixes: list[str], n: int) -> list[str]:
+    """--batch-mix with its traces (@FILE) replaced by their ``n`` representative batches, each named
+    in the log by its place in the trace."""
+    from bench.model.trace import trace_mixes
+    from bench.model.workload import WorkloadError
+
+    out = []
+    for mix in mixes:
+        if not str(mix).startswith("@"):
+            out.append(mix)
+            continue
+        try:
+            chosen = trace_mixes(mix[1:], n)
+        except WorkloadError as exc:
+            raise UsageError(str(exc)) from None
+        for name, spelling in chosen:
+            log.info("trace batch %s: %s", name, spelling)
+        out += [s for _, s in chosen]
+    return list(dict.fromkeys(out))
+
+
 def default_device() -> str:
     import torch
 
@@ -112,6 +135,8 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
         given_by_user = {k for k in values if k not in ("device", "preset")}
         merged |= {k: v for k, v in model(name).settings(preset).items() if k not in given_by_user}
     merged |= values | {"device": device, "preset": preset}
+    if any(str(m).startswith("@") for m in merged.get("batch_mix") or []):
+        merged["batch_mix"] = _traced(merged["batch_mix"], merged.get("trace_mixes") or 4)
     if merged.get("batch_mix"):  # first: a mix replaces the lengths the other checks would speak of
         clash = [flag(k) for k in ("batch", "seq_lens", "kv_lens", "lengths", "align", "total_tokens") if k in values]
         if clash:

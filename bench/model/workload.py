@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import re
 from dataclasses import dataclass
 
 from bench.model import digits
@@ -352,7 +353,7 @@ def page_table(batch: int, kv_len: int, page: int, seed: int = 0) -> list[list[i
 
 # -- mixed batches: prefill, chunked prefill and decode in one varlen call ----------------------
 
-MAX_MIX_TEXT = 200  # characters of a --batch-mix spelling
+MAX_MIX_TEXT = 16384  # characters of a --batch-mix spelling (a trace's batch of many decode sequences is long)
 MAX_MIX_SEQUENCES = 4096  # sequences in one mix
 PHASES = ("prefill", "chunked_prefill", "decode")
 MIX_VALID = ("terms joined by '+' in ASCII digits, each COUNTx(Q/KV): COUNT sequences of Q new query tokens "
@@ -402,9 +403,39 @@ def phase(q: int, kv: int) -> str:
     return "decode" if q == 1 else "chunked_prefill"
 
 
+# vLLM's batch spec (benchmarks/attention_benchmarks): terms joined by '_', each [COUNT]q<Q>[k][s|kv<KV>[k]], a
+# trailing k multiplying by 1024, KV (the sequence's keys) = Q when left out: 2q2k_32q1s1k is 2x(2048/2048)+32x(1/1024)
+VLLM_TERM = re.compile(r"^(\d*)q(\d+)(k?)(?:(?:s|kv)(\d+)(k?))?$")
+VLLM_VALID = "or vLLM's batch spec: terms [COUNT]q<Q>[k][s<KV>[k]] joined by '_' (k = x1024), e.g. 2q2k_32q1s1k"
+
+
+def from_vllm(text: str) -> str | None:
+    """vLLM's batch spec as a --batch-mix spelling (None when ``text`` is not one)."""
+    t = str(text).strip().lower()
+    if "q" not in t or any(c in t for c in "()x+/"):
+        return None
+    terms = []
+    for term in t.split("_"):
+        m = VLLM_TERM.match(term)
+        if not m or not digits.is_digits(m.group(2)) or (m.group(4) and not digits.is_digits(m.group(4))):
+            raise WorkloadError(f"--batch-mix {t!r}: {term!r} is not a vLLM batch-spec term; valid: {MIX_VALID}, "
+                                f"{VLLM_VALID}", "mix")
+        count = m.group(1) or "1"
+        q = int(m.group(2)) * (1024 if m.group(3) else 1)
+        kv = int(m.group(4)) * (1024 if m.group(5) else 1) if m.group(4) else q
+        if q > kv:
+            raise WorkloadError(f"--batch-mix {t!r}: {term!r} is {q} query tokens against {kv} keys; a sequence's keys "
+                                f"are its cache and its new tokens, so Q <= KV ({VLLM_VALID})", "mix")
+        terms.append(f"{count}x({q}/{kv})")
+    return "+".join(terms)
+
+
 def parse_mix(text: str) -> Mix:
+    vllm = from_vllm(text)
+    if vllm is not None:
+        return parse_mix(vllm)
     t = "".join(str(text).split())
-    bad = WorkloadError(f"--batch-mix {str(text).strip()!r} is not valid; valid: {MIX_VALID}", "mix")
+    bad = WorkloadError(f"--batch-mix {str(text).strip()!r} is not valid; valid: {MIX_VALID}, {VLLM_VALID}", "mix")
     if not t or len(t) > MAX_MIX_TEXT:
         raise bad
     runs = []

@@ -1,0 +1,194 @@
+"""Attention inside its layer (--scope): the parts' FLOPs, the parts timed beside the whole, the
+whole checked against a float64 layer, and the report's crossovers."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from bench.case import Case
+from bench.measure.flops import layer_flops, part_flops
+from bench.model.registry import Variant
+from tests.conftest import run_cli
+
+
+def _case(**kw):
+    base = dict(batch=2, heads=4, kv_heads=2, head_dim=16, q_len=32, kv_len=32, mask="none")
+    return Case(**(base | kw))
+
+
+# -- FLOPs -------------------------------------------------------------------------------------------
+
+def test_the_parts_flops_are_the_formulas_worked_by_hand():
+    # encoder, d_model 64 (4 x 16), GQA: k and v 32 wide, FFN 256 (mlp: 2 maps), no mask, n 32, batch 2
+    enc = _case(scope="encoder", ffn="mlp:256")
+    got = part_flops(enc)
+    assert got["qkv"] == 2 * 2 * 32 * 64 * (64 + 32 + 32)
+    assert got["out"] == 2 * 2 * 32 * 64 * 64
+    assert got["ffn"] == 2 * 2 * 32 * 64 * 256 * 2
+    assert got["core"] == 2 * 2 * 4 * 32 * 32 * (16 + 16)  # every pair kept
+    assert got["norms"] is None  # elementwise: not counted
+    assert layer_flops(enc) == sum(v for v in got.values() if v)
+    # decoder with SwiGLU (3 maps), an encoder output of 48 tokens: the cross K and V over 48, under padding
+    dec = _case(scope="decoder", ffn="swiglu:100", kv_len=48, mask="causal")
+    got = part_flops(dec)
+    assert got["qkv"] == 2 * 2 * 64 * (32 * (64 + 32 + 32) + 32 * 64 + 48 * (32 + 32))
+    assert got["out"] == 2 * 2 * 2 * 32 * 64 * 64
+    assert got["ffn"] == 2 * 2 * 32 * 64 * 100 * 3
+    assert got["core"] == 2 * 2 * 4 * (32 * 33 // 2) * 32  # causal over the decoder's own 32 tokens
+    # padding keeps kv_len - ((b + 1) kv_len) // (2 batch) keys of batch element b: 48 - 12 = 36, 48 - 24 = 24
+    assert got["core_cross"] == 2 * 4 * 32 * (36 + 24) * 32
+    # a backward: linear maps 2x (the input's and the weight's gradients), the core 2.5x as a core cell's
+    bwd = part_flops(enc.replace(direction="bwd"))
+    assert bwd["qkv"] == 2 * part_flops(enc)["qkv"] and bwd["ffn"] == 2 * part_flops(enc)["ffn"]
+    assert bwd["core"] == 2.5 * part_flops(enc)["core"]
+    assert part_flops(enc.replace(direction="fwd+bwd"))["out"] == 3 * part_flops(enc)["out"]
+    # the block: no norms, no FFN; a memory of 48 tokens gives K and V
+    block = part_flops(_case(scope="block", kv_len=48))
+    assert set(block) == {"qkv", "core", "out"}
+    assert block["qkv"] == 2 * 2 * 64 * (32 * 64 + 48 * (32 + 32))
+
+
+def test_a_scope_refuses_what_it_does_not_model_with_what_is_valid():
+    assert "kv_len = q_len" in _case(scope="encoder", ffn="mlp:64", kv_len=64).unsupported_reason
+    assert "scope core" in _case(scope="block", kv_layout="paged:16").unsupported_reason
+    with pytest.raises(ValueError, match="valid: core, block, encoder, decoder"):
+        _case(scope="layer")
+    with pytest.raises(ValueError, match="mlp:D_FF or swiglu:D_FF"):
+        _case(scope="encoder", ffn="gelu:64")
+
+
+def test_bad_scope_and_ffn_flags_exit_2_with_what_is_valid():
+    for flags, words in ((["--scope", "layer"], "unknown scope 'layer'; valid: core, block, encoder, decoder"),
+                         (["--scope", "encoder", "--ffn", "relu"], "--ffn relu: valid: mlp:D_FF or swiglu:D_FF")):
+        proc = run_cli("sweep", "--variants", "naive", "--seq-lens", "16", *flags, "--dry-run")
+        assert proc.returncode == 2, proc.stderr
+        assert words in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# -- the whole against float64, and a core wrong only in the layer ------------------------------------
+
+def _ignores_padding(case):
+    """Right for the masks a core cell of this test asks (none, causal), wrong under padding: it
+    attends every key, as a kernel that drops the encoder's padding mask would."""
+    import torch.nn.functional as F
+
+    causal = case.mask == "causal"
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=case.is_gqa)
+
+
+def _run(variant, case, **settings):
+    from bench.engine.cell import run_group
+    from bench.measure.settings import MeasureSettings
+
+    rows = []
+    run_group([variant], case, MeasureSettings(budget_ms=4.0, rounds=2, **settings), rows.append)
+    return rows[0]
+
+
+def test_a_core_that_drops_the_encoders_padding_is_a_mismatch_in_the_decoder_only():
+    wrong = Variant("drops.padding", _ignores_padding, "ignores the padding mask", masks=("none", "causal", "padding"),
+                    module="myplugin")
+    core = _run(wrong, _case(mask="causal"))
+    assert core["status"] == "ok", core["reason"]
+    dec = _run(wrong, _case(mask="causal", kv_len=40, scope="decoder", ffn="mlp:128"))
+    assert dec["status"] == "mismatch", dec["reason"]
+    assert dec["reason"].startswith("the layer's output: relative error") and "float64 layer" in dec["reason"]
+    # the same core, right about padding (the registry's naive), passes in the same layer
+    from bench.api import discover
+
+    naive = discover(entry_points=False)["naive"]
+    assert _run(naive, _case(mask="causal", kv_len=40, scope="decoder", ffn="mlp:128"))["status"] == "ok"
+
+
+@pytest.mark.parametrize("scope, ffn, direction", [("block", "none", "fwd"), ("encoder", "swiglu:96", "fwd+bwd"),
+                                                   ("decoder", "mlp:128", "bwd")])
+def test_each_part_is_timed_in_the_wholes_rounds_and_their_sum_is_held_against_it(scope, ffn, direction):
+    from bench.api import discover
+    from bench.model.layer import parts
+
+    naive = discover(entry_points=False)["naive"]
+    case = _case(mask="causal", scope=scope, ffn=ffn, direction=direction, kv_len=24 if scope != "encoder" else 32)
+    row = _run(naive, case)
+    assert row["status"] == "ok", row["reason"]
+    layer = row["layer"]
+    assert list(layer["parts"]) == list(parts(case))
+    assert layer["whole_ms"] == row["median_ms"]
+    assert layer["sum_ms"] == pytest.approx(sum(p["median_ms"] for p in layer["parts"].values()))
+    assert layer["sum_ratio"] == pytest.approx(layer["sum_ms"] / layer["whole_ms"])
+    assert layer["core_ms"] == pytest.approx(sum(p["median_ms"] for n, p in layer["parts"].items()
+                                                 if n.startswith("core")))
+    assert 0 < layer["core_share"] < 1
+    for name, part in layer["parts"].items():
+        assert part["median_ms"] > 0 and part["flops"] == part_flops(case)[name]
+    assert row["flops"] == layer_flops(case)
+    assert row["grad_rel_err"] is not None if direction != "fwd" else row["grad_rel_err"] is None
+    assert row["rel_err"] < 1e-4 and row["peak_mem_bytes"]
+
+
+def test_the_sum_check_flags_parts_that_do_not_add_up_to_the_whole():
+    from bench.measure.layer import SUM_AGREES, layer_figures
+    from bench.measure.timing import Timing
+
+    case = _case(scope="block")
+
+    def timed(ms):
+        return Timing([ms] * 8, 1, 0, "fake").summary()
+    parts = {"qkv": timed(1.0), "core": timed(2.0), "out": timed(1.0)}
+    agrees = layer_figures(case, timed(4.2), parts)
+    assert agrees["sum_ms"] == 4.0 and agrees["sum_ratio"] == pytest.approx(4.0 / 4.2) and agrees["sum_agrees"]
+    assert agrees["core_share"] == 0.5 and agrees["rest_ms"] == 2.0
+    off = layer_figures(case, timed(4.0 / (1 - SUM_AGREES) + 0.5), parts)
+    assert not off["sum_agrees"]
+
+
+# -- the report: crossovers and savings --------------------------------------------------------------
+
+def _rows(variant, core_per_n2, rest_per_n, ns, approximate=False):
+    """Layer rows whose core takes core_per_n2 x n^2 ms and the rest rest_per_n x n ms, with +-5%
+    intervals, and the FLOPs of an analytic model crossing at 1024."""
+    out = []
+    for n in ns:
+        core, rest = core_per_n2 * n * n, rest_per_n * n
+        out.append({"variant": variant, "status": "ok", "scope": "encoder", "ffn": "mlp:2048", "device": "cpu",
+                    "dtype": "float32", "direction": "fwd", "mask": "none", "window": "-", "heads": 8,
+                    "kv_heads": 8, "head_dims": "64", "batch": 1, "kv": "self", "n": n, "approximate": approximate,
+                    "layer": {"parts": {"core": {"median_ms": core, "ci_lo_ms": 0.95 * core, "ci_hi_ms": 1.05 * core,
+                                                 "flops": float(n * n)},
+                                        "ffn": {"median_ms": rest, "ci_lo_ms": 0.95 * rest, "ci_hi_ms": 1.05 * rest,
+                                                "flops": 1024.0 * n}},
+                              "whole_ms": core + rest, "sum_ratio": 1.0, "sum_agrees": True}})
+    return out
+
+
+def test_the_crossover_is_where_the_core_takes_as_long_as_the_rest():
+    from reports.layer_section import crossover_table, layer_frame, saved_table
+
+    # naive: core = rest at n = 1e-3 / 1e-6 = 1000; fast: at 4000, beyond the lengths swept (extrapolated)
+    df = pd.DataFrame(_rows("naive", 1e-6, 1e-3, [256, 512, 2048]) + _rows("fast", 0.25e-6, 1e-3, [256, 512, 2048]))
+    table = crossover_table(layer_frame(df)).set_index("variant")
+    assert table.loc["naive", "measured crossover n"] == "1,000"
+    assert table.loc["fast", "measured crossover n"] == "4,000 (extrapolated)"
+    assert table.loc["naive", "analytic crossover n"] == "1,024"
+    lo, hi = (int(x.replace(",", "")) for x in table.loc["naive", "95% interval"].split(" .. "))
+    # the cores 5% slow and the rest 5% fast cross at 1000 x 0.95 / 1.05; the other way round, 1000 x 1.05 / 0.95
+    assert lo == round(1000 * 0.95 / 1.05) and hi == round(1000 * 1.05 / 0.95)
+    assert table.loc["naive", "share at largest n"] == f"{100 * 2048 / 3048:.0f}%"
+    saved = saved_table(layer_frame(df), "naive").set_index("n")
+    assert (saved["fastest exact core"] == "fast").all()
+    at = saved.loc[512]
+    base_core, fast_core = 1e-6 * 512 ** 2, 0.25e-6 * 512 ** 2
+    assert at["saved ms"] == round(base_core - fast_core, 4)
+    assert at["saved % of layer"] == round(100 * (base_core - fast_core) / (base_core + 1e-3 * 512), 1)
+    # an approximation is never the fastest exact core
+    approx = pd.DataFrame(_rows("naive", 1e-6, 1e-3, [512]) + _rows("lossy", 1e-9, 1e-3, [512], approximate=True))
+    assert saved_table(layer_frame(approx), "naive").iloc[0]["fastest exact core"] == "naive"
+
+
+def test_a_ratio_that_never_rises_has_no_crossover():
+    from reports.layer_section import crossing
+
+    assert crossing([256, 512, 1024], [0.5, 0.5, 0.5]) == (None, False)
+    n, extrapolated = crossing([256, 512], [0.25, 0.5])
+    assert extrapolated and math.isclose(n, 1024)
