@@ -65,6 +65,9 @@ def _sums(parts: dict, cores: bool) -> tuple[float, float, float, float]:
     return med, lo, hi, flops
 
 
+MIN_SLOPE = 0.25  # the least growth of core/rest against n (log-log) that is extrapolated to a crossing
+
+
 def crossing(ns, ratios) -> tuple[float | None, bool]:
     """(n where ``ratios`` (core over rest, against ``ns``) cross 1, extrapolated?): log-log
     interpolation between the first pair of lengths that straddles 1; else the line fitted to
@@ -80,7 +83,7 @@ def crossing(ns, ratios) -> tuple[float | None, bool]:
         return None, False
     x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
     slope, icept = np.polyfit(x, y, 1)
-    if abs(slope) < 1e-9:  # flat: it never reaches 1
+    if abs(slope) < MIN_SLOPE:  # levelling off (a window: the core grows as n, as the rest): it never reaches 1
         return None, False
     n_star = math.exp(-icept / slope)
     return (n_star, True) if 0 < n_star < 1e12 else (None, False)
@@ -105,10 +108,19 @@ def crossover_table(lf: pd.DataFrame) -> pd.DataFrame:
                     "lengths": f"{ns[0]}-{ns[-1]}" if len(ns) > 1 else str(ns[0]),
                     "share at largest n": f"{100 * g['share'].iloc[-1]:.0f}%",
                     "measured crossover n": _n(mid, extra),
-                    "95% interval": "-" if mid is None else f"{_n(low, False)} .. {_n(high, False)}",
+                    "95% interval": "-" if mid is None else _interval(low, high),
                     "analytic crossover n": _n(analytic, a_extra),
                     "parts sum / whole": ", ".join(f"{x:.2f}" for x in g["sum_ratio"].dropna())})
     return pd.DataFrame(out)
+
+
+def _interval(a, b) -> str:
+    """The interval's ends, low first (a falling ratio crosses in the other order); an end that
+    never crosses is open."""
+    ends = sorted(x for x in (a, b) if x is not None)
+    if len(ends) < 2:
+        return f"{_n(ends[0], False)} .. open" if ends else "open"
+    return f"{_n(ends[0], False)} .. {_n(ends[1], False)}"
 
 
 def _n(x, extrapolated: bool) -> str:

@@ -256,7 +256,7 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
 def _check_layer(var: Variant, bound, result: CellResult) -> _Live:
     """A layer cell's check: the whole against the float64 layer, then twice more for the same bits."""
     with bound.scope():
-        check = bound.check()
+        check = bound.check(var.approximate)
     result.checked(check)
     if check.ok:
         with bound.scope():
