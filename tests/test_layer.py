@@ -58,6 +58,7 @@ def test_a_scope_refuses_what_it_does_not_model_with_what_is_valid():
         _case(scope="encoder", ffn="gelu:64")
 
 
+@pytest.mark.slow
 def test_bad_scope_and_ffn_flags_exit_2_with_what_is_valid():
     for flags, words in ((["--scope", "layer"], "unknown scope 'layer'; valid: core, block, encoder, decoder"),
                          (["--scope", "encoder", "--ffn", "relu"], "--ffn relu: valid: mlp:D_FF or swiglu:D_FF")):

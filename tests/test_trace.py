@@ -28,6 +28,7 @@ def test_a_bad_vllm_term_names_itself_and_both_spellings(bad):
     assert bad in str(info.value) and "2q2k_32q1s1k" in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_vllm_spelling_on_the_command_line_and_a_bad_one_exits_2():
     ok = run_cli("sweep", "--variants", "naive", "--batch-mix", "2q64_4q1s256", "--masks", "causal", "--dry-run")
     assert ok.returncode == 0, ok.stderr
@@ -87,6 +88,7 @@ def test_the_sampler_keeps_one_batch_from_each_kind_of_batch(tmp_path):
     assert sample(read_trace(str(path)), 100) == read_trace(str(path))  # fewer batches than asked: all of them
 
 
+@pytest.mark.slow
 def test_a_trace_on_the_command_line_becomes_its_representative_mixes(tmp_path):
     lines = [json.dumps({"new": [64], "cached": [0]}), json.dumps([[1, 128]] * 4), json.dumps([[16, 64], [1, 64]])]
     path = _write(tmp_path, lines)
