@@ -68,14 +68,15 @@ def _sums(parts: dict, cores: bool) -> tuple[float, float, float, float]:
 MIN_SLOPE = 0.25  # the least growth of core/rest against n (log-log) that is extrapolated to a crossing
 
 
-def crossing(ns, ratios) -> tuple[float | None, bool]:
+def crossing(ns, ratios, fit: bool = False) -> tuple[float | None, bool]:
     """(n where ``ratios`` (core over rest, against ``ns``) cross 1, extrapolated?): log-log
     interpolation between the first pair of lengths that straddles 1; else the line fitted to
-    log ratio against log n, extended, when it rises; (None, False) when it never reaches 1."""
+    log ratio against log n, extended, when it rises; (None, False) when it never reaches 1.
+    ``fit``: the fitted line alone (an extrapolated estimate's interval ends, read the same way)."""
     pts = sorted((float(n), float(r)) for n, r in zip(ns, ratios) if r and r > 0 and n and n > 0)
     if not pts:
         return None, False
-    for (n0, r0), (n1, r1) in zip(pts, pts[1:]):
+    for (n0, r0), (n1, r1) in zip(pts, pts[1:]) if not fit else ():
         if (r0 - 1) * (r1 - 1) <= 0 and r0 != r1:
             f = math.log(r0) / (math.log(r0) - math.log(r1))
             return math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0))), False
@@ -99,8 +100,9 @@ def crossover_table(lf: pd.DataFrame) -> pd.DataFrame:
         g = g.sort_values("n")
         ns = g["n"].tolist()
         mid, extra = crossing(ns, (g["core_ms"] / g["rest_ms"]).tolist())
-        low, _ = crossing(ns, (g["core_hi"] / g["rest_lo"]).tolist())  # cores slow, rest fast: crosses early
-        high, _ = crossing(ns, (g["core_lo"] / g["rest_hi"]).tolist())
+        # the ends: the cores slow and the rest fast, and the other way round, read as the estimate was
+        low, _ = crossing(ns, (g["core_hi"] / g["rest_lo"]).tolist(), fit=extra)
+        high, _ = crossing(ns, (g["core_lo"] / g["rest_hi"]).tolist(), fit=extra)
         analytic, a_extra = crossing(ns, (g["core_flops"] / g["rest_flops"]).tolist()) \
             if (g["rest_flops"] > 0).all() else (None, False)
         series = dict(zip(keys, key))
@@ -108,16 +110,20 @@ def crossover_table(lf: pd.DataFrame) -> pd.DataFrame:
                     "lengths": f"{ns[0]}-{ns[-1]}" if len(ns) > 1 else str(ns[0]),
                     "share at largest n": f"{100 * g['share'].iloc[-1]:.0f}%",
                     "measured crossover n": _n(mid, extra),
-                    "95% interval": "-" if mid is None else _interval(low, high),
+                    "95% interval": "-" if mid is None else _interval(low, high, mid),
                     "analytic crossover n": _n(analytic, a_extra),
                     "parts sum / whole": ", ".join(f"{x:.2f}" for x in g["sum_ratio"].dropna())})
     return pd.DataFrame(out)
 
 
-def _interval(a, b) -> str:
-    """The interval's ends, low first (a falling ratio crosses in the other order); an end that
-    never crosses is open."""
+def _interval(a, b, mid) -> str:
+    """The interval's ends, low first (a falling ratio crosses in the other order), widened to hold
+    the estimate (extrapolated lines of noisy ends can pass it); an end that never crosses is open."""
     ends = sorted(x for x in (a, b) if x is not None)
+    if len(ends) == 2:
+        ends = [min(ends[0], mid), max(ends[1], mid)]
+    elif len(ends) == 1:
+        ends = [min(ends[0], mid)]
     if len(ends) < 2:
         return f"{_n(ends[0], False)} .. open" if ends else "open"
     return f"{_n(ends[0], False)} .. {_n(ends[1], False)}"
