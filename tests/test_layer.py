@@ -193,3 +193,16 @@ def test_a_ratio_that_never_rises_has_no_crossover():
     assert crossing([256, 512, 1024], [0.5, 0.5, 0.5]) == (None, False)
     n, extrapolated = crossing([256, 512], [0.25, 0.5])
     assert extrapolated and math.isclose(n, 1024)
+
+
+def test_an_approximation_in_a_layer_reports_its_error_and_steps_stay_the_cores():
+    from bench.api import discover
+    from bench.measure.steps import run_steps
+
+    registry = discover(entry_points=False)
+    approx = next(v for v in registry if v.approximate and "cpu" in v.devices)
+    row = _run(approx, _case(scope="encoder", ffn="mlp:128"))
+    assert row["status"] == "ok", row["reason"]
+    assert row["rel_err"] > 1e-3  # far beyond float32's layer tolerance: reported, not held to it
+    with pytest.raises(ValueError, match="scope core, not encoder"):
+        run_steps(registry["naive"], _case(scope="encoder", ffn="mlp:128"), 2)

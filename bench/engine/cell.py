@@ -261,8 +261,6 @@ def _check_layer(var: Variant, bound, result: CellResult) -> _Live:
     if check.ok:
         with bound.scope():
             result.deterministic, result.nondeterminism = bound.determinism()
-        if result.deterministic:
-            result.nondeterminism = None
     return _Live(var, bound, result)
 
 

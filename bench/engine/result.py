@@ -30,7 +30,7 @@ def base_row(variant: str, case: Case, status: str = "", reason: str = "", kind:
     if case.unsupported_reason:
         workload = {}
     elif case.scope != "core":  # a layer: its self-attention core's mask, the layer's counted FLOPs
-        workload = {**masks.row_columns(layer.core_cases(case)["core"]), "flops": flopcount.layer_flops(case)}
+        workload = {**masks.row_columns(layer.core_cases(case)["core"]), "flops": flopcount.flops(case)}
     else:
         workload = {**masks.row_columns(case), "flops": flopcount.flops(case), "bytes": flopcount.min_bytes(case)}
     if case.mixed and workload:  # each phase's share of the work

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from bench.measure.reference import CheckResult, relative_errors
-from bench.model import layer as spec
+from bench.measure.timing import direction_call
+from bench.model import layer as shapes
 from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import Prepared, Variant
@@ -53,7 +54,7 @@ def weights(case: Case, seed: int = 0) -> dict[str, torch.Tensor]:
     from bench.measure.inputs import case_seed
 
     g = torch.Generator().manual_seed(case_seed(case, seed + 7))
-    w = spec.widths(case)
+    w = shapes.widths(case)
     d = w["d"]
 
     def lin(out, inp):
@@ -65,7 +66,7 @@ def weights(case: Case, seed: int = 0) -> dict[str, torch.Tensor]:
         out |= {f"{s}.wq": lin(w["q"], d), f"{s}.wk": lin(w["k"], d), f"{s}.wv": lin(w["v"], d),
                 f"{s}.wo": lin(d, w["o"])}
     if case.scope in ("encoder", "decoder"):
-        kind, d_ff = spec.parse_ffn(case.ffn)
+        kind, d_ff = shapes.parse_ffn(case.ffn)
         out |= {"ffn.w1": lin(d_ff, d), "ffn.w2": lin(d, d_ff)}
         if kind == "swiglu":
             out["ffn.w3"] = lin(d_ff, d)
@@ -82,7 +83,7 @@ def layer_inputs(case: Case, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor 
     from bench.measure.inputs import case_seed
 
     g = torch.Generator().manual_seed(case_seed(case, seed + 11))
-    d = spec.d_model(case)
+    d = shapes.d_model(case)
     x = _normal(g, case.batch, case.q_len, d)
     memory = case.scope == "decoder" or (case.scope == "block" and case.kv_len != case.q_len)
     return x, (_normal(g, case.batch, case.kv_len, d) if memory else None)
@@ -101,7 +102,7 @@ class Layer:
 
     def forward(self, x, memory=None, run: Callable = _direct):
         c, w = self.case, self.w
-        kind = spec.parse_ffn(c.ffn)[0] if c.ffn != "none" else None
+        kind = shapes.parse_ffn(c.ffn)[0] if c.ffn != "none" else None
         pre = kind == "swiglu"  # llama: RMSNorm before each sublayer, a plain residual after
         h, kvh, dq, dv = c.heads, c.kv_heads, c.head_dim, c.dv
 
@@ -172,18 +173,15 @@ def _flat(out) -> list:
 
 
 def _call_with_grads(direction: str, make_outputs: Callable[[], list], leaves: list, seed: int = 3) -> Callable:
-    """The timed call of a part or the whole for ``direction``: its forward; or the gradients of
-    its leaves (inputs and weights) from an upstream gradient drawn once, through a graph built
-    here (bwd) or in each call (fwd+bwd)."""
+    """The timed call of a part or the whole for ``direction`` (``direction_call``), the gradients
+    of its leaves (inputs and weights) from an upstream gradient drawn once, shaped as its outputs."""
     if direction == "fwd":
         return make_outputs
     g = torch.Generator().manual_seed(seed)
-    first = make_outputs()
-    grads = [torch.randn(t.shape, generator=g).to(t.device, t.dtype) for t in first]
-    if direction == "bwd":
-        return lambda: torch.autograd.grad(first, leaves, grads, retain_graph=True, allow_unused=True)
-    first = None  # a fwd+bwd call builds its own graph
-    return lambda: torch.autograd.grad(make_outputs(), leaves, grads, allow_unused=True)
+    with torch.no_grad():
+        shapes = [(t.shape, t.device, t.dtype) for t in make_outputs()]
+    grads = [torch.randn(shape, generator=g).to(device, dtype) for shape, device, dtype in shapes]
+    return direction_call(direction, make_outputs, leaves, grads, allow_unused=True)
 
 
 @dataclass
@@ -238,7 +236,7 @@ class LayerBound:
         with torch.no_grad():
             self.layer.forward(self.x, self.memory, run=record)
         calls = {}
-        for part in spec.parts(self.case):
+        for part in shapes.parts(self.case):
             recs = recorded.get(part, [])
 
             def outputs(recs=recs):
@@ -278,7 +276,7 @@ class LayerBound:
         w = {k: t.detach().requires_grad_(grad) for k, t in self.layer.w.items()}
         out = Layer(case, w, self.layer.cores).forward(x, memory)
         ref_layer = Layer(case, {k: t.detach().double().cpu().requires_grad_(grad) for k, t in w.items()},
-                          {name: exact_core(c, batches) for name, c in spec.core_cases(case).items()})
+                          {name: exact_core(c, batches) for name, c in shapes.core_cases(case).items()})
         ref_in = [None if t is None else t.detach()[batches].double().cpu().requires_grad_(grad) for t in (x, memory)]
         ref = ref_layer.forward(*ref_in)
         (o_rel, o_cos), (g_rel, g_cos) = LAYER_TOLERANCES[case.dtype]
@@ -338,10 +336,10 @@ def layer_figures(case: Case, whole, parts: dict) -> dict:
     total = sum(t.median_ms for t in parts.values())
     core = sum(t.median_ms for p, t in parts.items() if p.startswith("core"))
     ratio = total / whole.median_ms if whole.median_ms else None
-    kind, d_ff = spec.parse_ffn(case.ffn) if case.ffn != "none" else (None, None)
+    kind, d_ff = shapes.parse_ffn(case.ffn) if case.ffn != "none" else (None, None)
     return {"parts": out, "whole_ms": whole.median_ms, "sum_ms": total, "sum_ratio": ratio,
             "sum_agrees": ratio is not None and abs(ratio - 1) <= SUM_AGREES, "core_ms": core, "rest_ms": total - core,
-            "core_share": core / total if total else None, "d_model": spec.d_model(case), "d_ff": d_ff,
+            "core_share": core / total if total else None, "d_model": shapes.d_model(case), "d_ff": d_ff,
             "ffn": kind, "method": "parts timed as separate calls, interleaved in the whole's rounds"}
 
 
@@ -366,7 +364,7 @@ def bind_layer(variant: Variant, case: Case) -> LayerBound:
     """``variant``'s cores prepared for the layer of ``case`` (the setup timed), its weights and
     inputs made in the case's dtype and device."""
     t0 = time.perf_counter()
-    cores = {name: variant.prepare(c) for name, c in spec.core_cases(case).items()}
+    cores = {name: variant.prepare(c) for name, c in shapes.core_cases(case).items()}
     cores = {name: p if isinstance(p, Prepared) else Prepared(p) for name, p in cores.items()}
     setup_ms = (time.perf_counter() - t0) * 1e3
     dtype, device = case.torch_dtype, case.device

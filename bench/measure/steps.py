@@ -56,7 +56,9 @@ def _sync(device: str) -> None:
 def run_steps(variant: Variant, case: Case, k: int) -> dict:
     """The row's step figures: each step's wall ms, its prep ms, the recompiles, the median
     step and the steady one (the median of the second half), and, for a variant that compiles,
-    the warm compile."""
+    the warm compile.  A layer case (``--scope``) has none: the steps are the core's preparation."""
+    if case.scope != "core":
+        raise ValueError(f"--steps time the core's own preparation per batch: scope core, not {case.scope}")
     steps, preps, recompiled, lengths = [], [], [], []
     for sc in step_cases(case, k):
         q, kk, v = make_inputs(sc)

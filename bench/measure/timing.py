@@ -170,13 +170,19 @@ def timed_call(case: Case, fn: Callable, q, k, v, grad_out=None) -> Callable[[],
     call is the backward through the retained graph (torch.autograd.grad returns fresh
     gradients, so none accumulate between repetitions).  fwd+bwd: both, as one call.
     """
-    inputs = (q, k, v)
-    if case.direction == "fwd":
-        return lambda: fn(q, k, v)
-    if case.direction == "bwd":
-        out = fn(q, k, v)
-        return lambda: torch.autograd.grad(out, inputs, grad_out, retain_graph=True)
-    return lambda: torch.autograd.grad(fn(q, k, v), inputs, grad_out)
+    return direction_call(case.direction, lambda: fn(q, k, v), (q, k, v), grad_out)
+
+
+def direction_call(direction: str, forward: Callable, leaves, grad_out, allow_unused: bool = False) -> Callable:
+    """``forward`` as the call a direction times: itself (fwd); the gradients of ``leaves`` from
+    ``grad_out`` through a graph built once, here (bwd); or both in each call (fwd+bwd).  A layer's
+    parts and whole (bench.measure.layer) are timed through it too, their weights among the leaves."""
+    if direction == "fwd":
+        return forward
+    if direction == "bwd":
+        out = forward()
+        return lambda: torch.autograd.grad(out, leaves, grad_out, retain_graph=True, allow_unused=allow_unused)
+    return lambda: torch.autograd.grad(forward(), leaves, grad_out, allow_unused=allow_unused)
 
 
 class CpuTimer:
