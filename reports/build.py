@@ -111,7 +111,7 @@ def _build(run_dirs, out: Path | None) -> Path:
     if not step_table.empty:
         step_table.to_csv(folder / "steps.csv", index=False)
     kept = {p for paths in drawn for p in paths} | {p for part in (memory, layer) for p in (part or {}).values()
-                                                     if isinstance(p, Path)}
+                                                     if isinstance(p, Path)} | set((layer or {}).get("more_charts", []))
     kept |= {per_step["chart"]} if per_step["chart"] else set()
     _remove_stale(charts_dir, kept)
     parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, whole, baseline, masks, memory,

@@ -165,14 +165,24 @@ def saved_table(lf: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def share_chart(lf: pd.DataFrame, out: Path, style: dict | None = None) -> Path | None:
-    """Attention's share of the layer against n, one panel per series, one line per variant."""
+MAX_PANELS = 12  # as reports.groups.MAX_FACETS: more series make more charts
+
+
+def share_charts(lf: pd.DataFrame, out: Path, style: dict | None = None) -> list[Path]:
+    """Attention's share of the layer against n, one panel per series and one line per variant, in
+    charts of at most MAX_PANELS panels (``out``, then ``out``-2, -3, ...): every series drawn."""
     if lf.empty:
-        return None
+        return []
+    keys = [k for k in SERIES if k in lf]
+    groups = list(lf.groupby(keys, sort=False, dropna=False))
+    chunks = [groups[i:i + MAX_PANELS] for i in range(0, len(groups), MAX_PANELS)]
+    return [_share_chart(chunk, keys, out if i == 0 else out.with_name(f"{out.name}-{i + 1}"), style)
+            for i, chunk in enumerate(chunks)]
+
+
+def _share_chart(groups: list, keys: list, out: Path, style: dict | None) -> Path:
     from reports.charts import figure_legend, new_figure, save_figure
 
-    keys = [k for k in SERIES if k in lf]
-    groups = list(lf.groupby(keys, sort=False, dropna=False))[:12]
     cols = min(3, len(groups))
     rows = math.ceil(len(groups) / cols)
     fig, axes = new_figure(rows, cols, figsize=(4.2 * cols, 3.2 * rows + 0.6), squeeze=False)
@@ -205,6 +215,6 @@ def write(df: pd.DataFrame, folder: Path, charts_dir: Path, baseline: str | None
     table, saved = crossover_table(lf), saved_table(lf, baseline)
     table.to_csv(folder / "layer.csv", index=False)
     saved.to_csv(folder / "layer_saved.csv", index=False)
-    chart = share_chart(lf, charts_dir / "layer_share", style)
-    return ({"table": table, "note": NOTE, "chart": chart},
+    charts = share_charts(lf, charts_dir / "layer_share", style)
+    return ({"table": table, "note": NOTE, "chart": charts[0] if charts else None, "more_charts": charts[1:]},
             {"table": saved, "note": SAVED_NOTE} if not saved.empty else None)

@@ -30,8 +30,9 @@ def _section_md(title: str, part: dict | None, caption: str) -> list[str]:
     if not part or part["table"].empty:
         return []
     lines = [f"### {title}", "", part["note"], ""]
-    if part.get("chart"):
-        lines += [f"![{caption}](charts/{part['chart'].name})", ""]
+    for chart in [part.get("chart"), *part.get("more_charts", [])]:
+        if chart:
+            lines += [f"![{caption}](charts/{chart.name})", ""]
     return lines + [_md(part["table"], index=False), ""]
 
 

@@ -131,8 +131,9 @@ def _section_html(anchor: str, title: str, part: dict | None, caption: str) -> l
     if not part or part["table"].empty:
         return []
     parts = [f"<h3 id={anchor}>{title}</h3>", f"<p class=muted>{html.escape(part['note'])}</p>"]
-    if part.get("chart"):
-        parts.append(f"<figure>{_img(part['chart'])}<figcaption class=muted>{caption}</figcaption></figure>")
+    for chart in [part.get("chart"), *part.get("more_charts", [])]:
+        if chart:
+            parts.append(f"<figure>{_img(chart)}<figcaption class=muted>{caption}</figcaption></figure>")
     return parts + [_table_html(part["table"], index=False)]
 
 

@@ -206,3 +206,14 @@ def test_an_approximation_in_a_layer_reports_its_error_and_steps_stay_the_cores(
     assert row["rel_err"] > 1e-3  # far beyond float32's layer tolerance: reported, not held to it
     with pytest.raises(ValueError, match="scope core, not encoder"):
         run_steps(registry["naive"], _case(scope="encoder", ffn="mlp:128"), 2)
+
+
+def test_every_series_is_drawn_in_charts_of_at_most_twelve_panels(tmp_path):
+    from reports.layer_section import MAX_PANELS, layer_frame, share_charts
+
+    rows = []
+    for heads in range(1, MAX_PANELS + 2):  # one series more than a chart holds
+        rows += [r | {"heads": heads, "kv_heads": heads} for r in _rows("naive", 1e-6, 1e-3, [256, 512])]
+    charts = share_charts(layer_frame(pd.DataFrame(rows)), tmp_path / "layer_share")
+    assert [p.name for p in charts] == ["layer_share.png", "layer_share-2.png"]
+    assert all(p.stat().st_size > 0 for p in charts)
