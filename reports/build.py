@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reports import frontier_section, layer_section, steps
+from reports import anchors_section, frontier_section, layer_section, steps
 from reports.accuracy import error_chart, pareto_chart, roofline_chart
 from reports.charts import chart_jobs, declared_colours, draw, drawing_pool, variant_style
 from reports.frames import load_runs, speedups, with_peaks
@@ -105,6 +105,7 @@ def _build(run_dirs, out: Path | None) -> Path:
     cross.to_csv(folder / "crossovers.csv", index=False)
     memory = frontier_section.write(df, envs, folder, charts_dir)
     layer, saved = layer_section.write(df, folder, charts_dir, baseline, style)
+    anchors = anchors_section.write(df, envs, folder)
     step_table = steps.steps_table(df)
     per_step = {"table": step_table, "note": steps.NOTE,
                 "chart": steps.steps_chart(df, charts_dir / "steps", style) if not step_table.empty else None}
@@ -115,7 +116,7 @@ def _build(run_dirs, out: Path | None) -> Path:
     kept |= {per_step["chart"]} if per_step["chart"] else set()
     _remove_stale(charts_dir, kept)
     parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, whole, baseline, masks, memory,
-                        per_step, groups, not_run(df), layer, saved)
+                        per_step, groups, not_run(df), layer, saved, anchors)
     write_markdown(parts)
     return write_page(parts)
 

@@ -80,6 +80,7 @@ def write_markdown(r: ReportParts) -> Path:
     lines += _section_md("Attention in its layer: where O(n²) starts to matter", r.layer,
                          "attention's share of the layer against n")
     lines += _section_md("Layer time saved by the fastest exact core", r.layer_saved, "")
+    lines += _section_md("Against published figures", r.anchors, "")
     lines += _section_md("Cost per step", r.steps, "step against kernel")
     from reports.tables import error_by_inputs, mix_table, ragged_table
 

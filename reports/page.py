@@ -193,6 +193,7 @@ class ReportParts:
     not_run: pd.DataFrame | None = None  # reports.groups.not_run: the variants with no ok cell, listed once
     layer: dict | None = None  # reports.layer_section: attention's share of the layer, the crossovers, the chart
     layer_saved: dict | None = None  # reports.layer_section: the layer time the fastest exact core saves
+    anchors: dict | None = None  # reports.anchors_section: measured against published figures
 
 
 def write_page(r: ReportParts) -> Path:
@@ -262,6 +263,7 @@ def _scaling_html(r: ReportParts) -> list[str]:
     parts += _section_html("layer", "Attention in its layer: where O(n²) starts to matter", r.layer,
                            "attention's share of the layer against n")
     parts += _section_html("layer-saved", "Layer time saved by the fastest exact core", r.layer_saved, "")
+    parts += _section_html("anchors", "Against published figures", r.anchors, "")
     parts += _section_html("steps", "Cost per step", r.steps, "step against kernel")
     parts += _workload_html(r.df)
     parts.append("<h3>Crossovers</h3>")

@@ -144,6 +144,38 @@ def test_the_sum_check_flags_parts_that_do_not_add_up_to_the_whole():
     assert not off["sum_agrees"]
 
 
+class _TickEvent:
+    """A timing event on a fake clock that moves 1 ms at every record: a part's interval is 1 ms
+    a call, whatever the machine."""
+    clock = [0.0]
+
+    def record(self):
+        self.clock[0] += 1.0
+        self.at = self.clock[0]
+
+    def elapsed_time(self, end):
+        return end.at - self.at
+
+
+@pytest.mark.parametrize("scope, ffn, calls_each", [("block", "none", {"qkv": 1, "core": 1, "out": 1}),
+                                                    ("decoder", "mlp:64", {"qkv": 2, "core": 1, "core_cross": 1,
+                                                                           "out": 2, "norms": 3, "ffn": 1})])
+def test_the_gpu_events_time_each_part_inside_the_whole_call(scope, ffn, calls_each):
+    from bench.api import discover
+    from bench.measure.layer import bind_layer, in_call_figures
+
+    case = _case(scope=scope, ffn=ffn, kv_len=24)
+    bound = bind_layer(discover(entry_points=False)["naive"], case)
+    samples = bound.in_call_parts(calls=3, event=_TickEvent, sync=lambda: None)
+    assert {p: xs for p, xs in samples.items() if p != "whole"} == {p: [float(k)] * 3 for p, k in calls_each.items()}
+    records = 2 * sum(calls_each.values())  # two events a part call, between the whole's own two
+    assert samples["whole"] == [records + 1.0] * 3
+    figures = in_call_figures(samples)
+    assert figures["sum_ratio"] == pytest.approx(sum(calls_each.values()) / (records + 1))
+    assert not figures["sum_agrees"]  # half the ticks fall between parts: the check says so
+    assert figures["parts"]["core"]["median_ms"] == 1.0 and figures["calls"] == 3
+
+
 # -- the report: crossovers and savings --------------------------------------------------------------
 
 def _rows(variant, core_per_n2, rest_per_n, ns, approximate=False):

@@ -1,6 +1,7 @@
 """``python -m bench list``: the registered variants, their capabilities and whether they run
 here; ``--masks``: the masks and score mods a sweep can use; ``--models``: the published model
-shapes ``sweep --model`` takes."""
+shapes ``sweep --model`` takes; ``--anchors``: the published figures ``sweep --anchors`` times
+against."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ def add_parser(sub) -> None:
                     help="list the masks and score mods (built-in and plugins') instead of the variants")
     lp.add_argument("--models", action="store_true",
                     help="list the published model shapes sweep --model takes, with their sources")
+    lp.add_argument("--anchors", action="store_true",
+                    help="list the published figures sweep --anchors (and, on a GPU, --preset anchors) times against, "
+                         "with their shapes, hardware and sources")
     lp.set_defaults(func=command)
 
 
@@ -30,6 +34,8 @@ def command(args) -> int:
 
     if args.models:
         return _list_models(args)
+    if args.anchors:
+        return _list_anchors(args)
     reg = discover(args.plugin)
     if args.masks:
         return _list_masks(args, reg)
@@ -105,6 +111,30 @@ def _list_models(args) -> int:
     print("\nsweep --model NAME sets the heads, KV heads, head dims, masks and dtype; the preset gives the lengths, "
           "and flags override the model (--model gemma2-9b --masks causal+softcap:50); --total-tokens T keeps the "
           "tokens per cell fixed: batch = T // n.")
+    return 0
+
+
+def _list_anchors(args) -> int:
+    """The published anchors: each shape, its figure, the hardware and the source."""
+    from tabulate import tabulate
+
+    from bench.model.anchors import ANCHORS
+
+    rows = [{"anchor": a.name, "kernel": a.kernel,
+             "shape": f"{a.batch}x{a.heads}/{a.kvh}x{a.q_len}/{a.kv}x{a.head_dim}"
+                      f"{f'/{a.head_dim_v}' if a.head_dim_v else ''}",
+             "mask": a.mask if a.align == "top-left" else f"{a.mask} {a.align}", "direction": a.direction,
+             "dtype": a.dtype, "figure": f"{a.figure:g} {a.unit}", "hardware": a.hardware,
+             "published ms": round(a.published_ms(), 4), "source": a.source, "note": a.note} for a in ANCHORS]
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(tabulate([{k: v for k, v in r.items() if k not in ("note", "source")} for r in rows], headers="keys"))
+    print("\nshape: batch x heads/KV heads x q/kv tokens x head dim. published ms: the time the figure implies at the "
+          "shape, counted as its source counts (bench.model.anchors). Sources:")
+    for source in dict.fromkeys(r["source"] for r in rows):
+        print(f"  {source}: {', '.join(r['anchor'] for r in rows if r['source'] == source)}")
+    print("\nsweep --anchors NAME,... (or all), or --preset anchors, on a GPU; the report gives measured / published.")
     return 0
 
 

@@ -24,7 +24,7 @@ from bench.engine.result import CellResult
 from bench.errors import first_line
 from bench.measure import contention, kernels, nvml
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
-from bench.measure.layer import layer_figures
+from bench.measure.layer import in_call_figures, layer_figures
 from bench.measure.leftovers import Leftovers
 from bench.measure.memory import peak_bytes
 from bench.measure.reference import check_form, determinism, reference, run_and_check
@@ -151,6 +151,7 @@ def _nowhere(name: str) -> None:
     pass
 
 
+IN_CALL_CALLS = 20  # GPU layer cells, forward: whole calls timed with events around each part (after the timing)
 REFERENCE = "(reference)"  # what ``at`` names while the float64 reference is computed: its own step
 
 
@@ -356,6 +357,12 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
         result.interleave_id = together
         if item.parts:
             result.layer = layer_figures(case, timing, {p: t.result().summary() for p, t in item.parts.items()})
+            if case.device == "cuda" and case.direction == "fwd":  # the parts inside whole calls, from events
+                try:
+                    with item.bound.scope():
+                        result.layer["in_call"] = in_call_figures(item.bound.in_call_parts(IN_CALL_CALLS))
+                except Exception as exc:  # a check after the timing: the timing stays, the row says why
+                    result.layer["in_call_error"] = f"{type(exc).__name__}: {exc}"[:300]
         if case.device == "cpu":
             result.contention = contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms)
         if state is not None:

@@ -6,7 +6,9 @@ The layer is written once (``Layer.forward``) and every part goes through ``run(
 args, weights)``.  Timing the whole calls it straight through; ``part_calls`` runs it once
 with a recorder and turns each part's recorded calls into a callable on those inputs, so
 the parts are timed as separate callables, interleaved in the same rounds as the whole, and
-their sum is held against it.  A backward is the parts' and the whole's with the weights'
+their sum is held against it.  On the GPU a forward is also timed from the inside
+(``in_call_parts``): CUDA events recorded around each part in whole calls, whose sum is held
+against the same calls' whole time.  A backward is the parts' and the whole's with the weights'
 gradients (the training step), through a graph built once outside the timed call (``bwd``)
 or inside it (``fwd+bwd``).
 
@@ -25,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from bench.measure.reference import CheckResult, relative_errors
-from bench.measure.timing import direction_call
+from bench.measure.stats import quantile
+from bench.measure.timing import direction_call, median_ci
 from bench.model import layer as shapes
 from bench.model import masks
 from bench.model.case import Case
@@ -246,6 +249,37 @@ class LayerBound:
             calls[part] = _call_with_grads(direction, outputs, leaves)
         return calls
 
+    def in_call_parts(self, calls: int = 20, event: Callable | None = None,
+                      sync: Callable[[], None] | None = None) -> dict[str, list[float]]:
+        """GPU, forward: each part's time inside ``calls`` whole calls, from events recorded around
+        it, and each call's whole time from events around the call: {"whole": [ms], part: [ms]},
+        one figure a call (a part called twice in a layer, its two summed).  ``event`` makes a
+        timing event (default a CUDA event), ``sync`` waits for the device."""
+        event = event or (lambda: torch.cuda.Event(enable_timing=True))
+        sync = sync or torch.cuda.synchronize
+        names = shapes.parts(self.case)
+        out: dict[str, list[float]] = {"whole": [], **{p: [] for p in names}}
+        for _ in range(calls):
+            marks = []
+
+            def run(part, fn, args, used, marks=marks):
+                a, b = event(), event()
+                a.record()
+                result = fn(*args)
+                b.record()
+                marks.append((part, a, b))
+                return result
+            start, end = event(), event()
+            with torch.no_grad():
+                start.record()
+                self.layer.forward(self.x, self.memory, run=run)
+                end.record()
+            sync()
+            for p in names:
+                out[p].append(sum(a.elapsed_time(b) for part, a, b in marks if part == p))
+            out["whole"].append(start.elapsed_time(end))
+        return out
+
     def determinism(self, runs: int = 2) -> tuple[bool, float | None]:
         """(bitwise equal, the largest difference) of ``runs`` more whole calls against a first one,
         outputs and gradients alike."""
@@ -341,6 +375,26 @@ def layer_figures(case: Case, whole, parts: dict) -> dict:
             "sum_agrees": ratio is not None and abs(ratio - 1) <= SUM_AGREES, "core_ms": core, "rest_ms": total - core,
             "core_share": core / total if total else None, "d_model": shapes.d_model(case), "d_ff": d_ff,
             "ffn": kind, "method": "parts timed as separate calls, interleaved in the whole's rounds"}
+
+
+def in_call_figures(samples: dict[str, list[float]]) -> dict:
+    """A layer row's ``layer["in_call"]`` from ``LayerBound.in_call_parts``: each part's median and
+    95% interval inside the whole calls, the whole's median, and the median over the calls of the
+    parts' sum over that call's whole (below 1 by what runs between the parts: the reshapes the
+    parts do not hold, the launches)."""
+    whole = samples["whole"]
+    parts = {p: xs for p, xs in samples.items() if p != "whole"}
+
+    def summary(xs):
+        ci = median_ci(xs)
+        return {"median_ms": quantile(sorted(xs), 0.5), "ci_lo_ms": ci[0] if ci else None,
+                "ci_hi_ms": ci[1] if ci else None}
+    ratios = sorted(sum(xs[i] for xs in parts.values()) / w for i, w in enumerate(whole) if w > 0)
+    ratio = quantile(ratios, 0.5) if ratios else None
+    return {"parts": {p: summary(xs) for p, xs in parts.items()}, "whole_ms": quantile(sorted(whole), 0.5),
+            "calls": len(whole), "sum_ratio": ratio,
+            "sum_agrees": ratio is not None and abs(ratio - 1) <= SUM_AGREES,
+            "method": "CUDA events around each part inside whole forward calls"}
 
 
 def exact_core(case: Case, batches: list[int]) -> Callable:

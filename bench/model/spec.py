@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import UsageError
+from bench.model.anchors import NAMES as ANCHOR_NAMES
+from bench.model.anchors import select as select_anchors
 from bench.model.case import (
     ALIGNS,
     CASE_DTYPES,
@@ -133,6 +135,11 @@ class Spec:
                                "under its padding mask, the FFN); a layer's row times each part too "
                                "(bench.model.layer)", choices("scope", SCOPES), default=("core",), axis=True,
                                case=True, metavar="SCOPE")
+    anchors: list[str] | None = setting("GPU: the shapes of published figures (FlashAttention-2/3, cuDNN, FlashMLA, "
+                                        "FlashInfer), each with its figure, hardware and source; all, or names "
+                                        "(python -m bench list --anchors); replaces the shape axes, and the report "
+                                        "gives measured / published (bench.model.anchors)",
+                                        choices("anchor", (*ANCHOR_NAMES, "all")), metavar="NAME")
     ffn_mult: float = setting("a layer scope's FFN width as a multiple of d_model = heads x head_dim (default 4; "
                               "a --model or --ffn gives its own)", number(0.125, 64.0, False), default=4.0,
                               metavar="M", case=True)
@@ -142,7 +149,8 @@ class Spec:
                               case=True)
     device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
                           default="cpu", case=True)
-    preset: str = setting("quick, default, full, decode or serving (default: default); sized per device", text,
+    preset: str = setting("quick, default, full, decode or serving (default: default); sized per device; on a "
+                          "GPU also anchors (the shapes of published figures)", text,
                           default="default")
     model: str | None = setting("a published model's attention: its heads, KV heads, head dims, masks (alternating "
                                 "layers as two) and dtype over the preset's lengths; flags override "
@@ -222,6 +230,8 @@ class Spec:
         from small to large n within a group."""
         from bench.model import masks
 
+        if self.anchors:  # each anchor is its own case: no product
+            return list(dict.fromkeys(Case(self.device, **a.case_fields()) for a in select_anchors(self.anchors)))
         out, seen = [], set()
         batches = [None] if self.total_tokens else self.batch  # None: T // q_len, per length
         for scope, dtype, direction, spelling, batch_given, heads, dims in itertools.product(
@@ -285,7 +295,7 @@ def measured_part(spec: Spec) -> dict:
                          ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0), ("deterministic", False),
                          ("model", None), ("total_tokens", None), ("batch_mix", None), ("steps", 0),
                          ("dynamic", False), ("scope", ["core"]), ("ffn_mult", 4.0), ("ffn", None),
-                         ("trace_mixes", 4)):
+                         ("trace_mixes", 4), ("anchors", None)):
         # a sweep from before they existed hashes as it did
         if out.get(key) in (default, None):
             out.pop(key, None)

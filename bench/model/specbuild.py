@@ -72,11 +72,64 @@ def load_config(path: str) -> dict:
 
 
 @cache
-def presets(device: str) -> dict[str, dict]:
-    """The presets of a device, from the packaged ``presets/<device>.toml``, parsed."""
+def _preset_tables(device: str) -> dict[str, dict]:
     text = resources.files("bench.model").joinpath("presets", f"{device}.toml").read_text()
-    return {name: parse_values(values, source=f"preset {name} ({device})")
-            for name, values in tomllib.loads(text).items()}
+    return tomllib.loads(text)
+
+
+@cache
+def presets(device: str) -> dict[str, dict]:
+    """The presets of a device, from the packaged ``presets/<device>.toml``, parsed (a preset's
+    ``about``, what it covers, is ``preset_about``'s)."""
+    return {name: parse_values({k: v for k, v in values.items() if k != "about"}, source=f"preset {name} ({device})")
+            for name, values in _preset_tables(device).items()}
+
+
+def preset_about(device: str, name: str) -> str:
+    """What a preset covers, as its TOML table says (``about``), or ''."""
+    return str(_preset_tables(device).get(name, {}).get("about", ""))
+
+
+def _unknown_preset(preset: str, device: str) -> UsageError:
+    """An unknown preset; one another device has is refused with what it is for."""
+    for other in (d for d in ("cpu", "cuda") if d != device):
+        if preset in presets(other):
+            about = preset_about(other, preset)
+            return UsageError(f"--preset {preset} is a {other} preset{f' ({about})' if about else ''}: it needs "
+                              f"--device {other}, and this sweep runs on {device}; valid here: "
+                              f"{', '.join(presets(device))}")
+    return UsageError(f"unknown preset {preset!r}; valid: {', '.join(presets(device))}")
+
+
+ANCHOR_AXES = ("seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes", "masks", "window",
+               "directions", "align", "lengths", "kv_layout", "batch_mix", "total_tokens", "scope")
+
+
+def _anchored(merged: dict, values: dict, here: bool) -> dict:
+    """A spec of published anchors (--anchors): refused off the GPU and beside the flags whose
+    axes the anchors replace; its shape axes say what the anchors cover."""
+    from bench.model.anchors import select
+
+    if merged["device"] != "cuda":
+        raise UsageError(f"--anchors times the shapes of published GPU figures against them: it needs --device cuda"
+                         f"{' (this machine has no CUDA device)' if here else ''}; this sweep runs on "
+                         f"{merged['device']}")
+    clash = [flag(k) for k in (*ANCHOR_AXES, "model") if k in values]
+    if clash:
+        raise UsageError(f"--anchors gives each anchor its own shape, mask, dtype and direction; give it or "
+                         f"{', '.join(clash)}, not both")
+    chosen = select(merged["anchors"])
+
+    def union(key):
+        return sorted({key(a) for a in chosen}, key=lambda v: (isinstance(v, str), v))
+
+    return merged | {"seq_lens": union(lambda a: a.q_len), "kv_lens": union(lambda a: a.kv),
+                     "heads": union(lambda a: a.heads), "kv_heads": union(lambda a: a.kvh),
+                     "head_dims": union(lambda a: f"{a.head_dim}/{a.head_dim_v}" if a.head_dim_v else a.head_dim),
+                     "batch": union(lambda a: a.batch), "dtypes": union(lambda a: a.dtype),
+                     "masks": union(lambda a: a.mask), "directions": union(lambda a: a.direction),
+                     "align": union(lambda a: a.align), "kv_layout": union(lambda a: a.kv_layout),
+                     "lengths": ["fixed"], "batch_mix": None, "total_tokens": None, "scope": ["core"]}
 
 
 def _traced(mixes: list[str], n: int) -> list[str]:
@@ -117,7 +170,7 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
         raise UsageError("device cuda: CUDA is not available on this machine; valid here: cpu")
     preset = values.get("preset") or (base.preset if base else "default")
     if preset not in presets(device):
-        raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(presets(device))}")
+        raise _unknown_preset(preset, device)
     if base is not None and preset == base.preset and device == base.device:
         merged = base.to_dict()
     else:
@@ -135,6 +188,8 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
         given_by_user = {k for k in values if k not in ("device", "preset")}
         merged |= {k: v for k, v in model(name).settings(preset).items() if k not in given_by_user}
     merged |= values | {"device": device, "preset": preset}
+    if merged.get("anchors"):
+        merged = _anchored(merged, values, here)
     if any(str(m).startswith("@") for m in merged.get("batch_mix") or []):
         merged["batch_mix"] = _traced(merged["batch_mix"], merged.get("trace_mixes") or 4)
     if merged.get("batch_mix"):  # first: a mix replaces the lengths the other checks would speak of
@@ -158,7 +213,7 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
         merged["variants"] = registry.names()
     choices("variant", registry.names())(merged["variants"], "--variants")
     check_masks(merged["masks"])
-    for h, kvh in itertools.product(merged["heads"], merged["kv_heads"] or []):
+    for h, kvh in itertools.product(merged["heads"], merged["kv_heads"] or []) if not merged.get("anchors") else ():
         if h % kvh:
             raise UsageError(f"heads {h} is not divisible by kv_heads {kvh}; kv_heads must divide heads "
                              f"(GQA groups of equal size)")
