@@ -363,3 +363,14 @@ def test_a_sweeps_flags_are_read_without_torch():
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stdout + proc.stderr
+
+
+def test_the_plan_says_what_the_preset_covers_unless_a_flag_changed_it(capsys):
+    from bench.cli import main
+    from bench.model.specbuild import preset_about
+
+    assert main(["sweep", "--device", "cpu", "--dry-run"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"preset default: {preset_about('cpu', 'default')}" and "128 to 2048" in first
+    assert main(["sweep", "--device", "cpu", "--seq-lens", "128", "--dry-run"]) == 0
+    assert not capsys.readouterr().out.startswith("preset ")  # the lengths are no longer the preset's

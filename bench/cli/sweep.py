@@ -101,11 +101,12 @@ def _command(args, flags: dict) -> int:
         print(f"--retry {args.retry}: no cell of {resume} is {' or '.join(sorted(retry))} (by its newest row), and "
               f"none is missing: nothing to measure")
         return 0
+    covers = _covers(spec, given)
     if args.dry_run:
-        print("\n".join(projection.lines()))
+        print("\n".join([covers, *projection.lines()] if covers else projection.lines()))
         return 0
     run_dir = _run_folder(resume, args.out, spec)  # a folder that cannot be written is refused before the plan
-    print("plan: " + "; ".join(projection.lines()), file=sys.stderr)
+    print("plan: " + "; ".join([covers, *projection.lines()] if covers else projection.lines()), file=sys.stderr)
     options = SweepOptions(resume=resumed, retry=retry, allow_env_change=args.allow_env_change, profile=args.profile,
                            progress=not args.quiet, bars=bars, given=given,
                            command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]),
@@ -351,3 +352,13 @@ def _run_folder(resume: Path | None, out: str | None, spec, create: bool = True)
         raise UsageError(f"--out {out}: already a run folder; --resume {out} measures only the cells it lacks "
                          f"(or choose a new --out)")
     return store.writable_dir(path) if create else path
+
+
+def _covers(spec, given: dict) -> str:
+    """What the preset covers, as its TOML says (``about``), when no flag changed what it sweeps."""
+    from bench.model.spec import AXES
+    from bench.model.specbuild import preset_about
+
+    about = preset_about(spec.device, spec.preset)
+    changed = [k for k in given if k in AXES and given[k] is not None]
+    return f"preset {spec.preset}: {about}" if about and not changed and not spec.model else ""

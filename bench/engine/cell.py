@@ -27,7 +27,7 @@ from bench.measure.bound import BoundVariant, bind_variant, case_inputs
 from bench.measure.layer import in_call_figures, layer_figures
 from bench.measure.leftovers import Leftovers
 from bench.measure.memory import peak_bytes
-from bench.measure.reference import check_form, determinism, reference, run_and_check
+from bench.measure.reference import check_form, determinism, reference, run_and_check, same_bits
 from bench.measure.settings import MeasureSettings
 from bench.measure.steps import run_steps
 from bench.measure.timing import (
@@ -145,6 +145,7 @@ class _Live:
     call: Callable = None
     timer: object = None
     parts: dict = field(default_factory=dict)  # a layer's parts: part -> its timer
+    checked: tuple | None = None  # on the CPU: the checked call's outputs, held against the timer's own calls
 
 
 def _nowhere(name: str) -> None:
@@ -245,9 +246,12 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
                 check = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
                                       var.error_budget, var.approximate)
         result.checked(check)
-        if check.ok and getattr(check, "outputs", None) is not None:  # two more calls on its inputs: the same bits?
+        outputs = getattr(check, "outputs", None) if check.ok else None
+        if outputs is not None and case.device == "cpu":  # the same bits? from the timer's own calls, after it
+            return _Live(var, bound, result, checked=outputs)
+        if outputs is not None:  # two more calls on its inputs: the same bits?
             with bound.scope():
-                same, diff = determinism(case, bound.fn, q, k, v, grad_out, check.outputs)
+                same, diff = determinism(case, bound.fn, q, k, v, grad_out, outputs)
             result.deterministic, result.nondeterminism = same, None if same else diff
         return _Live(var, bound, result)
     except Exception as exc:  # every failure becomes the result's status
@@ -319,7 +323,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
                 with item.bound.scope():
                     item.call = item.bound.timed()
             item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer,
-                                    make_call=item.bound.timed)
+                                    make_call=item.bound.timed, keep_outputs=item.checked is not None)
             if case.scope != "core":  # each part, a timer of its own in the same rounds
                 with item.bound.scope():
                     item.parts = {part: make_timer(case.device, call, settings.budget_ms, settings.precision,
@@ -355,6 +359,10 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
         at(item.variant.name)
         timing = result.timing = item.timer.result().summary()
         result.interleave_id = together
+        if item.checked is not None:  # the timer's first and latest calls against the checked one
+            same, diff = same_bits(case, item.checked, (item.timer.first_out, item.timer.last_out))
+            result.deterministic, result.nondeterminism = same, None if same else diff
+            item.checked = item.timer.first_out = item.timer.last_out = None
         if item.parts:
             result.layer = layer_figures(case, timing, {p: t.result().summary() for p, t in item.parts.items()})
             if case.device == "cuda" and case.direction == "fwd":  # the parts inside whole calls, from events

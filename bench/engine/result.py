@@ -56,7 +56,7 @@ class CellResult:
     layout: str | None = None  # a ragged or mixed batch: how the variant held it (packed, nested, padded, ...)
     check: CheckResult | None = None  # against the float64 reference (its tensors dropped)
     reference_skipped: str | None = None  # why it was timed unchecked
-    deterministic: bool | None = None  # two more calls gave the same bits
+    deterministic: bool | None = None  # later calls on the same inputs gave the checked call's bits
     nondeterminism: float | None = None  # else their largest difference
     timing: TimingSummary | None = None
     bwd_forward: str | None = None  # "per turn": each turn of a backward ran its own forward

@@ -377,6 +377,27 @@ def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None 
     return result
 
 
+def same_bits(case: Case, first, timed_outputs) -> tuple[bool, float]:
+    """(bitwise equal, the largest absolute difference) between ``first`` (the checked call's
+    output and gradients: ``CheckResult.outputs``) and the outputs of timed calls on the same
+    inputs (a CPU timer's first and latest, ``CpuTimer.keep_outputs``): the output of a forward,
+    the gradients of a backward or of a forward and backward.  None among them: not taken."""
+    out0, grads0 = first
+    equal, worst = True, 0.0
+    for got in timed_outputs:
+        if got is None:
+            continue
+        pairs = [(got, out0)] if case.direction == "fwd" else \
+            [(g, g0) for g, g0 in zip(got, grads0 or ()) if g is not None and g0 is not None]
+        for x, x0 in pairs:
+            x = x.detach()
+            if x.shape != x0.shape or not torch.equal(x, x0):
+                equal = False
+                worst = max(worst, float((x.double() - x0.double()).abs().max()) if x.shape == x0.shape
+                            else float("inf"))
+    return equal, worst
+
+
 def determinism(case: Case, fn, q, k, v, grad_out, first, runs: int = 2) -> tuple[bool, float]:
     """(bitwise equal, the largest absolute difference) between ``first`` (the output and the
     gradients of the checked call: ``CheckResult.outputs``) and ``runs`` more calls on the same

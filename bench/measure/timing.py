@@ -190,8 +190,12 @@ class CpuTimer:
 
     def __init__(self, call: Callable, precision: float = DEFAULT_PRECISION, min_block_ms: float = MIN_BLOCK_MS,
                  sync: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.perf_counter,
-                 cpu_clock: Callable[[], float] = time.process_time, max_samples: int = MAX_CPU_SAMPLES):
+                 cpu_clock: Callable[[], float] = time.process_time, max_samples: int = MAX_CPU_SAMPLES,
+                 keep_outputs: bool = False):
         self.call, self.precision, self.min_block_ms = call, precision, min_block_ms
+        # keep_outputs: the output of the first block's last call and of the latest block's (a determinism
+        # check from calls the timing makes anyway); each is kept past the block's clock, so no free moves in
+        self.keep_outputs, self.first_out, self.last_out = keep_outputs, None, None
         self.sync, self.clock, self.cpu_clock, self.max_samples = sync, clock, cpu_clock, max_samples
         self.rounds: list[list[float]] = []
         self.number = 1
@@ -213,14 +217,24 @@ class CpuTimer:
     def _block(self) -> float:
         """One timed block of ``number`` calls; returns ms per call."""
         number, call, clock = self.number, self.call, self.clock
+        out = None
         c0 = self.cpu_clock()
         t0 = clock()
-        for _ in range(number):
-            call()
+        if self.keep_outputs:
+            for _ in range(number):
+                out = call()
+        else:
+            for _ in range(number):
+                call()
         self.sync()
         t1 = clock()
         self.cpu_s += self.cpu_clock() - c0
         self.timed_s += t1 - t0
+        if self.keep_outputs:
+            if self.first_out is None:
+                self.first_out = out
+            else:
+                self.last_out = out
         return (t1 - t0) * 1e3 / number
 
     def precise(self) -> bool:
@@ -433,15 +447,16 @@ def release_flush_buffer() -> None:
 
 
 def make_timer(device: str, call: Callable | None, budget_ms: float, precision: float = DEFAULT_PRECISION,
-               kind: str = "events", make_call: Callable[[], Callable] | None = None):
+               kind: str = "events", make_call: Callable[[], Callable] | None = None, keep_outputs: bool = False):
     """The timer of a cell: CUDA events (``kind`` "events") or a CUDA graph ("graph") on a
     GPU, the adaptive perf_counter timer on the CPU.  A graph is captured from
-    ``make_call()`` (the call built on its capturing stream; see GraphTimer)."""
+    ``make_call()`` (the call built on its capturing stream; see GraphTimer).  ``keep_outputs``:
+    the CPU timer keeps its first and latest calls' outputs (``CpuTimer``)."""
     if device == "cuda":
         if kind == "graph":
             return GraphTimer(make_call if make_call is not None else (lambda: call))
         return CudaTimer(call, warmup_ms=min(25.0, budget_ms / 4))
-    return CpuTimer(call, precision=precision)
+    return CpuTimer(call, precision=precision, keep_outputs=keep_outputs)
 
 
 def interleave(timers: dict, rounds: int, budget_ms: float, enter=None, on_error=None,

@@ -85,8 +85,8 @@ SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time an
 CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why")
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
             "grad_cosine", "max_logit", "deterministic", "nondeterminism", "reference_skipped")
-# reference_skipped: why the cell is timed unchecked; deterministic: two more calls gave the same bits (else
-# nondeterminism, the largest difference)
+# reference_skipped: why the cell is timed unchecked; deterministic: the timer's calls (the CPU) or two more
+# calls (a GPU) gave the checked call's bits (else nondeterminism, the largest difference)
 FIGURES = ("setup_ms", "peak_mem_bytes", "tflops", "gbps", "pct_peak")
 KERNELS = ("kernels", "backend_ran", "kernel_mismatch", "kernel_sum_ms", "graph_median_ms", "timer_mismatch",
            "kernels_error", "graph_error")  # GPU cells: what ran (bench.measure.kernels), the timers held against
