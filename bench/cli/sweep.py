@@ -94,7 +94,7 @@ def _command(args, flags: dict) -> int:
     every = spec_cells(spec, registry)  # expanded once: the plan prices what is left, the sweep runs it
     cells = _cells_left(every, target if resumed else None, retry)
     others = contention.others_busy(tree=True) if spec.device == "cpu" else None  # its own workers are not others
-    history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry)
+    history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry, machine=True)
     projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), history=history,
                               report=not args.no_report, peaks_cached=peaks.all_cached(spec), others=others)
     if retry and not cells:
@@ -161,7 +161,7 @@ def _submit(spec, registry, args) -> int:
     shards = spec.shards or 1
     sweep_dir = Path(args.out) if args.out else store.DEFAULT_ROOT / sweep_id(spec)
     cells = spec_cells(spec, registry)
-    history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry)
+    history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry, machine=True)
     projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), shards=shards,
                               history=history, report=False)
     if args.dry_run:

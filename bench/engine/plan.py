@@ -117,6 +117,14 @@ def case_key(fields: dict) -> str:
     return repr(tuple(str(value(f)) for f in CASE_FIELDS if f != "device"))
 
 
+def compiled_pairs(rows, registry, device: str) -> list[tuple[str, str]]:
+    """(variant, case key) of the ok rows of ``device`` whose variant compiles: what the compiler's
+    cache now holds (bench.engine.compiled)."""
+    return [(r["variant"], case_key(r)) for r in rows
+            if r.get("status") == "ok" and r.get("device") == device and r.get("variant") in registry
+            and registry[r["variant"]].compiles]
+
+
 def work_flops(variant, case: Case) -> float:
     """The FLOPs a call of ``variant`` (a registry Variant) on ``case`` is priced by (module doc)."""
     from bench.model import masks
@@ -139,14 +147,15 @@ def default_rate(variant, device: str) -> float:
     return DEFAULT_RATE[device] * (variant.traits.rate(device) or 1.0)
 
 
-def load_history(root: Path, device: str, limit: int = 30, registry=None) -> History:
+def load_history(root: Path, device: str, limit: int = 30, registry=None, machine: bool = False) -> History:
     """What up to ``limit`` newest run folders under ``root`` teach (ok rows of ``device``): the
     median achieved rate per variant, dtype and direction; per variant the setup time of its
     fastest folder (the lowest of the folders' medians), the cases it set up, and the setup of
     a case an older folder had set up already (a compile from the compiler's cache); and the
     correction of the cost model's non-setup part, the median of the earlier sweeps' measured
     over modelled time (env.json's history).  ``registry``: the variants, whose declarations say
-    which are approximations."""
+    which are approximations.  ``machine``: also the cases compiled on this machine into run folders
+    elsewhere, while the compiler's cache holds them (bench.engine.compiled)."""
     from bench.engine import store
 
     setups: dict = {}
@@ -190,6 +199,10 @@ def load_history(root: Path, device: str, limit: int = 30, registry=None) -> His
         for into, found in ((setups, mine), (warm, again)):
             for k, values in found.items():
                 into.setdefault(k, []).append(statistics.median(values))
+    if machine:
+        from bench.engine import compiled
+
+        seen |= compiled.seen(device)
     factor = min(MAX_FACTOR, max(1 / MAX_FACTOR, statistics.median(factors))) if factors else 1.0
     return History({k: min(v) for k, v in setups.items()},
                    {k: statistics.median(v) for k, v in rates.items()}, factor, len(factors), frozenset(seen),
@@ -255,6 +268,22 @@ def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
             return (COMPILE_COLD_BACKWARD_S if case.needs_grad else COMPILE_COLD_S)[case.device]
         return history.warm_s.get((variant.name, case.device), COMPILE_S[case.device])
     return history.setup_s.get((variant.name, case.device), SETUP_S)
+
+
+def later_setup_s(g: CaseCost, registry, history: History | None = None) -> float:
+    """A case's setup in a later visit: its first visit compiled every case of a compiled variant,
+    so the compiler's cache has them (what such setups took here, else COMPILE_S); any other's as
+    in the first visit."""
+    h = history or History.empty()
+    device = g.case.device
+    total = 0.0
+    for name in g.variants:
+        v = registry[name]
+        if v.static_reason(g.case) is not None:
+            continue
+        total += h.warm_s.get((name, device), COMPILE_S[device]) if v.compiles else h.setup_s.get((name, device),
+                                                                                                   SETUP_S)
+    return total
 
 
 def timing_of(spec) -> tuple[int, float]:
@@ -436,8 +465,9 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     visits_s = 0.0
     if getattr(spec, "visits", 1) > 1:  # each later visit: a fresh worker, then every case set up and timed one round
         worker = WORKER_START_S[spec.device] + (COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0)
-        per_visit = [worker + sum(g.setup_s + GROUP_OVERHEAD_S + len(g.variants) * VISIT_WARM_S
-                                  + max(0.0, g.cost_s - g.setup_s) / max(1, rounds) for g in w)
+        per_visit = [worker + sum(later_setup_s(g, registry, history) + GROUP_OVERHEAD_S
+                                  + len(g.variants) * VISIT_WARM_S + max(0.0, g.cost_s - g.setup_s) / max(1, rounds)
+                                  for g in w)
                      for w in split(gs, workers)]
         visits_s = (spec.visits - 1) * slowdown * max(per_visit, default=0.0)
         per_shard = [s + visits_s / max(1, len(per_shard)) for s in per_shard]

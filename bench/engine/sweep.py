@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import events, judge, runfolder, store, visits
+from bench.engine import compiled, events, judge, runfolder, store, visits
 from bench.engine import remeasure as again
 from bench.engine.pool import WorkerPool
 from bench.measure import contention
@@ -98,6 +98,9 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
         finally:
             pool.close()
         rows = store.read_rows(run_dir)
+        from bench.engine.plan import compiled_pairs
+
+        compiled.record(compiled_pairs(rows, registry, spec.device), spec.device)  # read by later plans
         measured = runfolder.measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) if cells else {}
         runfolder.close_run(run_dir, spec, rows, pool.devices, measured)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s + again_s,

@@ -1,0 +1,81 @@
+"""The cases a compiled variant (flex) set up on this machine, wherever their run folders were
+written: ``compiled.json`` in the peaks' cache folder (``$ATTNBENCH_CACHE_DIR``, bench.engine.peaks),
+one list per (device, torch version, Inductor cache folder).  A sweep adds its ok rows' cases at
+its end; the plan (bench.engine.plan.load_history) reads them before it prices a compile as cold,
+so a sweep into a new folder is priced from the compiler cache this machine has.  A list counts
+only while its Inductor cache folder holds files: a wiped cache compiles from nothing again."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+FILE = "compiled.json"
+MAX_KEYS = 50_000  # per scope: the newest kept
+
+
+def _torch_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def scope(device: str, inductor_dir: Path | None = None, torch_version: str | None = None) -> str:
+    from bench.measure.origin import inductor_cache_dir
+
+    return f"{device}|{torch_version or _torch_version()}|{inductor_dir or inductor_cache_dir()}"
+
+
+def _path(path: Path | None) -> Path:
+    from bench.engine.peaks import cache_dir
+
+    return path or cache_dir() / FILE
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def record(pairs, device: str, path: Path | None = None, inductor_dir: Path | None = None) -> None:
+    """Add ``pairs`` ((variant, case key) a compiled variant set up on ``device``:
+    bench.engine.plan.compiled_pairs) to the record."""
+    keys = [f"{name}|{case}" for name, case in pairs]
+    if not keys:
+        return
+    path = _path(path)
+    data = _read(path)
+    where = scope(device, inductor_dir)
+    data[where] = list(dict.fromkeys([*data.get(where, []), *keys]))[-MAX_KEYS:]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache folder: the plan prices compiles as before
+        pass
+
+
+def seen(device: str, path: Path | None = None, inductor_dir: Path | None = None) -> frozenset:
+    """(variant, case_key) of every case recorded for this device, torch and Inductor cache folder,
+    while that folder holds files; else none."""
+    from bench.measure.origin import inductor_cache_dir
+
+    folder = Path(inductor_dir or inductor_cache_dir())
+    try:
+        if not any(folder.iterdir()):
+            return frozenset()
+    except OSError:
+        return frozenset()
+    out = set()
+    for key in _read(_path(path)).get(scope(device, folder), []):
+        name, _, case = key.partition("|")
+        out.add((name, case))
+    return frozenset(out)
