@@ -1,6 +1,8 @@
 """The cases a compiled variant set up on this machine (bench.engine.compiled): recorded at a sweep's
 end, read by the plan before it prices a compile as cold, void once the compiler's cache is gone."""
 
+import pytest
+
 from bench.engine import compiled, plan
 from bench.model.case import Case
 
@@ -31,4 +33,9 @@ def test_a_later_visit_prices_a_compile_from_the_cache_its_first_visit_filled(re
     case = Case(q_len=256, kv_len=256)
     g = plan.groups([("flex", case), ("naive", case)], registry, 100.0)[0]
     assert g.setup_s == plan.COMPILE_COLD_S["cpu"] + plan.SETUP_S  # never compiled here
-    assert plan.later_setup_s(g, registry) == plan.COMPILE_S["cpu"] + plan.SETUP_S
+    timing = g.cost_s - g.setup_s
+    assert plan.later_visit_s(g, registry, rounds=3) == pytest.approx(
+        plan.COMPILE_S["cpu"] + plan.SETUP_S + plan.GROUP_OVERHEAD_S + 2 * plan.VISIT_WARM_S + timing / 3)
+    xformers = plan.groups([("xformers", case)], registry, 100.0)[0]  # cannot run here: not visited again
+    alone = plan.GROUP_OVERHEAD_S + xformers.cost_s / 3
+    assert plan.later_visit_s(xformers, registry, rounds=3) == pytest.approx(alone)

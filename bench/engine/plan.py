@@ -53,8 +53,10 @@ from bench.measure import flops as flopcount
 from bench.measure.settings import DEFAULT_CEILING_MS, DEFAULT_ROUNDS, INTERVAL_SAMPLES, MeasureSettings
 from bench.model.case import CASE_DEFAULTS, CASE_FIELDS, Case
 
-# achieved FLOP/s of an attention call, by device, when no earlier run says better
-DEFAULT_RATE = {"cpu": 5e10, "cuda": 1e14}
+# achieved FLOP/s of an attention call, by device, when no earlier run says better; the CPU's is set so that
+# the variants' declared shares of it are what the default preset's exact variants reach at n >= 1024 on two
+# cores (tests/benchmarks/first_sweep.py prints the projection beside the wall time)
+DEFAULT_RATE = {"cpu": 1.5e11, "cuda": 1e14}
 # The pairs a variant's work follows under a mask and its rate of that work against DEFAULT_RATE are
 # declared on the variant (``variant(..., work=, rates=)``, bench.model.registry.Traits); one that
 # declares none computes every pair at the default rate
@@ -270,20 +272,16 @@ def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
     return history.setup_s.get((variant.name, case.device), SETUP_S)
 
 
-def later_setup_s(g: CaseCost, registry, history: History | None = None) -> float:
-    """A case's setup in a later visit: its first visit compiled every case of a compiled variant,
-    so the compiler's cache has them (what such setups took here, else COMPILE_S); any other's as
-    in the first visit."""
+def later_visit_s(g: CaseCost, registry, history: History | None = None, rounds: int = DEFAULT_ROUNDS) -> float:
+    """A case in a later visit: the variants that can run it set up again, a compiled one from the
+    compiler's cache its first visit filled (what such setups took here, else COMPILE_S), warmed,
+    and timed for one round of the first visit's timing."""
     h = history or History.empty()
     device = g.case.device
-    total = 0.0
-    for name in g.variants:
-        v = registry[name]
-        if v.static_reason(g.case) is not None:
-            continue
-        total += h.warm_s.get((name, device), COMPILE_S[device]) if v.compiles else h.setup_s.get((name, device),
-                                                                                                   SETUP_S)
-    return total
+    runs = [registry[name] for name in g.variants if registry[name].static_reason(g.case) is None]
+    setup = sum(h.warm_s.get((v.name, device), COMPILE_S[device]) if v.compiles else
+                h.setup_s.get((v.name, device), SETUP_S) for v in runs)
+    return setup + GROUP_OVERHEAD_S + len(runs) * VISIT_WARM_S + max(0.0, g.cost_s - g.setup_s) / max(1, rounds)
 
 
 def timing_of(spec) -> tuple[int, float]:
@@ -465,10 +463,7 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     visits_s = 0.0
     if getattr(spec, "visits", 1) > 1:  # each later visit: a fresh worker, then every case set up and timed one round
         worker = WORKER_START_S[spec.device] + (COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0)
-        per_visit = [worker + sum(later_setup_s(g, registry, history) + GROUP_OVERHEAD_S
-                                  + len(g.variants) * VISIT_WARM_S + max(0.0, g.cost_s - g.setup_s) / max(1, rounds)
-                                  for g in w)
-                     for w in split(gs, workers)]
+        per_visit = [worker + sum(later_visit_s(g, registry, history, rounds) for g in w) for w in split(gs, workers)]
         visits_s = (spec.visits - 1) * slowdown * max(per_visit, default=0.0)
         per_shard = [s + visits_s / max(1, len(per_shard)) for s in per_shard]
     remeasure_s = 0.0
