@@ -63,9 +63,9 @@ DEFAULT_RATE = {"cpu": 1.5e11, "cuda": 1e14}
 APPROX_KEYS = 256  # an approximate variant's call costs about what exact attention over this many keys does
 REFERENCE_RATE = 1e10  # the float64 reference: on the CPU whatever the device (its slice of a large case)
 COMPILE_S = {"cpu": 0.6, "cuda": 8.0}  # a variant that compiles, per case (torch.compile, a warm compiler)
-COMPILE_COLD_S = {"cpu": 8.5, "cuda": 8.0}  # per forward case it has not compiled before here (no compiler cache;
-# the CPU's measured with the default preset's sweep, flex at 6.3-9.5 s a case)
-COMPILE_COLD_BACKWARD_S = {"cpu": 8.5, "cuda": 28.0}  # the same with a backward (bwd, fwd+bwd): on a GPU a cold
+COMPILE_COLD_S = {"cpu": 4.0, "cuda": 8.0}  # per forward case it has not compiled before here (no compiler cache;
+# the CPU's from tests/benchmarks/first_sweep.py --cold against a warm run: 3.5 s a case over its 20 flex cases)
+COMPILE_COLD_BACKWARD_S = {"cpu": 4.0, "cuda": 28.0}  # the same with a backward (bwd, fwd+bwd): on a GPU a cold
 # forward and backward compile of flex takes 20-35 s (Inductor's backward kernels, autotuned); the CPU has none
 COMPILE_FIRST_S = {"cpu": 4.0, "cuda": 20.0}  # once per worker: the compiler's own start
 SETUP_S = 0.01  # any other variant's setup
