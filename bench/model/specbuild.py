@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.errors import UsageError
 from bench.model.parsers import check_masks, choices
-from bench.model.spec import SETTINGS, Spec, flag
+from bench.model.spec import AXES, SETTINGS, Spec, flag
 
 try:
     import tomllib
@@ -101,8 +101,7 @@ def _unknown_preset(preset: str, device: str) -> UsageError:
     return UsageError(f"unknown preset {preset!r}; valid: {', '.join(presets(device))}")
 
 
-ANCHOR_AXES = ("seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes", "masks", "window",
-               "directions", "align", "lengths", "kv_layout", "batch_mix", "total_tokens", "scope")
+ANCHOR_AXES = (*(a for a in AXES if a != "variants"), "total_tokens")  # what an anchor's own case replaces
 
 
 def _anchored(merged: dict, values: dict, here: bool) -> dict:
@@ -129,7 +128,8 @@ def _anchored(merged: dict, values: dict, here: bool) -> dict:
                      "batch": union(lambda a: a.batch), "dtypes": union(lambda a: a.dtype),
                      "masks": union(lambda a: a.mask), "directions": union(lambda a: a.direction),
                      "align": union(lambda a: a.align), "kv_layout": union(lambda a: a.kv_layout),
-                     "lengths": ["fixed"], "batch_mix": None, "total_tokens": None, "scope": ["core"]}
+                     "lengths": ["fixed"], "inputs": ["normal"], "batch_mix": None, "total_tokens": None,
+                     "scope": ["core"]}
 
 
 def _traced(mixes: list[str], n: int) -> list[str]:
