@@ -7,8 +7,6 @@ only while its Inductor cache folder holds files: a wiped cache compiles from no
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 FILE = "compiled.json"
@@ -36,31 +34,19 @@ def _path(path: Path | None) -> Path:
     return path or cache_dir() / FILE
 
 
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def record(pairs, device: str, path: Path | None = None, inductor_dir: Path | None = None) -> None:
     """Add ``pairs`` ((variant, case key) a compiled variant set up on ``device``:
     bench.engine.plan.compiled_pairs) to the record."""
     keys = [f"{name}|{case}" for name, case in pairs]
     if not keys:
         return
+    from bench.engine.peaks import read_json, write_json
+
     path = _path(path)
-    data = _read(path)
+    data = read_json(path)
     where = scope(device, inductor_dir)
     data[where] = list(dict.fromkeys([*data.get(where, []), *keys]))[-MAX_KEYS:]
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache folder: the plan prices compiles as before
-        pass
+    write_json(path, data)  # a read-only cache folder: the plan prices compiles as before
 
 
 def seen(device: str, path: Path | None = None, inductor_dir: Path | None = None) -> frozenset:
@@ -74,8 +60,10 @@ def seen(device: str, path: Path | None = None, inductor_dir: Path | None = None
             return frozenset()
     except OSError:
         return frozenset()
+    from bench.engine.peaks import read_json
+
     out = set()
-    for key in _read(_path(path)).get(scope(device, folder), []):
+    for key in read_json(_path(path)).get(scope(device, folder), []):
         name, _, case = key.partition("|")
         out.add((name, case))
     return frozenset(out)

@@ -41,12 +41,25 @@ def key(fp: dict, kind: str, dtype: str, threads, run_ms: float) -> str:
     return "|".join(str(p) for p in parts)
 
 
-def _read(path: Path) -> dict:
+def read_json(path: Path) -> dict:
+    """A cache file's object, or {} when it is missing or unreadable."""
     try:
         data = json.loads(path.read_text())
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def write_json(path: Path, data: dict) -> None:
+    """A cache file written whole (a reader never sees half of it); a folder that cannot be written
+    leaves the cache as it was."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 class PeakCache:
@@ -60,7 +73,7 @@ class PeakCache:
         """(value, when measured) of a fresh entry, or None."""
         if self.max_age_s <= 0:
             return None
-        entry = _read(self.path).get(k)
+        entry = read_json(self.path).get(k)
         try:
             value, when = float(entry["value"]), float(entry["measured"])
         except (TypeError, KeyError, ValueError):
@@ -71,7 +84,7 @@ class PeakCache:
         """Keep ``value`` (measured now), or the better fresh value already kept."""
         if not value or value <= 0:
             return
-        data = _read(self.path)
+        data = read_json(self.path)
         old = data.get(k)
         now = self.clock()
         try:
@@ -82,13 +95,7 @@ class PeakCache:
             pass
         data[k] = {"value": value, "measured": now, "when": time.strftime("%Y-%m-%dT%H:%M:%S",
                                                                            time.localtime(now))}
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+        write_json(self.path, data)
 
 
 def source(cached: tuple[float, float] | None) -> str:
