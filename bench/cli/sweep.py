@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from bench.cli.common import Parser, add_setting_flags, bars, given_settings, process_started
-from bench.engine import store
+from bench.engine import spans, store
 from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
 from bench.model.digits import is_digits
@@ -45,6 +45,9 @@ def add_arguments(sp) -> None:
                     help="exit 1 when any cell is error, crash, timeout, mismatch or oom, or unsupported "
                          "without a reason")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--trace-spans", dest="trace_spans", action="store_true",
+                    help="print where the command's wall time went, span by span, and write it to the run "
+                         "folder's spans.json")
     sp.add_argument("--dry-run", dest="dry_run", action="store_true",
                     help="print the cell count and the projected wall time (per shard and per worker), then exit")
 
@@ -61,12 +64,17 @@ def run(argv: list[str]) -> int:
 def command(args) -> int:
     if getattr(args, "started", None) is None:
         args.started = process_started()  # the command's wall time counts the interpreter's start-up
-    flags = given_settings(args)  # a value no setting takes is refused before any worker starts
+    if getattr(args, "trace_spans", False):
+        spans.enable()
+        spans.absorb({"start-up: the interpreter and its imports": (time.perf_counter() - args.started, 1)})
+    with spans.span("start-up: flags"):
+        flags = given_settings(args)  # a value no setting takes is refused before any worker starts
     prestart(_workers_hint(args))  # the workers import torch while this process does the same
     try:
         return _command(args, flags)
     finally:
         release_prestarted()  # any that no worker took (a dry run, a refusal)
+        spans.enable(False)  # a traced command's totals are its own (a script may call sweeps in turn)
 
 
 def _command(args, flags: dict) -> int:
@@ -77,7 +85,8 @@ def _command(args, flags: dict) -> int:
     from bench.model import masks
 
     resume = Path(args.resume) if args.resume else None
-    spec, registry, given = sweep_spec(flags, resume, args.config)  # the one path bench.api takes too
+    with spans.span("start-up: the spec and its variants"):
+        spec, registry, given = sweep_spec(flags, resume, args.config)  # the one path bench.api takes too
     if flags.get("window") is not None and not any(masks.uses_window_flag(m) for m in spec.masks):
         print(f"warning: --window {','.join(map(str, flags['window']))} has no effect: no window mask in --masks "
               f"({','.join(spec.masks)}); add window to --masks to use it", file=sys.stderr)
@@ -91,12 +100,15 @@ def _command(args, flags: dict) -> int:
     target = _run_folder(resume, args.out, spec, create=False)
     resumed = resume is not None or (spec.shard is not None and (target / store.ENV).exists())
     retry = frozenset(_retry_statuses(args.retry, resume))
-    every = spec_cells(spec, registry)  # expanded once: the plan prices what is left, the sweep runs it
-    cells = _cells_left(every, target if resumed else None, retry)
-    others = contention.others_busy(tree=True) if spec.device == "cpu" else None  # its own workers are not others
-    history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry, machine=True)
-    projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), history=history,
-                              report=not args.no_report, peaks_cached=peaks.all_cached(spec), others=others)
+    with spans.span("start-up: the cells"):
+        every = spec_cells(spec, registry)  # expanded once: the plan prices what is left, the sweep runs it
+        cells = _cells_left(every, target if resumed else None, retry)
+    with spans.span("start-up: the load probe"):
+        others = contention.others_busy(tree=True) if spec.device == "cpu" else None  # its own workers: not others
+    with spans.span("start-up: the plan (earlier runs, projection)"):
+        history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry, machine=True)
+        projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), history=history,
+                                  report=not args.no_report, peaks_cached=peaks.all_cached(spec), others=others)
     if retry and not cells:
         print(f"--retry {args.retry}: no cell of {resume} is {' or '.join(sorted(retry))} (by its newest row), and "
               f"none is missing: nothing to measure")
@@ -230,13 +242,14 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
     from reports.tables import summary_table
 
     rows, run_dir = summary.rows, summary.run_dir
-    print(summary_table(rows))
-    for note in summary.remeasured:
-        print(note)
-    print("statuses: " + ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v)
-          + f"  ({summary.cells} cells in {summary.elapsed_s:.0f} s)")
-    print(shaky_count(rows, frozenset({"contended"}) if summary.remeasured else frozenset(), run_dir))
-    warning = contention_warning(rows, spec)
+    with spans.span("summary"):
+        print(summary_table(rows))
+        for note in summary.remeasured:
+            print(note)
+        print("statuses: " + ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v)
+              + f"  ({summary.cells} cells in {summary.elapsed_s:.0f} s)")
+        print(shaky_count(rows, frozenset({"contended"}) if summary.remeasured else frozenset(), run_dir))
+        warning = contention_warning(rows, spec)
     if warning:
         print(warning, file=sys.stderr)
     report_s, report, report_failed = 0.0, None, False
@@ -245,7 +258,8 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
 
         t0 = time.perf_counter()
         try:
-            report = build_report([run_dir])
+            with spans.span("report"):
+                report = build_report([run_dir])
         except Exception as exc:  # the rows are measured and kept: a report is rebuilt from them
             report_failed = True
             print(f"error: the report could not be built ({type(exc).__name__}: {exc}); the rows are kept in "
@@ -256,6 +270,10 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
     command_s = time.perf_counter() - args.started
     print(timed_share(summary.timed_s, summary.elapsed_s, command_s, report_s)
           + (f"; projected {projected_s:.3g} s, {command_s / projected_s:.2f}x of it measured" if projected_s else ""))
+    if spans.enabled():
+        totals = spans.take()
+        print("\n".join(spans.lines(totals, command_s)))
+        print(f"spans: {spans.write(run_dir, totals, command_s, summary.timed_s)}")
     if report is not None:
         print(f"report: {report}")  # the last line: what to open
     bad = failures(rows)

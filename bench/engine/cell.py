@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from bench.engine import spans
 from bench.engine.result import CellResult
 from bench.errors import first_line
 from bench.measure import contention, kernels, nvml
@@ -167,6 +168,11 @@ class WorkerTainted(Exception):
 DETERMINISTIC_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
+def _timed_parts(timers: dict, prefix: str = "") -> dict:
+    """The timers' timed samples, as a span inside the rounds (bench.engine.spans)."""
+    return {prefix + "timed samples": (sum(getattr(t, "timed_s", 0.0) for t in timers.values()), len(timers))}
+
+
 def deterministic_env(deterministic: bool) -> dict:
     """The worker's environment for --deterministic (a value the user set is kept)."""
     return dict(DETERMINISTIC_ENV) if deterministic else {}
@@ -193,19 +199,22 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
         settings = settings.replace(threads=torch.get_num_threads())
     try:
         layer = case.scope != "core"  # a layer: its own inputs and weights, its own float64 check (bench.measure.layer)
-        inputs = None if layer else case_inputs(case)
+        with spans.span("inputs"):
+            inputs = None if layer else case_inputs(case)
         if not skip_reference and not layer:
             at(REFERENCE)
             try:
                 (q, k, v), grad_out = inputs
-                cache.get(case, q, k, v, grad_out)
+                with spans.span("float64 reference"):
+                    cache.get(case, q, k, v, grad_out)
             except Exception as exc:  # out of memory, say: the cells are still timed, unchecked
                 skip_reference = f"the reference raised {type(exc).__name__}: {first_line(exc)}"[:300]
         live = []
         for var in variants:
             at(var.name)
             item = _setup_and_check(var, case, settings, cache, inputs, skip_reference)
-            left = leftovers.check() if leftovers is not None else ""
+            with spans.span("leftover-thread check"):
+                left = leftovers.check() if leftovers is not None else ""
             if left:
                 item.result.decide(Status.ERROR, f"the variant left work running after its setup and check: {left} "
                                                  f"(raised in variant code, {var.source or var.module}); the worker "
@@ -219,8 +228,9 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
         if live:
             _time_all(live, case, settings, emit, at)
     finally:
-        release_flush_buffer()
-        _free(case.device)
+        with spans.span("memory freed after a case"):
+            release_flush_buffer()
+            _free(case.device)
 
 
 def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "") -> _Live:
@@ -229,7 +239,8 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         why = probe_reason(var, case)  # the library's own refusal, here in the worker
         if why:
             return _Live(var, None, result.decide(Status.UNSUPPORTED, why, ReasonKind.LIBRARY))
-        bound = bind_variant(var, case, inputs)
+        with spans.span(f"setup ({var.name})"):
+            bound = bind_variant(var, case, inputs)
         result.setup_ms = bound.setup_ms
         result.extra = _extra(bound.prepared.info)
         if case.scope != "core":
@@ -239,10 +250,10 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         (q, k, v), grad_out = inputs
         if skip_reference:  # timed unchecked: the output's form is still checked, its values cannot be
             result.reference_skipped = skip_reference
-            with bound.scope():
+            with bound.scope(), spans.span("checked call"):
                 check = check_form(case, bound.fn(q, k, v))
         else:
-            with bound.scope():
+            with bound.scope(), spans.span("checked call against the reference"):
                 check = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
                                       var.error_budget, var.approximate)
         result.checked(check)
@@ -250,7 +261,7 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         if outputs is not None and case.device == "cpu":  # the same bits? from the timer's own calls, after it
             return _Live(var, bound, result, checked=outputs)
         if outputs is not None:  # two more calls on its inputs: the same bits?
-            with bound.scope():
+            with bound.scope(), spans.span("determinism: two more calls"):
                 same, diff = determinism(case, bound.fn, q, k, v, grad_out, outputs)
             result.deterministic, result.nondeterminism = same, None if same else diff
         return _Live(var, bound, result)
@@ -340,8 +351,10 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
             timers |= {(item.variant.name, part): t for part, t in item.parts.items()}
     together = uuid.uuid4().hex[:12]  # the rows timed in these rounds: their round medians pair by index
     window = contention.LoadWindow().start()
-    interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=on_error,
-               ceiling_ms=getattr(settings, "ceiling_ms", None))
+    with spans.span("timing rounds: warm-up, calibration, between samples"):
+        interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=on_error,
+                   ceiling_ms=getattr(settings, "ceiling_ms", None))
+        spans.absorb(_timed_parts(timers))
     other_cpu = window.stop() if case.device == "cpu" else None
     release_flush_buffer()
     for item in live:
@@ -360,7 +373,8 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
         timing = result.timing = item.timer.result().summary()
         result.interleave_id = together
         if item.checked is not None:  # the timer's first and latest calls against the checked one
-            same, diff = same_bits(case, item.checked, (item.timer.first_out, item.timer.last_out))
+            with spans.span("determinism: the timer's calls compared"):
+                same, diff = same_bits(case, item.checked, (item.timer.first_out, item.timer.last_out))
             result.deterministic, result.nondeterminism = same, None if same else diff
             item.checked = item.timer.first_out = item.timer.last_out = None
         if item.parts:
@@ -377,13 +391,15 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
             result.gpu_state = state.columns(_NVML["device"], case.batch * case.q_len, _NVML["flush_mj"])
         item.call = None  # the retained graph of a bwd call goes before the memory pass
         item.parts = {}  # and a layer's parts' graphs
-        _free(case.device)
+        with spans.span("memory freed after a case"):
+            _free(case.device)
         during = f"memory pass (after a timing of median {timing.median_ms:.4g} ms, not kept)"
-        with item.bound.scope():  # the memory of the whole step: forward and, with one, backward
+        with item.bound.scope(), spans.span("memory pass"):  # the whole step: forward and, with one, backward
             result.peak_mem_bytes = peak_bytes(case.device, item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
         if case.device == "cuda":  # the kernels that ran, the backend they belong to, and a second timer
             during = "kernel names (a profiled call after the timing)"
-            result.gpu_checks = _gpu_checks(item.bound, timing.median_ms, settings)
+            with spans.span("GPU checks (kernel names, graph)"):
+                    result.gpu_checks = _gpu_checks(item.bound, timing.median_ms, settings)
         result.decide(Status.OK)
         if getattr(settings, "steps", 0):  # --steps: what a step costs beyond the kernel
             try:
@@ -421,9 +437,10 @@ def _gpu_checks(bound: BoundVariant, median_ms: float, settings: MeasureSettings
         timer_mismatch=timer_disagreement(median_ms, graph_ms, kernel_ms) or None)
 
 
-WARM_CALLS, WARM_S = 1, 0.05  # a later visit's calls before its timer's own warm-up: one at least, for 50 ms at
-# least (a long call: one), as a first visit's check and determinism calls warm its variants
-FIRST_WARM_S = 0.5  # the first variant a fresh worker times: its threads start and its heap grows
+WARM_CALLS, WARM_S = 1, 0.0  # a later visit's calls before its timer's own warm-up: one, as a first visit's
+# checked call warms its variant (the determinism check takes the timer's own calls)
+FIRST_WARM_S = 0.1  # the first variant a fresh worker times: its threads start and its heap grows
+# (tests/benchmarks/quick_preset.py's visits column: a visit's first case against its first visit)
 _WARMED: list = []  # this worker process has warmed up once (a later visit's worker is a fresh process)
 
 
@@ -440,14 +457,16 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
     rounds = max(1, settings.rounds)
     timers, rows = {}, {}
     try:
-        inputs = case_inputs(case) if case.scope == "core" else None  # a layer makes its own
+        with spans.span("visit: inputs"):
+            inputs = case_inputs(case) if case.scope == "core" else None  # a layer makes its own
         for var in variants:
             rows[var.name] = row = {"variant": var.name, **case.to_dict(), "status": Status.OK.value,
                                     "pid": os.getpid()}  # the process of this visit
             try:
                 at(var.name)
-                bound = bind_variant(var, case, inputs)
-                with bound.scope():
+                with spans.span(f"visit: setup ({var.name})"):
+                    bound = bind_variant(var, case, inputs)
+                with bound.scope(), spans.span("visit: warm-up"):
                     start, calls, warm = time.perf_counter(), 0, bound.timed("fwd")
                     warm_s = WARM_S if _WARMED else FIRST_WARM_S
                     while calls < WARM_CALLS or time.perf_counter() - start < warm_s:
@@ -471,8 +490,10 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
 
         window = contention.LoadWindow().start()
         ceiling = getattr(settings, "ceiling_ms", None)
-        interleave({n: t for n, (_, t) in timers.items()}, 1, settings.budget_ms, enter=enter, on_error=on_error,
-                   ceiling_ms=ceiling, of_rounds=rounds)  # one round of the first visit's: its share of everything
+        with spans.span("visit: timing round, less its samples"):
+            interleave({n: t for n, (_, t) in timers.items()}, 1, settings.budget_ms, enter=enter, on_error=on_error,
+                       ceiling_ms=ceiling, of_rounds=rounds)  # one round of the first visit's: its share of everything
+            spans.absorb(_timed_parts({n: t for n, (_, t) in timers.items()}, "visit: "))
         other_cpu = window.stop() if case.device == "cpu" else None
         for name, (_, timer) in timers.items():
             row = rows[name]
@@ -493,8 +514,9 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
                 status=Status.ERROR.value, reason=f"{type(exc).__name__}: {first_line(exc)}"[:300])
     finally:
         timers.clear()
-        release_flush_buffer()
-        _free(case.device)
+        with spans.span("memory freed after a case"):
+            release_flush_buffer()
+            _free(case.device)
     for row in rows.values():
         emit(row)
 

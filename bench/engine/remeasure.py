@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.engine import judge, store
+from bench.engine import judge, spans, store
 from bench.measure import contention
 
 QUIET_WAIT_S = 10.0  # the longest a re-measurement pass waits for the load to drop
@@ -75,7 +75,8 @@ def remeasure(cells, run_dir: Path, spec, threads: int | None, measure) -> tuple
         shaky = [wanted[store.cell_key(r["variant"], r)] for r in current if judge.wants_retry(r, {"contended"})]
         if not shaky:
             break
-        quiet, waited = wait_for_quiet(threads)
+        with spans.span("sweep: waiting for quiet (re-measure)"):
+            quiet, waited = wait_for_quiet(threads)
         timed += measure(shaky)
         keys = {store.cell_key(n, c) for n, c in shaky}
         after = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in keys]

@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from bench.engine import spans
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 
@@ -131,6 +132,7 @@ class Job:
     measure: MeasureSettings | None = None
     log_path: str | None = None
     visit: int = 0
+    trace: bool = False  # --trace-spans: the job's spans come back with Done
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,8 @@ class Emitted:
 
 @dataclass(frozen=True)
 class Done:
-    """worker -> sweep: the job's every row is sent."""
+    """worker -> sweep: the job's every row is sent; with a traced job, its spans (bench.engine.spans)."""
+    spans: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -275,14 +278,17 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         else:
             run = functools.partial(run_group, settings=cell_settings, cache=cache, skip_reference=job.skip_reference,
                                     leftovers=leftovers)
+        if job.trace != spans.enabled():
+            spans.enable(job.trace)
         try:
-            run([registry[n] for n in job.names], Case.from_dict(job.case), emit=lambda row: conn.send(Emitted(row)),
-                at=lambda name: conn.send(At(name)))
+            with spans.span("the rest of a job"):
+                run([registry[n] for n in job.names], Case.from_dict(job.case),
+                    emit=lambda row: conn.send(Emitted(row)), at=lambda name: conn.send(At(name)))
         except WorkerTainted as exc:  # its row is sent; the rest of the case goes to a fresh worker
             conn.send(Restart(str(exc)))
             conn.close()
             os._exit(4)
-        conn.send(Done())
+        conn.send(Done(spans.take() if job.trace else None))
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()
             os._exit(3)
@@ -518,15 +524,20 @@ class Worker:
         ('restart', what) when a variant left work running (its row is sent): the worker is
         stopped, and the variants without a row run on a fresh one.
         The rows already passed on stay."""
+        with spans.span("sweep: waiting on a worker (messages, gaps)"):
+            return self._run_group(names, case, timeout_s, on_row, profile, skip_reference, visit)
+
+    def _run_group(self, names, case, timeout_s, on_row, profile, skip_reference, visit) -> tuple[str, str]:
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1
             try:
-                self._start()
+                with spans.span("sweep: worker start (a process, its imports)"):
+                    self._start()
             except RuntimeError as exc:
                 return "crash", str(exc)
         self._conn.send(Job(tuple(names), case.to_dict(), profile, skip_reference, self.settings.measure,
-                            self.settings.log_path, visit))
+                            self.settings.log_path, visit, spans.enabled()))
         self.last_started = None
         kills_before = oom_kills()
         # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget
@@ -547,11 +558,13 @@ class Worker:
                         deadline = time.monotonic() + timeout_s
                         continue
                     if isinstance(msg, Done):
+                        spans.absorb(msg.spans, "worker: ")
                         return "done", ""
                     if isinstance(msg, Restart):  # a variant left work running: this worker times nothing more
                         self.kill()
                         return "restart", msg.why
-                    on_row(msg.row)
+                    with spans.span("sweep: rows written"):
+                        on_row(msg.row)
                     deadline = time.monotonic() + timeout_s
                     continue
             except (EOFError, ConnectionResetError, OSError):

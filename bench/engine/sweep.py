@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import compiled, events, judge, runfolder, store, visits
+from bench.engine import compiled, events, judge, runfolder, spans, store, visits
 from bench.engine import remeasure as again
 from bench.engine.pool import WorkerPool
 from bench.measure import contention
@@ -62,7 +62,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
 
         registry = discover(spec.plugins)
     run_dir = store.writable_dir(run_dir)
-    with store.locked(run_dir):
+    with store.locked(run_dir), spans.span("sweep: run folder opened, cells read"):
         auto, note = again.auto_threads(spec, options.others_cores_start)  # the plan's probe, when it made one
         if note:
             log.info(note)
@@ -89,20 +89,27 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
         pool = WorkerPool(run_dir, spec, registry, slots, bars=options.bars if options.progress else events.silent,
                           keep_workers=options.keep_workers)
         try:
-            timed_s = pool.run(cells)
+            with spans.span("sweep: first visits, the rest"):
+                timed_s = pool.run(cells)
             counts = dict(pool.counts)  # this invocation's cells; a re-measured cell is counted once
-            notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads, pool.run)
-            again_s += visits.run_visits(pool, spec.visits, lambda: store.ResultWriter(run_dir, visits.VISITS))
+            with spans.span("sweep: re-measure, the rest"):
+                notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads, pool.run)
+            with spans.span("sweep: later visits, the rest"):
+                again_s += visits.run_visits(pool, spec.visits, lambda: store.ResultWriter(run_dir, visits.VISITS))
             if options.profile:
-                pool.profile()
+                with spans.span("sweep: profiled pass, the rest"):
+                    pool.profile()
         finally:
-            pool.close()
-        rows = store.read_rows(run_dir)
-        from bench.engine.plan import compiled_pairs
+            with spans.span("sweep: workers stopped"):
+                pool.close()
+        with spans.span("sweep: run folder closed (rows read, env.json, end peak)"):
+            rows = store.read_rows(run_dir)
+            from bench.engine.plan import compiled_pairs
 
-        compiled.record(compiled_pairs(rows, registry, spec.device), spec.device)  # read by later plans
-        measured = runfolder.measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) if cells else {}
-        runfolder.close_run(run_dir, spec, rows, pool.devices, measured)
+            compiled.record(compiled_pairs(rows, registry, spec.device), spec.device)  # read by later plans
+            measured = runfolder.measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) \
+                if cells else {}
+            runfolder.close_run(run_dir, spec, rows, pool.devices, measured)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s + again_s,
                       notes)
 

@@ -49,6 +49,8 @@ import math
 import statistics
 import threading
 
+from bench.engine import spans
+
 VISITS = "visits.jsonl"  # the later visits' rows
 RATES = ("tflops", "gbps", "pct_peak")  # figures that follow the time: rescaled with the estimate
 SPREAD = ("q1_ms", "q3_ms", "iqr_ms")  # the first visit's quartiles, carried to the estimate (the charts' band)
@@ -69,8 +71,9 @@ def run_visits(pool, visits: int, open_writer) -> float:
     lock, timed, raised = threading.Lock(), [0.0], []
     try:
         for k in range(2, visits + 1):
-            for w in pool.workers:  # a fresh process for this visit: another layout, another start
-                w.stop()
+            with spans.span("sweep: workers stopped for a visit's fresh process"):
+                for w in pool.workers:  # a fresh process for this visit: another layout, another start
+                    w.stop()
             queue = list(groups if k % 2 else reversed(groups))
             queue.reverse()  # popped from the end
 
@@ -96,12 +99,15 @@ def run_visits(pool, visits: int, open_writer) -> float:
 
                     worker.run_group(names, case, pool.spec.timeout, on_row, visit=k)
 
-            threads = [threading.Thread(target=serve, args=(w, s.label), daemon=True)
-                       for w, s in zip(pool.workers, pool.slots)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            if len(pool.workers) == 1:  # here: what it waits on is this thread's (bench.engine.spans)
+                serve(pool.workers[0], pool.slots[0].label)
+            else:
+                threads = [threading.Thread(target=serve, args=(w, s.label), daemon=True)
+                           for w, s in zip(pool.workers, pool.slots)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
             if raised:
                 raise raised[0]
     finally:

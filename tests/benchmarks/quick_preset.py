@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 import subprocess
@@ -101,9 +102,31 @@ def run(name: str, out: Path, half_rows: int) -> dict:
         first.setdefault(_key(r), r)
         newest[_key(r)] = r
     ok = [r for r in first.values() if r["status"] == "ok"]
-    return {"name": name, "wall": wall, "m": m, "ok": ok, "newest": newest,
+    return {"name": name, "wall": wall, "m": m, "ok": ok, "newest": newest, "visits": _visits(out / name, rows),
             "warned": "cells were timed while the CPU was shared" in proc.stderr,
             "remeasured": [line for line in proc.stdout.splitlines() if line.startswith("re-measured")]}
+
+
+def _visits(run: Path, rows: list[dict]) -> str:
+    """Later visits against the first: the geometric mean of visit / first over every cell, and
+    over the first case each visit's process timed."""
+    path = run / "visits.jsonl"
+    if not path.exists():
+        return "-"
+    first = {(r.get("interleave_id"), r["variant"]): r for r in rows if r["status"] == "ok" and r.get("median_ms")}
+    every, opening, seen = [], [], {}
+    for line in path.read_text().splitlines():
+        v = json.loads(line)
+        r = first.get((v.get("of"), v.get("variant")))
+        if r is None or not v.get("median_ms"):
+            continue
+        x = math.log(v["median_ms"] / r["median_ms"])
+        every.append(x)
+        if seen.setdefault(v.get("visit"), v.get("of")) == v.get("of"):
+            opening.append(x)
+    if not every:
+        return "-"
+    return f"{math.exp(statistics.mean(every)):.3f}; first case {math.exp(statistics.mean(opening)):.3f}"
 
 
 def _row(res: dict, quiet: dict | None) -> list:
@@ -125,7 +148,7 @@ def _row(res: dict, quiet: dict | None) -> list:
                       f"{versus_name})")
     return [res["name"], f"{res['wall']:.1f} s", f"{float(m[3]):.1f} s", f"{float(m[1]):.1f} s ({m[2]}% / {m[4]}%)",
             projected, f"{contended} of {len(ok)}" + (" (warning)" if res["warned"] else ""), f"{noisy} of {len(ok)}",
-            f"{clean} of {len(ended_ok)} ({100 * clean / max(1, len(ended_ok)):.0f}%)", versus]
+            f"{clean} of {len(ended_ok)} ({100 * clean / max(1, len(ended_ok)):.0f}%)", versus, res["visits"]]
 
 
 def main() -> None:
@@ -157,7 +180,8 @@ def main() -> None:
 
     print(tabulate([_row(r, reference(r)) for r in results],
                    headers=["condition", "command wall", "cells' wall", "timed (of cells / of command)", "projected",
-                            "contended (first rows)", "noisy", "clean at the end", "medians vs a quiet run"],
+                            "contended (first rows)", "noisy", "clean at the end", "medians vs a quiet run",
+                            "later visits / first"],
                    tablefmt="github"))
     for r in results:
         for line in r["remeasured"]:
