@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from bench.engine import spans
+from bench.engine import spans, vecisa
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 
@@ -255,6 +255,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
     cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
     cache = ReferenceCache()
     warm()  # the libraries' own thread pools, started before the baseline
+    vecisa.trust()  # Inductor's CPU probe, skipped where this machine's record says what it finds
     gc.collect()
     gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
     leftovers = Leftovers()  # what a variant leaves running, against the worker as it is now
@@ -288,6 +289,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
             conn.send(Restart(str(exc)))
             conn.close()
             os._exit(4)
+        vecisa.learn()  # what this process's probe found, once, for the next workers
         conn.send(Done(spans.take() if job.trace else None))
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()
