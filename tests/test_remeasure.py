@@ -168,9 +168,9 @@ def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
     """Two cores, other processes using 1.8 of them: --threads auto takes 1 thread, which gets
     2 x 1 / (1 + 1.8) of a core (1.4x slower); its
     threads and the others' are 0.8 beyond the cores, so 0.8 of its cells are expected contended
-    and measured again at the end, after the re-measurement's longest wait for quiet (its one
-    thread has no core of its own)."""
-    from bench.engine.remeasure import QUIET_WAIT_S
+    and timed again, with the end-of-sweep pass's one look at the load (its one thread has no
+    core of its own)."""
+    from bench.engine.remeasure import QUIET_LOOK_S
     from bench.measure import contention
 
     monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
@@ -181,7 +181,7 @@ def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
     assert quiet.busy is None and not any("busy" in line for line in quiet.lines())
     assert loaded.busy.threads == 1 and loaded.busy.slowdown == pytest.approx(1 / (2 / 2.8))
     assert loaded.busy.contended_share == pytest.approx(0.8) and loaded.busy.waits_for_quiet
-    assert loaded.remeasure_s == pytest.approx(QUIET_WAIT_S + 0.8 * quiet.per_worker_s[0])
+    assert loaded.remeasure_s == pytest.approx(QUIET_LOOK_S + 0.8 * quiet.per_worker_s[0])
     cells_s = loaded.busy.slowdown * quiet.per_worker_s[0]
     assert loaded.wall_s == pytest.approx(quiet.fixed_s + cells_s + loaded.remeasure_s)
     assert loaded.model_rest_s == pytest.approx(quiet.model_rest_s)  # what the sweep is later compared with
@@ -254,8 +254,9 @@ def test_a_compiled_variants_setup_is_cold_for_a_new_case_and_cached_for_one_set
 
 @pytest.mark.slow
 def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatch):
-    """Busy loops on every core while the cells are timed; stopped just before the
-    end-of-sweep pass: the contended cells are measured again and both rows stay."""
+    """Busy loops on every core while the cells are timed; stopped just before the end-of-sweep
+    pass: the worker times its contended cases again in place at the end of its pass (the loops
+    still running), then the cells still contended are measured again whole, and every row stays."""
     from bench.engine import remeasure, sweep
     from bench.measure.contention import usable_cpus
 
@@ -278,10 +279,16 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
     rows = store.read_rows(tmp_path / "run")
     first = rows[:2]
     assert any(r["contended"] for r in first), "two busy loops per core left the cells uncontended"
-    again = [r for r in rows[2:]]
-    assert {(r["variant"], r["q_len"]) for r in again} == {(r["variant"], r["q_len"]) for r in first
-                                                           if r["contended"]}
-    assert summary.remeasured and summary.remeasured[0].startswith(f"re-measured {len(again)} contended cell(s)")
+    contended = {(r["variant"], r["q_len"]) for r in first if r["contended"]}
+    retimed = [r for r in rows[2:] if r.get("retimed")]
+    again = [r for r in rows[2:] if not r.get("retimed")]
+    assert {(r["variant"], r["q_len"]) for r in retimed} == contended  # each held case, at the end of the pass
+    assert all(r["retimed"].startswith("in place; its first timing: ") for r in retimed)
+    still = {(r["variant"], r["q_len"]) for r in retimed if r["contended"]}
+    assert {(r["variant"], r["q_len"]) for r in again} == still  # whole, once the loops were gone
+    assert summary.remeasured[0].startswith(f"re-timed {len(retimed)} contended cell(s) in place")
+    if again:
+        assert summary.remeasured[1].startswith(f"re-measured {len(again)} contended cell(s)")
     history = json.loads((tmp_path / "run" / "env.json").read_text())["history"][-1]
     assert history["cells_wall_s"] > 0 and history["loadavg_start"] and history["peaks_end"]["float32"] > 0
     assert history["measured_rest_s"] <= history["cells_wall_s"]

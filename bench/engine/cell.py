@@ -180,7 +180,7 @@ def deterministic_env(deterministic: bool) -> dict:
 
 def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
               cache: ReferenceCache | None = None, at: Callable[[str], None] = _nowhere,
-              skip_reference: str = "", leftovers: Leftovers | None = None) -> None:
+              skip_reference: str = "", leftovers: Leftovers | None = None, held: Held | None = None) -> None:
     """Measure ``variants`` on ``case``; ``emit(row)`` for each as soon as its row is final
     (failures at once, timed rows after the rounds).  ``at(name)`` is called whenever a
     variant's own code is about to run, so that a crash or a hang is put on the right one;
@@ -189,7 +189,8 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
     not be computed) or when it raises here, the variants are timed unchecked: their rows
     say ``reference_skipped`` with the reason.  With ``leftovers``, a variant that leaves busy
     threads or processes behind after its setup and check is an ``error`` with what it left, and
-    WorkerTainted is raised before any other variant runs beside it."""
+    WorkerTainted is raised before any other variant runs beside it.  With ``held``, a case whose
+    timing was contended is kept set up, and timed again once a later case's was not (Held)."""
     cache = cache or ReferenceCache()
     deterministic = bool(getattr(settings, "deterministic", False))  # --deterministic
     os.environ.update({k: v for k, v in deterministic_env(deterministic).items() if k not in os.environ})
@@ -226,7 +227,13 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
             else:
                 live.append(item)
         if live:
-            _time_all(live, case, settings, emit, at)
+            quiet = _time_all(live, case, settings, emit, at)
+            if held is not None:
+                if not quiet:
+                    held.keep(case, settings, live)
+                elif held.cases:
+                    with spans.span("re-timing in place"):
+                        held.retime(emit, at)
     finally:
         with spans.span("memory freed after a case"):
             release_flush_buffer()
@@ -285,7 +292,9 @@ def _owner(key) -> str:
     return key[0] if isinstance(key, tuple) else key
 
 
-def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at) -> None:
+def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at) -> bool:
+    """Time ``live`` together in interleaved rounds and emit their rows; whether none of them was
+    contended."""
     by_name = {item.variant.name: item for item in live}
     # a bwd call holds its forward's graph; built at each variant's turn and dropped after it, so
     # one variant's graph is alive at a time, not every variant's of the case (a later one's oom)
@@ -361,6 +370,78 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
         if item.result.status is None and item.variant.name not in failed:  # not failed in the rounds
             _finish(item, case, settings, together, other_cpu, states[item.variant.name] if gpu else None, at)
             emit(item.result.row())
+    return not any(item.result.contention.get("contended") for item in live)
+
+
+HOLD_CASES = 4  # contended cases a worker keeps set up for a re-timing; the oldest goes beyond
+
+
+class Held:
+    """Contended cases kept set up in the worker and timed again in place (``--remeasure``): once
+    a later case's own timing was quiet, or when the sweep asks at the end of its pass.  A
+    re-timing times only: the variants' calls on the inputs they were checked on, in the same
+    interleaved rounds, budget and ceiling; no new inputs, reference, setup, check or memory pass.
+    Each variant's row is sent again with its new timing and load verdict, and ``retimed`` saying
+    why the first was contended (the newest row of a cell counts; the first stays in the file).
+    Kept: CPU cases of the core scope; not a backward's several variants (each turn builds its own
+    forward) nor a layer's parts."""
+
+    def __init__(self, limit: int = HOLD_CASES):
+        self.limit = limit
+        self.cases: list = []  # (case, settings, the items timed ok), oldest first
+        self.dropped = 0  # held cases let go for newer ones, never re-timed
+
+    def keep(self, case: Case, settings: MeasureSettings, live: list) -> None:
+        ok = [i for i in live if i.result.status is Status.OK and i.bound is not None]
+        if case.device != "cpu" or case.scope != "core" or not ok or (case.direction == "bwd" and len(ok) > 1):
+            return
+        self.cases.append((case, settings, ok))
+        while len(self.cases) > self.limit:
+            self.cases.pop(0)
+            self.dropped += 1
+
+    def retime(self, emit, at=_nowhere) -> None:
+        """Time every held case again, oldest first, and let them go."""
+        cases, self.cases = self.cases, []
+        for case, settings, items in cases:
+            try:
+                _retime(case, settings, items, emit, at)
+            finally:
+                for item in items:
+                    item.bound = item.call = item.timer = None
+                _free(case.device)
+
+
+def _retime(case: Case, settings: MeasureSettings, items: list, emit, at) -> None:
+    by_name, timers, failed = {i.variant.name: i for i in items}, {}, set()
+    for item in items:
+        at(item.variant.name)
+        with item.bound.scope():
+            timers[item.variant.name] = make_timer(case.device, item.bound.timed(), settings.budget_ms,
+                                                   settings.precision, settings.timer, make_call=item.bound.timed)
+
+    @contextlib.contextmanager
+    def enter(name):
+        at(name)
+        with by_name[name].bound.scope():
+            yield
+
+    window = contention.LoadWindow().start()
+    interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=lambda name, exc: failed.add(name),
+               ceiling_ms=getattr(settings, "ceiling_ms", None))
+    spans.absorb(_timed_parts(timers))
+    other_cpu = window.stop()
+    together = uuid.uuid4().hex[:12]
+    for name, timer in timers.items():
+        if name in failed:  # its first row stands
+            continue
+        result = by_name[name].result
+        timing = timer.result().summary()
+        first = result.contention.get("contended_why") or "contended"
+        result.timing, result.interleave_id = timing, together
+        result.contention = contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms)
+        result.retimed = f"in place; its first timing: {first}"[:300]
+        emit(result.row())
 
 
 def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, other_cpu, state, at) -> None:

@@ -1,7 +1,7 @@
 """This machine's between-run drift, as an A/A ``ab`` measured it: how far a cell's median moves
 from one run to the next (one sd of its log, per run).  ``compare`` of two separate runs reads it
 to judge what the runs' own samples cannot show; without it, compare calls no cell faster or
-slower.  Kept in the cache folder of the machine's peaks (bench.engine.peaks.cache_dir), keyed by
+slower.  Kept in the machine's cache folder (bench.engine.cachefiles.cache_dir), keyed by
 what the drift depends on."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 
-from bench.engine.peaks import cache_dir
+from bench.engine.cachefiles import cache_dir
 
 FILE = "drift.json"
 KEYS = ("device", "device_name", "cpu_count", "threads")  # the machine and how it is used, not the build

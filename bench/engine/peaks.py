@@ -15,21 +15,14 @@ is measured around, never an error.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
+from bench.engine.cachefiles import cache_dir, read_json, write_json  # noqa: F401  (this module's API too)
+
 DEFAULT_MAX_AGE_H = 24.0
 CACHE_FILE = "peaks.json"
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("ATTNBENCH_CACHE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "attnbench"
 
 
 def key(fp: dict, kind: str, dtype: str, threads, run_ms: float) -> str:
@@ -41,25 +34,6 @@ def key(fp: dict, kind: str, dtype: str, threads, run_ms: float) -> str:
     return "|".join(str(p) for p in parts)
 
 
-def read_json(path: Path) -> dict:
-    """A cache file's object, or {} when it is missing or unreadable."""
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def write_json(path: Path, data: dict) -> None:
-    """A cache file written whole (a reader never sees half of it); a folder that cannot be written
-    leaves the cache as it was."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass
 
 
 class PeakCache:

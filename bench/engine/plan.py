@@ -33,8 +33,8 @@ got) the projection says so and scales: the scheduler shares the cores among the
 threads, so the sweep's T threads get cores x T / (T + others) of them when there are not
 enough for all (``--threads auto`` takes the free cores, and a long call on fewer threads
 takes longer), and its contended cells (the share of its threads left without a core) are
-measured again at its end (``--remeasure``), after the re-measurement's wait for quiet when
-its threads still have no core of their own, assuming the load stays.
+timed again (``--remeasure``: in place, and at its end one look at the load when its threads
+still have no core of their own), assuming the load stays.
 
 The split is longest-processing-time first: groups in decreasing cost (ties by their order
 in the spec), each to the least loaded bin.  It is deterministic, and no bin exceeds the
@@ -235,7 +235,7 @@ class Busy:
     threads: int  # each worker's threads under that load (--threads auto takes the free cores)
     slowdown: float  # the cells' time against a quiet machine's
     contended_share: float = 0.0  # of the sweep's threads, those without a core: its cells flagged contended
-    waits_for_quiet: bool = False  # the end-of-sweep re-measurement waits its longest for the load to drop
+    waits_for_quiet: bool = False  # the sweep's threads have no core of their own: the end pass finds no quiet
     fewer_threads: float = 1.0  # a quiet sweep's threads per worker over these: a long call's slowdown
 
 
@@ -467,12 +467,11 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
         visits_s = (spec.visits - 1) * slowdown * max(per_visit, default=0.0)
         per_shard = [s + visits_s / max(1, len(per_shard)) for s in per_shard]
     remeasure_s = 0.0
-    if load and load.contended_share and spec.remeasure:  # the contended cells again, after a wait for quiet
-        from bench.engine.remeasure import QUIET_WAIT_S
+    if load and load.contended_share and spec.remeasure:  # the contended cells timed again, and a look at the load
+        from bench.engine.remeasure import QUIET_LOOK_S
 
         quiet_cells = max(first_workers, default=0.0) / slowdown
-        remeasure_s = spec.remeasure * ((QUIET_WAIT_S if load.waits_for_quiet else 0.0)
-                                        + load.contended_share * quiet_cells)
+        remeasure_s = (QUIET_LOOK_S if load.waits_for_quiet else 0.0) + load.contended_share * quiet_cells
         per_shard = [s + remeasure_s for s in per_shard]
     setup = sum(g.setup_s for g in gs) / max(1, workers)
     return Projection(len(cells), len(gs), sum(cost.values()), per_shard, first_workers, fixed,

@@ -45,6 +45,7 @@ class WorkerPool:
                                              log_path=str(run_dir / (f"worker-{i}.log" if many else "worker.log"))))
                         for i, slot in enumerate(slots)]
         self.counts = dict.fromkeys(STATUSES, 0)
+        self.retimed = self.retimed_clean = 0  # rows timed again in place (bench.engine.cell.Held), clean ones
         self.timed_s = 0.0
         self.measured: dict = {}
         self.together: dict = {}  # cell key: the interleave_id of its newest ok row (its later visits' ``of``)
@@ -111,12 +112,19 @@ class WorkerPool:
         with self._lock:
             row["worker"] = label
             self._writer.write(row)
+            again = bool(row.get("retimed"))  # a cell timed again in place: counted once, at its first row
             if row["status"] == "ok":
-                self.measured.setdefault(Case.from_dict(row), []).append(row["variant"])
+                names = self.measured.setdefault(Case.from_dict(row), [])
+                if row["variant"] not in names:
+                    names.append(row["variant"])
                 self.together[store.cell_key(row["variant"], row)] = row.get("interleave_id")
-            self.counts[row["status"]] += 1
+            if again:
+                self.retimed += 1
+                self.retimed_clean += not row.get("contended")
+            else:
+                self.counts[row["status"]] += 1
+                self._bar.update(1)
             self.timed_s += row.get("timed_s") or 0.0
-            self._bar.update(1)
 
     def _run_group(self, worker: Worker, label: str, names: list[str], case, skip_reference: str = "") -> None:
         got = []
@@ -149,8 +157,10 @@ class WorkerPool:
         try:
             while True:
                 with self._lock:
-                    if not self._queue or self._raised:
+                    if self._raised:
                         return
+                    if not self._queue:
+                        break
                     case, names = self._queue.pop()
                     self._bar.describe(case.label())
                 runnable = []
@@ -164,6 +174,8 @@ class WorkerPool:
                         self._record(base_row(name, case, "unsupported", why, kind.value), label)
                 if runnable:
                     self._run_group(worker, label, runnable, case)
+            # the contended cases it still holds: timed again now, with no case after them
+            worker.flush(self.spec.timeout, lambda row: self._record(row, label))
         except BaseException as exc:
             self._raised.append(exc)
 

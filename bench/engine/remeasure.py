@@ -11,7 +11,7 @@ from pathlib import Path
 from bench.engine import judge, spans, store
 from bench.measure import contention
 
-QUIET_WAIT_S = 10.0  # the longest a re-measurement pass waits for the load to drop
+QUIET_LOOK_S = 0.5  # the end-of-sweep re-measurement's one look at the load: it does not wait for it to drop
 
 
 def auto_threads(spec, others: float | None = None) -> tuple[int | None, str]:
@@ -46,9 +46,10 @@ def auto_threads(spec, others: float | None = None) -> tuple[int | None, str]:
                f"for cores; give --threads N to choose")
 
 
-def wait_for_quiet(threads: int, limit_s: float = QUIET_WAIT_S, step_s: float = 0.5) -> tuple[bool, float]:
-    """Wait (at most ``limit_s``) until other processes leave the worker's cores free: (quiet,
-    seconds waited).  Measured as the contention check does, on this process's CPUs."""
+def wait_for_quiet(threads: int, limit_s: float = 0.0, step_s: float = QUIET_LOOK_S) -> tuple[bool, float]:
+    """Look at the load (one ``step_s`` window) and, with ``limit_s``, wait at most that long until
+    other processes leave the worker's cores free: (quiet, seconds taken).  Measured as the
+    contention check does, on this process's CPUs."""
     free = max(0, len(contention.usable_cpus()) - threads)
     t0 = time.monotonic()
     while True:
@@ -62,12 +63,18 @@ def wait_for_quiet(threads: int, limit_s: float = QUIET_WAIT_S, step_s: float = 
             return False, waited
 
 
-def remeasure(cells, run_dir: Path, spec, threads: int | None, measure) -> tuple[list[str], float]:
-    """Up to ``spec.remeasure`` passes at the end of the sweep over its cells whose current
-    row is contended: each waits (a little) for the load to drop, then ``measure(cells)``
-    (the sweep's own cell runner, returning its timed seconds) appends new rows (the old ones
-    stay; the newest counts).  Returns what each pass did, in words, and its timed seconds."""
+def remeasure(cells, run_dir: Path, spec, threads: int | None, measure, retimed: tuple[int, int] = (0, 0)
+              ) -> tuple[list[str], float]:
+    """The cells still contended once the workers re-timed theirs in place (bench.engine.cell.Held;
+    ``retimed``: how many rows they timed again, and how many came out clean): up to
+    ``spec.remeasure`` passes at the end of the sweep, each only when the load has dropped by then
+    (one look, QUIET_LOOK_S: no idle wait), ``measure(cells)`` (the sweep's own cell runner,
+    returning its timed seconds) appending new rows (the old ones stay; the newest counts).
+    Returns what was done, or why not, in words, and the timed seconds."""
     notes, timed = [], 0.0
+    if retimed[0]:
+        notes.append(f"re-timed {retimed[0]} contended cell(s) in place, after a quiet case or at the end of the "
+                     f"pass: {retimed[1]} now clean, {retimed[0] - retimed[1]} not")
     wanted = {store.cell_key(n, c): (n, c) for n, c in cells}
     threads = threads or spec.threads or len(contention.usable_cpus())
     for i in range(spec.remeasure or 0):
@@ -75,21 +82,24 @@ def remeasure(cells, run_dir: Path, spec, threads: int | None, measure) -> tuple
         shaky = [wanted[store.cell_key(r["variant"], r)] for r in current if judge.wants_retry(r, {"contended"})]
         if not shaky:
             break
-        with spans.span("sweep: waiting for quiet (re-measure)"):
-            quiet, waited = wait_for_quiet(threads)
+        with spans.span("sweep: a look at the load (re-measure)"):
+            quiet, waited = wait_for_quiet(threads, limit_s=0.0, step_s=QUIET_LOOK_S)
+        if not quiet:
+            notes.append(f"{len(shaky)} contended cell(s) not measured again at the end of the sweep: other processes "
+                         f"still used the cores it needs (a quieter machine, or fewer --threads than cores)")
+            break
         timed += measure(shaky)
         keys = {store.cell_key(n, c) for n, c in shaky}
         after = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in keys]
         clean = sum(1 for r in after if r.get("status") == "ok" and not judge.wants_retry(r, {"contended"}))
         notes.append(f"re-measured {len(shaky)} contended cell(s) at the end of the sweep (pass {i + 1} of "
-                     f"{spec.remeasure}, after {waited:.1f} s waiting for the load to drop"
-                     f"{'' if quiet else ', which it did not'}): {clean} now clean, {len(after) - clean} not")
+                     f"{spec.remeasure}, the load having dropped): {clean} now clean, {len(after) - clean} not")
     return notes, timed
 
 
 def unloaded_peak(spec, dtype: str, threads) -> tuple[float, str]:
-    """The end-of-sweep matmul peak, measured again after a (bounded) wait for quiet when other
-    processes took the cores while it ran; ('' or what the load was, when it stayed)."""
+    """The end-of-sweep matmul peak, measured again when other processes took the cores while it
+    ran and one look at the load finds them gone; ('' or what the load was, when it stayed)."""
     from bench.measure.envinfo import measure_peak_tflops, peak_run_ms
 
     def measure():
@@ -102,6 +112,7 @@ def unloaded_peak(spec, dtype: str, threads) -> tuple[float, str]:
 
     value, loaded = measure()
     if loaded:  # a peak measured under load would make every % of peak look better than it is
-        wait_for_quiet(threads or len(contention.usable_cpus()))
-        value, loaded = measure()
+        quiet, _ = wait_for_quiet(threads or len(contention.usable_cpus()), limit_s=0.0, step_s=QUIET_LOOK_S)
+        if quiet:  # measured again once the load has dropped; else kept as under load (no idle wait)
+            value, loaded = measure()
     return value, loaded

@@ -66,6 +66,7 @@ class CellResult:
     gpu_state: dict = field(default_factory=dict)  # clocks, power and energy around its turns (nvml.Cell)
     peak_mem_bytes: int | None = None  # the memory pass: the whole step's peak
     gpu_checks: dict = field(default_factory=dict)  # the kernels that ran, their backend, the graph timer
+    retimed: str | None = None  # timed again in place (bench.engine.cell.Held): why the first timing was contended
 
     def decide(self, status: Status, reason: str = "", kind: ReasonKind | str | None = None) -> CellResult:
         self.status, self.reason = status, reason[:REASON_CHARS]
@@ -98,7 +99,7 @@ class CellResult:
                    status=self.status.value if self.status else "", reason=self.reason,
                    reason_kind=self.reason_kind.value if self.reason_kind else "")
         optional = {"layout": self.layout, "reference_skipped": self.reference_skipped,
-                    "bwd_forward": self.bwd_forward, "interleave_id": self.interleave_id}
+                    "bwd_forward": self.bwd_forward, "interleave_id": self.interleave_id, "retimed": self.retimed}
         row.update({k: v for k, v in optional.items() if v is not None})
         if self.deterministic is not None:
             row.update(deterministic=self.deterministic, nondeterminism=self.nondeterminism)

@@ -108,8 +108,8 @@ def close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = None
     The peak kept is the higher of the two; a cell above it means the peak is still wrong,
     and env.json says so, with the figure (``peak_unreliable``; the report finds the same
     from the rows).  Approximate variants have no TFLOP/s of their own and do not count.
-    The end peak is measured again, after a wait for quiet, when other processes took the
-    cores while it ran (``peak_checks[dtype]["end_under_load"]`` when they still did)."""
+    The end peak is measured again when other processes took the cores while it ran and one
+    look at the load finds them gone (``peak_checks[dtype]["end_under_load"]`` when they stayed)."""
     env = store.read_env(run_dir)
     env["loadavg_end"] = contention.load_average()
     this = (env.get("history") or [{}])[-1]  # this invocation's conditions, beside the folder's

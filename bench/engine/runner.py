@@ -133,6 +133,7 @@ class Job:
     log_path: str | None = None
     visit: int = 0
     trace: bool = False  # --trace-spans: the job's spans come back with Done
+    flush: bool = False  # no case: time again the contended cases the worker holds (bench.engine.cell.Held)
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,15 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         _log_to(settings.log_path)
     import gc
 
-    from bench.engine.cell import ReferenceCache, WorkerTainted, cuda_broken, profile_group, retime_group, run_group
+    from bench.engine.cell import (
+        Held,
+        ReferenceCache,
+        WorkerTainted,
+        cuda_broken,
+        profile_group,
+        retime_group,
+        run_group,
+    )
     from bench.engine.discovery import discover
     from bench.measure.leftovers import Leftovers, warm
 
@@ -254,6 +263,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
     registry = discover(settings.plugins)
     cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
     cache = ReferenceCache()
+    held = Held()  # contended cases kept set up, timed again in place
     warm()  # the libraries' own thread pools, started before the baseline
     vecisa.trust()  # Inductor's CPU probe, skipped where this machine's record says what it finds
     gc.collect()
@@ -272,19 +282,25 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
             settings = dataclasses.replace(settings, log_path=job.log_path)
         if job.measure is not None:
             cell_settings = job.measure.replace(threads=torch.get_num_threads())
-        if job.profile:
+        if job.flush:
+            run = None
+        elif job.profile:
             run = profile_group
         elif job.visit:
             run = functools.partial(retime_group, settings=cell_settings)
         else:
             run = functools.partial(run_group, settings=cell_settings, cache=cache, skip_reference=job.skip_reference,
-                                    leftovers=leftovers)
+                                    leftovers=leftovers, held=held if cell_settings.retime else None)
         if job.trace != spans.enabled():
             spans.enable(job.trace)
         try:
             with spans.span("the rest of a job"):
-                run([registry[n] for n in job.names], Case.from_dict(job.case),
-                    emit=lambda row: conn.send(Emitted(row)), at=lambda name: conn.send(At(name)))
+                if run is None:
+                    with spans.span("re-timing in place"):
+                        held.retime(lambda row: conn.send(Emitted(row)), lambda name: conn.send(At(name)))
+                else:
+                    run([registry[n] for n in job.names], Case.from_dict(job.case),
+                        emit=lambda row: conn.send(Emitted(row)), at=lambda name: conn.send(At(name)))
         except WorkerTainted as exc:  # its row is sent; the rest of the case goes to a fresh worker
             conn.send(Restart(str(exc)))
             conn.close()
@@ -529,7 +545,16 @@ class Worker:
         with spans.span("sweep: waiting on a worker (messages, gaps)"):
             return self._run_group(names, case, timeout_s, on_row, profile, skip_reference, visit)
 
-    def _run_group(self, names, case, timeout_s, on_row, profile, skip_reference, visit) -> tuple[str, str]:
+    def flush(self, timeout_s: float, on_row) -> tuple[str, str]:
+        """Time again the contended cases this worker holds (bench.engine.cell.Held), if it is alive;
+        ``on_row`` for each new row."""
+        if not self.alive:
+            return "done", ""
+        with spans.span("sweep: waiting on a worker (messages, gaps)"):
+            return self._run_group((), None, timeout_s, on_row, False, "", 0, flush=True)
+
+    def _run_group(self, names, case, timeout_s, on_row, profile, skip_reference, visit,
+                   flush: bool = False) -> tuple[str, str]:
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1
@@ -538,8 +563,8 @@ class Worker:
                     self._start()
             except RuntimeError as exc:
                 return "crash", str(exc)
-        self._conn.send(Job(tuple(names), case.to_dict(), profile, skip_reference, self.settings.measure,
-                            self.settings.log_path, visit, spans.enabled()))
+        self._conn.send(Job(tuple(names), case.to_dict() if case is not None else {}, profile, skip_reference,
+                            self.settings.measure, self.settings.log_path, visit, spans.enabled(), flush))
         self.last_started = None
         kills_before = oom_kills()
         # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget

@@ -93,7 +93,8 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
                 timed_s = pool.run(cells)
             counts = dict(pool.counts)  # this invocation's cells; a re-measured cell is counted once
             with spans.span("sweep: re-measure, the rest"):
-                notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads, pool.run)
+                notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads, pool.run,
+                                                 (pool.retimed, pool.retimed_clean))
             with spans.span("sweep: later visits, the rest"):
                 again_s += visits.run_visits(pool, spec.visits, lambda: store.ResultWriter(run_dir, visits.VISITS))
             if options.profile:

@@ -82,7 +82,8 @@ TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples
 # min-max of 3 covers it with 0.75); bwd_forward: "per turn" when each turn ran its own forward;
 # interleave_id: the rows timed together in interleaved rounds (only they pair round by round)
 SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time and its spread (compare's verdict)
-CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why")
+CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why", "retimed")
+# retimed: a contended cell timed again in place, and why its first timing was contended (bench.engine.cell)
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
             "grad_cosine", "max_logit", "deterministic", "nondeterminism", "reference_skipped")
 # reference_skipped: why the cell is timed unchecked; deterministic: the timer's calls (the CPU) or two more
@@ -112,7 +113,8 @@ ALWAYS = (*IDENTITY, *OUTCOME, "mask_params", "density", "flops", "bytes", *MEAS
 
 # what each column holds (None aside, which any column may: not measured, or not applicable)
 Number = float  # an int is a number too (samples, flops, threads)
-TEXT = ("reason", "layout", "worker", "timer", "bwd_forward", "interleave_id", "contended_why", "reference_skipped",
+TEXT = ("reason", "layout", "worker", "timer", "bwd_forward", "interleave_id", "contended_why", "retimed",
+        "reference_skipped",
         "backend_ran", "kernel_mismatch", "timer_mismatch", "kernels_error", "graph_error", "throttle_reasons",
         "throttled_why", "energy_why")
 YES_NO = (*FLAGS, "approximate", "deterministic")

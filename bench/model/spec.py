@@ -191,8 +191,9 @@ class Spec:
                           "first visit checks and measures memory, the others only time (default 3; 1: one visit, "
                           "whose interval is one process's)", number(1, 20, True), default=3, metavar="V",
                           run=True)
-    remeasure: int = setting("passes at the end of the sweep that measure its contended cells again, once the "
-                             "load has dropped (default 1; 0 turns it off); both rows stay, the newest counts",
+    remeasure: int = setting("contended cases timed again in place (after the next quiet case), then passes at "
+                             "the end of the sweep that measure the cells still contended again if the load has "
+                             "dropped (default 1; 0 turns both off); both rows stay, the newest counts",
                              number(0, 10, True), default=1, metavar="N", run=True)
     peak_age: float = setting("hours a cached matmul peak and copy bandwidth of this machine stay good "
                               "(default 24); 0 measures them again (bench.engine.peaks)", number(0, 8760, False),

@@ -1,0 +1,95 @@
+"""A contended case is timed again in place (bench.engine.cell.Held): kept set up in the worker,
+timed again after the next case whose own timing was quiet or when the sweep flushes it, with no
+new inputs, reference, setup or check; its rows come again with the new timing and say why."""
+
+import torch.nn.functional as F
+
+from bench.engine import cell
+from bench.engine.cell import Held, run_group
+from bench.measure import contention
+from bench.measure.settings import MeasureSettings
+from bench.model.case import Case
+from bench.registry import Variant
+
+
+def _variants(setups: list):
+    def make(name):
+        def factory(case):
+            setups.append((name, case.q_len))
+
+            def attention(q, k, v):
+                return F.scaled_dot_product_attention(q, k, v)
+            return attention
+        return Variant(name=name, factory=factory, description=name)
+    return [make("A"), make("B")]
+
+
+def _case(n: int) -> Case:
+    return Case("cpu", "float32", 1, 2, 2, n, n, 16, "none", None, "fwd")
+
+
+def _scripted_load(monkeypatch, busy: list):
+    """The load verdict each timing gets, in turn: contended while ``busy`` says so (injected,
+    not measured: the machine's own load plays no part)."""
+    real = contention.verdict
+
+    def verdict(cpu_util, other_cpu, threads, samples_ms=(), cpu_count=None):
+        out = real(1.0, 0.0, threads, (), cpu_count)
+        if busy.pop(0):
+            out.update(contended=True, other_cpu=1.5, contended_why="other processes used 1.50 cores (free: 0)")
+        return out
+
+    monkeypatch.setattr(cell.contention, "verdict", verdict)
+
+
+def test_a_contended_case_is_timed_again_after_the_next_quiet_case_and_only_timed(monkeypatch):
+    setups, inputs = [], []
+    real_inputs = cell.case_inputs
+    monkeypatch.setattr(cell, "case_inputs", lambda case: inputs.append(case.q_len) or real_inputs(case))
+    _scripted_load(monkeypatch, [True, True, False, False, False, False])  # n=32 busy, n=48 quiet, n=32 again
+    held, rows = Held(), []
+    settings = MeasureSettings(budget_ms=6, rounds=2, threads=1)
+    variants = _variants(setups)
+    run_group(variants, _case(32), settings, rows.append, held=held)
+    assert [(r["variant"], r["contended"]) for r in rows] == [("A", True), ("B", True)]
+    assert len(held.cases) == 1  # kept set up
+    run_group(variants, _case(48), settings, rows.append, held=held)
+    assert [(r["variant"], r["q_len"], r["contended"], r.get("retimed")) for r in rows[2:4]] == \
+        [("A", 48, False, None), ("B", 48, False, None)]
+    again = rows[4:]
+    assert [(r["variant"], r["q_len"], r["contended"]) for r in again] == [("A", 32, False), ("B", 32, False)]
+    assert not held.cases
+    for first, new in zip(rows[:2], again):
+        assert new["retimed"] == "in place; its first timing: other processes used 1.50 cores (free: 0)"
+        assert new["interleave_id"] != first["interleave_id"]  # timed together in rounds of their own
+        assert new["samples_ms"] != first["samples_ms"] and new["samples"] >= 2
+        for kept in ("max_abs_err", "cosine", "peak_mem_bytes", "setup_ms", "deterministic"):
+            assert new[kept] == first[kept], kept  # the check and the memory pass are not made again
+    assert again[0]["interleave_id"] == again[1]["interleave_id"]  # paired, as the first rounds were
+    assert setups == [("A", 32), ("B", 32), ("A", 48), ("B", 48)]  # no setup for the re-timing
+    assert inputs == [32, 48]  # nor new inputs (nor a reference, which is computed from them)
+
+
+def test_the_newest_held_cases_are_kept_and_timed_again_when_flushed(monkeypatch):
+    _scripted_load(monkeypatch, [True] * 6 + [False] * 4)
+    held, rows = Held(limit=2), []
+    settings = MeasureSettings(budget_ms=4, rounds=1, threads=1)
+    variants = _variants([])
+    for n in (16, 24, 32):
+        run_group(variants, _case(n), settings, rows.append, held=held)
+    assert [c.q_len for c, _, _ in held.cases] == [24, 32] and held.dropped == 1
+    held.retime(rows.append)  # the sweep's flush at the end of its pass
+    assert [(r["variant"], r["q_len"], bool(r.get("retimed"))) for r in rows[6:]] == \
+        [("A", 24, True), ("B", 24, True), ("A", 32, True), ("B", 32, True)]
+    assert not held.cases
+
+
+def test_nothing_is_held_without_a_holder_or_for_what_cannot_be_timed_again(monkeypatch):
+    _scripted_load(monkeypatch, [True] * 4)
+    rows = []
+    run_group(_variants([]), _case(16), MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append)
+    assert len(rows) == 2 and all(r["contended"] for r in rows)  # --remeasure 0: rows as they came
+    held = Held()
+    bwd = Case("cpu", "float32", 1, 2, 2, 16, 16, 16, "none", None, "bwd")
+    run_group(_variants([]), bwd, MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append, held=held)
+    assert not held.cases  # two backward variants build their forward per turn: not held
