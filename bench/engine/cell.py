@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bench.engine import spans
+from bench.engine.memcache import MemoryCache
 from bench.engine.result import CellResult
 from bench.errors import first_line
 from bench.measure import contention, kernels, nvml
@@ -180,7 +181,8 @@ def deterministic_env(deterministic: bool) -> dict:
 
 def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
               cache: ReferenceCache | None = None, at: Callable[[str], None] = _nowhere,
-              skip_reference: str = "", leftovers: Leftovers | None = None, held: Held | None = None) -> None:
+              skip_reference: str = "", leftovers: Leftovers | None = None, held: Held | None = None,
+              memory: MemoryCache | None = None) -> None:
     """Measure ``variants`` on ``case``; ``emit(row)`` for each as soon as its row is final
     (failures at once, timed rows after the rounds).  ``at(name)`` is called whenever a
     variant's own code is about to run, so that a crash or a hang is put on the right one;
@@ -190,7 +192,9 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
     say ``reference_skipped`` with the reason.  With ``leftovers``, a variant that leaves busy
     threads or processes behind after its setup and check is an ``error`` with what it left, and
     WorkerTainted is raised before any other variant runs beside it.  With ``held``, a case whose
-    timing was contended is kept set up, and timed again once a later case's was not (Held)."""
+    timing was contended is kept set up, and timed again once a later case's was not (Held).  With
+    ``memory``, a cell's memory peak comes from the machine's record of the same cell
+    (bench.engine.memcache)."""
     cache = cache or ReferenceCache()
     deterministic = bool(getattr(settings, "deterministic", False))  # --deterministic
     os.environ.update({k: v for k, v in deterministic_env(deterministic).items() if k not in os.environ})
@@ -227,7 +231,7 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
             else:
                 live.append(item)
         if live:
-            quiet = _time_all(live, case, settings, emit, at)
+            quiet = _time_all(live, case, settings, emit, at, memory)
             if held is not None:
                 if not quiet:
                     held.keep(case, settings, live)
@@ -292,7 +296,8 @@ def _owner(key) -> str:
     return key[0] if isinstance(key, tuple) else key
 
 
-def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at) -> bool:
+def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at,
+              memory: MemoryCache | None = None) -> bool:
     """Time ``live`` together in interleaved rounds and emit their rows; whether none of them was
     contended."""
     by_name = {item.variant.name: item for item in live}
@@ -368,12 +373,13 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
     release_flush_buffer()
     for item in live:
         if item.result.status is None and item.variant.name not in failed:  # not failed in the rounds
-            _finish(item, case, settings, together, other_cpu, states[item.variant.name] if gpu else None, at)
+            _finish(item, case, settings, together, other_cpu, states[item.variant.name] if gpu else None, at,
+                    memory)
             emit(item.result.row())
     return not any(item.result.contention.get("contended") for item in live)
 
 
-HOLD_CASES = 4  # contended cases a worker keeps set up for a re-timing; the oldest goes beyond
+HOLD_CASES = 8  # contended cases a worker keeps set up for a re-timing; the oldest goes beyond
 
 
 class Held:
@@ -444,7 +450,8 @@ def _retime(case: Case, settings: MeasureSettings, items: list, emit, at) -> Non
         emit(result.row())
 
 
-def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, other_cpu, state, at) -> None:
+def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, other_cpu, state, at,
+            memory: MemoryCache | None = None) -> None:
     """A timed cell's result: its timing, the machine's state around it, its memory pass, its
     GPU checks and its --steps; a pass that raises ends the cell there, with what it held before."""
     result = item.result
@@ -475,8 +482,17 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
         with spans.span("memory freed after a case"):
             _free(case.device)
         during = f"memory pass (after a timing of median {timing.median_ms:.4g} ms, not kept)"
-        with item.bound.scope(), spans.span("memory pass"):  # the whole step: forward and, with one, backward
-            result.peak_mem_bytes = peak_bytes(case.device, item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
+        key = memory.key(item.variant, case, settings.threads) if memory is not None else None
+        cached = memory.get(key, getattr(settings, "peak_age_h", 0.0)) if key else None
+        if cached is not None:
+            result.peak_mem_bytes, result.peak_mem_cached = cached, True
+        else:
+            with item.bound.scope(), spans.span("memory pass"):  # the whole step: forward and, with one, backward
+                result.peak_mem_bytes = peak_bytes(case.device,
+                                                   item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
+            if key:
+                memory.put(key, result.peak_mem_bytes)
+                result.peak_mem_cached = False
         if case.device == "cuda":  # the kernels that ran, the backend they belong to, and a second timer
             during = "kernel names (a profiled call after the timing)"
             with spans.span("GPU checks (kernel names, graph)"):

@@ -65,6 +65,7 @@ class CellResult:
     layer: dict | None = None  # a layer scope's parts (bench.measure.layer.layer_figures)
     gpu_state: dict = field(default_factory=dict)  # clocks, power and energy around its turns (nvml.Cell)
     peak_mem_bytes: int | None = None  # the memory pass: the whole step's peak
+    peak_mem_cached: bool | None = None  # True: taken from the machine's record (bench.engine.memcache)
     gpu_checks: dict = field(default_factory=dict)  # the kernels that ran, their backend, the graph timer
     retimed: str | None = None  # timed again in place (bench.engine.cell.Held): why the first timing was contended
 
@@ -113,6 +114,8 @@ class CellResult:
         if self.status is Status.OK and self.timing is not None:
             seconds = self.timing.median_ms * 1e-3
             row["peak_mem_bytes"] = self.peak_mem_bytes
+            if self.peak_mem_cached is not None:
+                row["peak_mem_cached"] = self.peak_mem_cached
             if not self.approximate:  # an approximation does not do exact attention's FLOPs
                 row["tflops"] = row["flops"] / seconds / 1e12
             if row.get("bytes") is not None:  # a layer's traffic is not modelled

@@ -256,6 +256,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         run_group,
     )
     from bench.engine.discovery import discover
+    from bench.engine.memcache import MemoryCache
     from bench.measure.leftovers import Leftovers, warm
 
     if settings.measure.threads:
@@ -264,6 +265,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
     cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
     cache = ReferenceCache()
     held = Held()  # contended cases kept set up, timed again in place
+    memory = MemoryCache(_device_name())  # the memory peaks this machine measured already
     warm()  # the libraries' own thread pools, started before the baseline
     vecisa.trust()  # Inductor's CPU probe, skipped where this machine's record says what it finds
     gc.collect()
@@ -290,7 +292,8 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
             run = functools.partial(retime_group, settings=cell_settings)
         else:
             run = functools.partial(run_group, settings=cell_settings, cache=cache, skip_reference=job.skip_reference,
-                                    leftovers=leftovers, held=held if cell_settings.retime else None)
+                                    leftovers=leftovers, held=held if cell_settings.retime else None,
+                                    memory=memory)
         if job.trace != spans.enabled():
             spans.enable(job.trace)
         try:
@@ -306,6 +309,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
             conn.close()
             os._exit(4)
         vecisa.learn()  # what this process's probe found, once, for the next workers
+        memory.flush()  # the peaks measured in this job, for the next workers
         conn.send(Done(spans.take() if job.trace else None))
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()

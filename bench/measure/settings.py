@@ -30,6 +30,7 @@ class MeasureSettings:
     steps: int = 0  # after its timing, an ok cell runs this many steps of fresh batches (--steps; bench.measure.steps)
     dynamic: bool = False  # variants that compile do so with dynamic shapes (--dynamic)
     retime: bool = True  # a contended case is timed again in place (bench.engine.cell.Held); --remeasure 0: not
+    peak_age_h: float = 24.0  # a memory peak recorded this many hours ago is still taken (bench.engine.memcache)
 
     @classmethod
     def from_spec(cls, spec, threads: int | None = None) -> MeasureSettings:
@@ -40,7 +41,8 @@ class MeasureSettings:
                    timer=spec.timer or "events", threads=threads if threads is not None else spec.threads,
                    ceiling_ms=max(float(spec.budget_ms), 1e3 * ceiling if ceiling is not None else DEFAULT_CEILING_MS),
                    deterministic=bool(getattr(spec, "deterministic", False)), steps=int(getattr(spec, "steps", 0) or 0),
-                   dynamic=bool(getattr(spec, "dynamic", False)), retime=int(getattr(spec, "remeasure", 1) or 0) > 0)
+                   dynamic=bool(getattr(spec, "dynamic", False)), retime=int(getattr(spec, "remeasure", 1) or 0) > 0,
+                   peak_age_h=float(getattr(spec, "peak_age", 24.0)))
 
     def replace(self, **changes) -> MeasureSettings:
         return replace(self, **changes)

@@ -88,7 +88,8 @@ ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err"
             "grad_cosine", "max_logit", "deterministic", "nondeterminism", "reference_skipped")
 # reference_skipped: why the cell is timed unchecked; deterministic: the timer's calls (the CPU) or two more
 # calls (a GPU) gave the checked call's bits (else nondeterminism, the largest difference)
-FIGURES = ("setup_ms", "peak_mem_bytes", "tflops", "gbps", "pct_peak")
+FIGURES = ("setup_ms", "peak_mem_bytes", "peak_mem_cached", "tflops", "gbps", "pct_peak")
+# peak_mem_cached: the peak came from this machine's record of the same cell (bench.engine.memcache)
 KERNELS = ("kernels", "backend_ran", "kernel_mismatch", "kernel_sum_ms", "graph_median_ms", "timer_mismatch",
            "kernels_error", "graph_error")  # GPU cells: what ran (bench.measure.kernels), the timers held against
 # each other, and why a check after the timing could not be made (the timing stays)
@@ -117,7 +118,7 @@ TEXT = ("reason", "layout", "worker", "timer", "bwd_forward", "interleave_id", "
         "reference_skipped",
         "backend_ran", "kernel_mismatch", "timer_mismatch", "kernels_error", "graph_error", "throttle_reasons",
         "throttled_why", "energy_why")
-YES_NO = (*FLAGS, "approximate", "deterministic")
+YES_NO = (*FLAGS, "approximate", "deterministic", "peak_mem_cached")
 LISTS = ("seq_lengths", "samples_ms", "round_medians_ms", "kernels")
 TABLES = ("mask_params", "phases", "layer")  # mask_params: a mask's parameters; phases: {phase: its figures}
 COLUMN_TYPES: dict = {

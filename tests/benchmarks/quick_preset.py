@@ -15,7 +15,12 @@ Runs ``python -m bench sweep --preset quick`` once per condition, one after anot
   (``--no-report``);
 - ``busy2-halfway-threads2``: the same with ``--threads 2`` (what auto would not choose
   under the loops);
-- ``busy1-threads1``: next to one busy loop, with ``--threads 1`` (``--no-report``).
+- ``busy1-threads1``: next to one busy loop, with ``--threads 1`` (``--no-report``);
+- ``busy1``, ``busy1-threads2``: next to one busy loop, with ``--threads auto`` and with 2 threads
+  (``--no-report``): the contended cases timed again in place, and no idle wait.
+
+Every sweep runs with ``--trace-spans``: after the table, each condition's largest spans (where its
+wall went, bench/measure/README.md) and what it re-timed or re-measured, or why not.
 
 Prints one line per condition: the command's wall time (from outside), the cells' wall
 time and the timed samples, the projection and its error (the sweep's timing line), the ok
@@ -49,6 +54,8 @@ CONDITIONS = {  # name: (flags, busy loops, stop the loops halfway)
     "busy2-halfway": (["--no-report"], 2, True),
     "busy2-halfway-threads2": (["--no-report", "--threads", "2"], 2, True),
     "busy1-threads1": (["--no-report", "--threads", "1"], 1, False),
+    "busy1": (["--no-report"], 1, False),
+    "busy1-threads2": (["--no-report", "--threads", "2"], 1, False),
 }
 REFERENCE = "quiet-no-report"  # the halfway conditions stop their loops at half of its rows
 LAST = re.compile(r"timed samples: ([\d.]+) s, (\d+)% of the cells' ([\d.]+) s wall and (\d+)% of the command's"
@@ -84,7 +91,7 @@ def run(name: str, out: Path, half_rows: int) -> dict:
             timer.start()
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "bench", "sweep", "--preset", "quick", "--device", "cpu",
-                               "--out", str(out / name), *extra], capture_output=True, text=True)
+                               "--out", str(out / name), "--trace-spans", *extra], capture_output=True, text=True)
         wall = time.perf_counter() - t0
     finally:
         done.set()
@@ -104,7 +111,9 @@ def run(name: str, out: Path, half_rows: int) -> dict:
     ok = [r for r in first.values() if r["status"] == "ok"]
     return {"name": name, "wall": wall, "m": m, "ok": ok, "newest": newest, "visits": _visits(out / name, rows),
             "warned": "cells were timed while the CPU was shared" in proc.stderr,
-            "remeasured": [line for line in proc.stdout.splitlines() if line.startswith("re-measured")]}
+            "remeasured": [line for line in proc.stdout.splitlines()
+                           if line.startswith(("re-measured", "re-timed")) or "not measured again" in line],
+            "spans": json.loads((out / name / "spans.json").read_text())}
 
 
 def _visits(run: Path, rows: list[dict]) -> str:
@@ -184,8 +193,13 @@ def main() -> None:
                             "later visits / first"],
                    tablefmt="github"))
     for r in results:
+        top = r["spans"]["spans"]
+        print(f"\n{r['name']}: {r['spans']['wall_s']:.1f} s wall, {r['spans']['timed_s']:.1f} s timed samples "
+              f"({r['spans']['wall_s'] / max(r['spans']['timed_s'], 1e-9):.2f}x)")
+        for row in top[:8] + [x for x in top[8:] if "look at the load" in x["span"] or x["span"] == "untraced"]:
+            print(f"  {row['span']:<62} {row['s']:7.2f} s  x{row['count']}")
         for line in r["remeasured"]:
-            print(f"{r['name']}: {line}")
+            print(f"  {line}")
 
 
 if __name__ == "__main__":
