@@ -195,8 +195,9 @@ class Spec:
                              "the end of the sweep that measure the cells still contended again if the load has "
                              "dropped (default 1; 0 turns both off); both rows stay, the newest counts",
                              number(0, 10, True), default=1, metavar="N", run=True)
-    peak_age: float = setting("hours a cached matmul peak and copy bandwidth of this machine stay good "
-                              "(default 24); 0 measures them again (bench.engine.peaks)", number(0, 8760, False),
+    peak_age: float = setting("hours a cached matmul peak and copy bandwidth of this machine, and a cell's "
+                              "recorded memory peak, stay good (default 24); 0 measures them again "
+                              "(bench.engine.peaks, bench.engine.memcache)", number(0, 8760, False),
                               default=24.0, metavar="HOURS", run=True)
     # how the sweep runs: not part of what it measures (bench.engine.placement, bench.engine.plan, bench.engine.jobs)
     workers: int | None = setting("worker processes side by side (default 1): on the CPU each gets its own cores, on "
