@@ -39,3 +39,24 @@ def test_a_later_visit_prices_a_compile_from_the_cache_its_first_visit_filled(re
     xformers = plan.groups([("xformers", case)], registry, 100.0)[0]  # cannot run here: not visited again
     alone = plan.GROUP_OVERHEAD_S + xformers.cost_s / 3
     assert plan.later_visit_s(xformers, registry, rounds=3) == pytest.approx(alone)
+
+
+def test_a_probes_refusal_is_recorded_for_the_machine_and_priced_at_nothing_anywhere(registry, tmp_path,
+                                                                                      monkeypatch):
+    """flex's CPU backward is refused by its own probe, in the worker: once a sweep has seen it, a
+    plan in any folder prices neither its setup (a cold compile) nor its later visits."""
+    monkeypatch.setenv("ATTNBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    case = Case(q_len=256, kv_len=256, direction="fwd+bwd")
+    cells = [("flex", case), ("naive", case)]
+    before = plan.groups(cells, registry, 100.0, plan.load_history(tmp_path / "runs", "cpu", machine=True))[0]
+    assert before.setup_s == pytest.approx(plan.COMPILE_COLD_BACKWARD_S["cpu"] + plan.SETUP_S)
+    rows = [_row("flex", case, status="unsupported") | {"reason_kind": "library", "device": "cpu"},
+            _row("naive", case, status="unsupported") | {"reason_kind": "capability", "device": "cpu"}]
+    compiled.record_refused(plan.refused_pairs(rows, "cpu"), "cpu")
+    assert compiled.refused("cpu") == {("flex", plan.case_key(case.to_dict()))}  # the probe's, not a capability's
+    assert compiled.refused("cuda") == frozenset()
+    history = plan.load_history(tmp_path / "runs", "cpu", machine=True)
+    after = plan.groups(cells, registry, 100.0, history)[0]
+    assert after.setup_s == pytest.approx(plan.SETUP_S)  # naive's alone
+    assert plan.later_visit_s(after, registry, history, rounds=3) < plan.later_visit_s(before, registry, rounds=3) \
+        - plan.COMPILE_S["cpu"] + 1e-9

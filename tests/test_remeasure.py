@@ -145,9 +145,12 @@ def test_the_projection_learns_from_what_earlier_sweeps_took(tmp_path, registry)
     spec = build_spec(parse_values(SETTINGS), registry)
     cells = [("naive", c) for c in spec.cases()]
     plain = plan.project(cells, registry, spec, history=plan.History.empty(), report=False)
-    quiet = {"others_cores_start": 0.1, "contended_share": 0.0}
+    quiet = {"others_cores_start": 0.1, "contended_share": 0.0, "model": plan.MODEL}
     _run_folder(tmp_path / "runs" / "earlier", _timed_rows("other", 1.0, 0.01),
                 env={"history": [{"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 30.0} | quiet,
+                                 # an older model's times: its error is not this one's
+                                 {"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 72.4}
+                                 | quiet | {"model": plan.MODEL - 1},
                                  {"spec": {"device": "cuda"}, "model_rest_s": 10.0, "measured_rest_s": 1.0} | quiet,
                                  # not learnt from: a busy start, mostly contended cells, or a load not recorded
                                  {"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 72.4,
@@ -156,7 +159,7 @@ def test_the_projection_learns_from_what_earlier_sweeps_took(tmp_path, registry)
                                   "others_cores_start": 0.0, "contended_share": 0.7},
                                  {"spec": {"device": "cpu"}, "model_rest_s": 10.0, "measured_rest_s": 72.4}]})
     history = plan.load_history(tmp_path / "runs", "cpu")
-    assert history.wall_factor == pytest.approx(3.0) and history.factor_runs == 1  # clean cpu sweeps only
+    assert history.wall_factor == pytest.approx(3.0) and history.factor_runs == 1  # clean cpu sweeps of this model
     learnt = plan.project(cells, registry, spec, history=history, report=False)
     setup = sum(g.setup_s for g in plan.groups(cells, registry, spec.budget_ms))
     assert learnt.cells_s == pytest.approx(setup + 3 * (plain.cells_s - setup))  # setups are not scaled
@@ -261,13 +264,12 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
     from bench.measure.contention import usable_cpus
 
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in usable_cpus()]
-    real_wait = remeasure.wait_for_quiet
 
-    def stop_loops_then_wait(threads, *a, **k):
+    def stop_loops_then_wait(threads, *a, **k):  # the load is gone: the look finds it so
         for p in loops:
             p.kill()
             p.wait()
-        return real_wait(threads, *a, **k)
+        return True, 0.0
 
     monkeypatch.setattr(remeasure, "wait_for_quiet", stop_loops_then_wait)
     try:
@@ -293,6 +295,26 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
     assert history["cells_wall_s"] > 0 and history["loadavg_start"] and history["peaks_end"]["float32"] > 0
     assert history["measured_rest_s"] <= history["cells_wall_s"]
     assert history["contended_share"] > plan.CLEAN_SHARE and not plan.clean(history)  # the next plans ignore it
+
+
+def test_the_end_pass_does_not_wait_for_a_load_that_stays_and_says_so(tmp_path, monkeypatch):
+    """Cells still contended at the end and a load that has not dropped: one look, no idle wait, no
+    re-measurement, and a note that says why; what the workers re-timed in place is said first."""
+    from bench.engine import remeasure
+
+    spec = build_spec(parse_values(SETTINGS | {"remeasure": 2}), discover())
+    cells = [("naive", c) for c in spec.cases()]
+    looks, measured = [], []
+    monkeypatch.setattr(remeasure, "wait_for_quiet", lambda threads, **k: looks.append(k) or (False, 0.5))
+    monkeypatch.setattr(remeasure.store, "read_current",
+                        lambda run_dir: [{"variant": "naive", **c.to_dict(), "status": "ok", "contended": True,
+                                          "contended_why": "x"} for _, c in cells])
+    notes, timed = remeasure.remeasure(cells, tmp_path, spec, 2, lambda cs: measured.append(cs) or 1.0, (3, 1))
+    assert measured == [] and timed == 0.0 and looks == [{"limit_s": 0.0, "step_s": remeasure.QUIET_LOOK_S}]
+    assert notes[0] == ("re-timed 3 contended cell(s) in place, after a quiet case or at the end of the pass: "
+                        "1 now clean, 2 not")
+    assert notes[1].startswith(f"{len(cells)} contended cell(s) not measured again at the end of the sweep: other "
+                               f"processes still used the cores it needs")
 
 
 def _plain_run(path):

@@ -187,7 +187,7 @@ def test_the_plan_prices_each_later_visit_as_a_fresh_worker_and_one_round_of_eve
     cells = [(n, c) for c in one.cases() for n in one.variants]
     p1, p3 = (plan.project(cells, registry, s, history=plan.History.empty(), report=False) for s in (one, three))
     gs = plan.groups(cells, registry, one.budget_ms, rounds=3)
-    visit = plan.WORKER_START_S["cpu"] + sum(g.setup_s + plan.GROUP_OVERHEAD_S + len(g.variants) * plan.VISIT_WARM_S
+    visit = plan.VISIT_START_S["cpu"] + sum(g.setup_s + plan.GROUP_OVERHEAD_S + len(g.variants) * plan.VISIT_WARM_S
                                               + (g.cost_s - g.setup_s) / 3 for g in gs)
     assert p1.visits_s == 0 and p3.visits_s == pytest.approx(2 * visit)
     assert p3.wall_s == pytest.approx(p1.wall_s + 2 * visit)

@@ -49,6 +49,33 @@ def record(pairs, device: str, path: Path | None = None, inductor_dir: Path | No
     write_json(path, data)  # a read-only cache folder: the plan prices compiles as before
 
 
+def record_refused(pairs, device: str, path: Path | None = None) -> None:
+    """Add ``pairs`` ((variant, case key) a variant's own probe refused on ``device``: a library's
+    refusal, found in the worker) to the record, per device and torch version, so that a plan in
+    any folder knows them before it prices a setup (bench.engine.plan.load_history)."""
+    keys = [f"{name}|{case}" for name, case in pairs]
+    if not keys:
+        return
+    from bench.engine.cachefiles import read_json, write_json
+
+    path = _path(path)
+    data = read_json(path)
+    where = f"refused|{device}|{_torch_version()}"
+    data[where] = list(dict.fromkeys([*data.get(where, []), *keys]))[-MAX_KEYS:]
+    write_json(path, data)
+
+
+def refused(device: str, path: Path | None = None) -> frozenset:
+    """(variant, case_key) of every case a variant's probe refused on this device and torch."""
+    from bench.engine.cachefiles import read_json
+
+    out = set()
+    for key in read_json(_path(path)).get(f"refused|{device}|{_torch_version()}", []):
+        name, _, case = key.partition("|")
+        out.add((name, case))
+    return frozenset(out)
+
+
 def seen(device: str, path: Path | None = None, inductor_dir: Path | None = None) -> frozenset:
     """(variant, case_key) of every case recorded for this device, torch and Inductor cache folder,
     while that folder holds files; else none."""

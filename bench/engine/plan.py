@@ -25,7 +25,9 @@ refused), and scales the cells' cost but their setups by the median ratio of mea
 modelled time of the earlier sweeps on this device (env.json records both for each
 invocation): what the model leaves out, the harness's own cost per cell on this machine, is
 learnt rather than guessed.  Only clean sweeps teach it: one that started beside other
-processes, or whose cells were mostly contended, measured the load, not the model's error.
+processes, or whose cells were mostly contended, measured the load, not the model's error; and
+only sweeps this model priced (``MODEL``, recorded with each): an older model's error is not
+this one's.
 
 On a busy machine (other processes using cores when the sweep starts, measured as the
 contention check measures, with the others' runnable threads where they outnumber what they
@@ -60,6 +62,7 @@ DEFAULT_RATE = {"cpu": 1.5e11, "cuda": 1e14}
 # The pairs a variant's work follows under a mask and its rate of that work against DEFAULT_RATE are
 # declared on the variant (``variant(..., work=, rates=)``, bench.model.registry.Traits); one that
 # declares none computes every pair at the default rate
+MODEL = 2  # this cost model's version, recorded with each sweep's times: a plan learns only from its own
 APPROX_KEYS = 256  # an approximate variant's call costs about what exact attention over this many keys does
 REFERENCE_RATE = 1e10  # the float64 reference: on the CPU whatever the device (its slice of a large case)
 COMPILE_S = {"cpu": 0.6, "cuda": 8.0}  # a variant that compiles, per case (torch.compile, a warm compiler)
@@ -67,15 +70,20 @@ COMPILE_COLD_S = {"cpu": 4.0, "cuda": 8.0}  # per forward case it has not compil
 # the CPU's from tests/benchmarks/first_sweep.py --cold against a warm run: 3.5 s a case over its 20 flex cases)
 COMPILE_COLD_BACKWARD_S = {"cpu": 4.0, "cuda": 28.0}  # the same with a backward (bwd, fwd+bwd): on a GPU a cold
 # forward and backward compile of flex takes 20-35 s (Inductor's backward kernels, autotuned); the CPU has none
-COMPILE_FIRST_S = {"cpu": 4.0, "cuda": 20.0}  # once per worker: the compiler's own start
+COMPILE_FIRST_S = {"cpu": 2.0, "cuda": 20.0}  # once per worker: the compiler's own start (on the CPU with its
+# vector-ISA probe, 1.3 s, until this machine has learnt it: bench.engine.vecisa)
 SETUP_S = 0.01  # any other variant's setup
 GROUP_OVERHEAD_S = 0.05  # inputs, IPC, bookkeeping per case
 MIN_TIMING_S = 0.01  # a cell's timing never costs less than this
 SAMPLES_WANTED = 200  # calls a timer takes when the budget allows many (it stops at its precision)
-WORKER_START_S = {"cpu": 4.0, "cuda": 10.0}  # the interpreter, torch and the first worker
-VISIT_WARM_S = 0.06  # a later visit's calls before its timing, per variant (bench.engine.cell.WARM_S, and a margin)
+WORKER_START_S = {"cpu": 3.0, "cuda": 10.0}  # the interpreter, torch and the first worker (a one-cell sweep: 3 s)
+VISIT_WARM_S = 0.005  # a later visit's call before its timing, per variant (bench.engine.cell.WARM_CALLS)
+VISIT_START_S = {"cpu": 0.4, "cuda": 10.0}  # a later visit's fresh worker: on the CPU forked from the fork server
+# (its imports done: 0.1-0.2 s) and its first variant warmed (bench.engine.cell.FIRST_WARM_S); a GPU's starts anew
+VISIT_COMPILE_FIRST_S = {"cpu": 0.7, "cuda": 20.0}  # its first compile beyond a warm case's (--trace-spans, quick
+# preset: a visit's 8 flex setups took 3.0 s, 0.3 s a warm case)
 PEAK_MEASURE_S = 1.5  # per dtype, at the start and at the end
-REPORT_S = 12.0
+REPORT_S = 3.0  # a report of the default preset or the quick one: 2.3-4 s (--trace-spans, `bench report`)
 MIN_CALLS = 3  # a timer takes at least a few calls, whatever its budget
 MAX_FACTOR = 10.0  # the learnt correction of the cells' cost is kept within 1/10x to 10x
 PARALLEL_CALL_S = 0.005  # a call this long speeds up with more threads; a shorter one hardly does
@@ -127,6 +135,13 @@ def compiled_pairs(rows, registry, device: str) -> list[tuple[str, str]]:
             and registry[r["variant"]].compiles]
 
 
+def refused_pairs(rows, device: str) -> list[tuple[str, str]]:
+    """(variant, case key) of the rows of ``device`` a variant's own probe refused (``unsupported``
+    for a library's reason, found in the worker): what a plan need not price again here."""
+    return [(r["variant"], case_key(r)) for r in rows
+            if r.get("status") == "unsupported" and r.get("reason_kind") == "library" and r.get("device") == device]
+
+
 def work_flops(variant, case: Case) -> float:
     """The FLOPs a call of ``variant`` (a registry Variant) on ``case`` is priced by (module doc)."""
     from bench.model import masks
@@ -175,7 +190,8 @@ def load_history(root: Path, device: str, limit: int = 30, registry=None, machin
             invocations = []
         for h in invocations:  # what each earlier clean sweep modelled for its cells, and what they took
             if isinstance(h, dict) and (h.get("spec") or {}).get("device") == device and clean(h) and \
-                    (h.get("model_rest_s") or 0) > 0 and (h.get("measured_rest_s") or 0) > 0:
+                    h.get("model") == MODEL and (h.get("model_rest_s") or 0) > 0 and \
+                    (h.get("measured_rest_s") or 0) > 0:
                 factors.append(h["measured_rest_s"] / h["model_rest_s"])
         mine: dict = {}
         again: dict = {}
@@ -205,6 +221,7 @@ def load_history(root: Path, device: str, limit: int = 30, registry=None, machin
         from bench.engine import compiled
 
         seen |= compiled.seen(device)
+        refused |= compiled.refused(device)
     factor = min(MAX_FACTOR, max(1 / MAX_FACTOR, statistics.median(factors))) if factors else 1.0
     return History({k: min(v) for k, v in setups.items()},
                    {k: statistics.median(v) for k, v in rates.items()}, factor, len(factors), frozenset(seen),
@@ -278,7 +295,8 @@ def later_visit_s(g: CaseCost, registry, history: History | None = None, rounds:
     and timed for one round of the first visit's timing."""
     h = history or History.empty()
     device = g.case.device
-    runs = [registry[name] for name in g.variants if registry[name].static_reason(g.case) is None]
+    runs = [registry[name] for name in g.variants if registry[name].static_reason(g.case) is None
+            and (name, case_key(g.case.to_dict())) not in h.unsupported]  # a probe's refusal is not visited
     setup = sum(h.warm_s.get((v.name, device), COMPILE_S[device]) if v.compiles else
                 h.setup_s.get((v.name, device), SETUP_S) for v in runs)
     return setup + GROUP_OVERHEAD_S + len(runs) * VISIT_WARM_S + max(0.0, g.cost_s - g.setup_s) / max(1, rounds)
@@ -462,7 +480,7 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
             first_workers = loads
     visits_s = 0.0
     if getattr(spec, "visits", 1) > 1:  # each later visit: a fresh worker, then every case set up and timed one round
-        worker = WORKER_START_S[spec.device] + (COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0)
+        worker = VISIT_START_S[spec.device] + (VISIT_COMPILE_FIRST_S[spec.device] if compiles and gs else 0.0)
         per_visit = [worker + sum(later_visit_s(g, registry, history, rounds) for g in w) for w in split(gs, workers)]
         visits_s = (spec.visits - 1) * slowdown * max(per_visit, default=0.0)
         per_shard = [s + visits_s / max(1, len(per_shard)) for s in per_shard]

@@ -18,6 +18,12 @@ from bench.model.row import current_rows
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 
 
+def plan_model() -> int:
+    from bench.engine.plan import MODEL
+
+    return MODEL
+
+
 def measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:
     """This invocation's times for env.json's history: its cells' wall time, their setups
     (per worker), and the rest, next to what the plan projected and modelled."""
@@ -28,7 +34,8 @@ def measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:
     contended = sum(1 for r in ok if "contended" in judge.shaky_flags(r))
     return {"cells_wall_s": round(wall_s, 3), "setup_s": round(setup, 3),
             "measured_rest_s": round(max(0.0, wall_s - setup), 3), "projected_s": options.projected_s,
-            "model_rest_s": options.model_rest_s, "others_cores_start": options.others_cores_start,
+            "model_rest_s": options.model_rest_s, "model": plan_model(),
+            "others_cores_start": options.others_cores_start,
             "contended_share": round(contended / len(ok), 3) if ok else None}
 
 

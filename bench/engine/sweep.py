@@ -105,9 +105,10 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
                 pool.close()
         with spans.span("sweep: run folder closed (rows read, env.json, end peak)"):
             rows = store.read_rows(run_dir)
-            from bench.engine.plan import compiled_pairs
+            from bench.engine.plan import compiled_pairs, refused_pairs
 
             compiled.record(compiled_pairs(rows, registry, spec.device), spec.device)  # read by later plans
+            compiled.record_refused(refused_pairs(rows, spec.device), spec.device)
             measured = runfolder.measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) \
                 if cells else {}
             runfolder.close_run(run_dir, spec, rows, pool.devices, measured)
