@@ -416,6 +416,8 @@ class Projection:
     busy: Busy | None = None  # the load at the start, when the machine was busy
     remeasure_s: float = 0.0  # of the wall time, the end-of-sweep re-measurement of contended cells
     visits_s: float = 0.0  # of the wall time, the later visits (--visits; measured with the cells, so modelled so)
+    idle: int = 0  # cells that cannot run here by what their variants declare: rows in the report, never swept
+    idle_why: str = ""  # the most frequent reason, with its variants
 
     @property
     def wall_s(self) -> float:
@@ -430,9 +432,11 @@ class Projection:
 
     def lines(self) -> list[str]:
         learnt = (f"; x{self.factor:.2f} learnt from {self.factor_runs} earlier sweep(s)" if self.factor_runs else "")
-        out = [f"{self.cells} cells in {self.groups} cases: about {_fmt(self.cells_s)} of measuring"
+        out = [f"{self.cells - self.idle} cells in {self.groups} cases: about {_fmt(self.cells_s)} of measuring"
                + (f" (rates from earlier runs here{learnt})" if self.calibrated or self.factor_runs
-                  else " (default rates: no earlier run here)")]
+                  else " (default rates: no earlier run here)")
+               + (f"; {self.idle} more cannot run here: rows in the report, not swept ({self.idle_why})"
+                  if self.idle else "")]
         if len(self.per_shard_s) > 1:
             out.append("per shard: " + ", ".join(f"{i + 1}: {_fmt(s)}" for i, s in enumerate(self.per_shard_s)))
         if len(self.per_worker_s) > 1:
@@ -492,9 +496,31 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
         remeasure_s = (QUIET_LOOK_S if load.waits_for_quiet else 0.0) + load.contended_share * quiet_cells
         per_shard = [s + remeasure_s for s in per_shard]
     setup = sum(g.setup_s for g in gs) / max(1, workers)
+    idle, idle_why = cannot_run(cells, registry)
     return Projection(len(cells), len(gs), sum(cost.values()), per_shard, first_workers, fixed,
                       bool(history and (history.rate or history.setup_s)), factor,
-                      history.factor_runs if history else 0, setup, load, remeasure_s, visits_s)
+                      history.factor_runs if history else 0, setup, load, remeasure_s, visits_s, idle, idle_why)
+
+
+def cannot_run(cells, registry) -> tuple[int, str]:
+    """How many of ``cells`` their variants' declarations rule out here (a device, a mask, a
+    capability), and the most frequent reason with the variants it covers, e.g. 'xformers,
+    sdpa.efficient: not on cpu'."""
+    why: dict = {}
+    for name, case in cells:
+        reason = registry[name].static_reason(case)
+        if reason is not None:
+            why.setdefault(_short(reason), []).append(name)
+    if not why:
+        return 0, ""
+    reason, names = max(why.items(), key=lambda kv: len(kv[1]))
+    names = list(dict.fromkeys(names))
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return sum(len(v) for v in why.values()), f"most: {shown}: {reason}"
+
+
+def _short(reason: str) -> str:
+    return reason.split(";")[0].split(" (")[0].strip()[:80]
 
 
 def _fmt(seconds: float) -> str:

@@ -71,7 +71,8 @@ class WorkerPool:
             groups.sort(key=lambda item: -cost[item[0]])
         self._queue = list(reversed(groups))
         self._writer = store.ResultWriter(self.run_dir)
-        self._bar = self.bars(total=len(cells), unit="cell")
+        idle = sum(1 for name, case in cells if self.registry[name].static_reason(case) is not None)
+        self._bar = self.bars(total=len(cells) - idle, unit="cell")  # a cell that cannot run here is not swept
         try:
             if len(self.slots) == 1:
                 self._serve(self.workers[0], self.slots[0].label)
@@ -106,7 +107,7 @@ class WorkerPool:
         release_prestarted()
 
     # -- inside the worker threads -----------------------------------------------------------
-    def _record(self, row: dict, label: str) -> None:
+    def _record(self, row: dict, label: str, swept: bool = True) -> None:
         if row.get("budget_ms") is None:  # a row made here, for a cell that never ran in a worker
             self.settings[label].stamp(row, row["device"])
         with self._lock:
@@ -123,7 +124,8 @@ class WorkerPool:
                 self.retimed_clean += not row.get("contended")
             else:
                 self.counts[row["status"]] += 1
-                self._bar.update(1)
+                if swept:
+                    self._bar.update(1)
             self.timed_s += row.get("timed_s") or 0.0
 
     def _run_group(self, worker: Worker, label: str, names: list[str], case, skip_reference: str = "") -> None:
@@ -171,7 +173,7 @@ class WorkerPool:
                     else:
                         static = self.registry[name].static_reason(case)
                         kind = ReasonKind.CAPABILITY if static else ReasonKind.ENVIRONMENT
-                        self._record(base_row(name, case, "unsupported", why, kind.value), label)
+                        self._record(base_row(name, case, "unsupported", why, kind.value), label, swept=not static)
                 if runnable:
                     self._run_group(worker, label, runnable, case)
             # the contended cases it still holds: timed again now, with no case after them
