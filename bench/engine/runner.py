@@ -77,7 +77,7 @@ def _die_with_parent() -> None:
 MMAP_THRESHOLD = 64 << 20  # glibc: blocks below this come from the heap, and the heap is not trimmed (mallopt)
 
 
-def _steady_heap() -> None:
+def steady_heap() -> None:
     """Make glibc's allocator behave the same in every worker: by default a block of 128 KiB or
     more is mapped and unmapped at each call until a free raises the threshold, and the heap's
     top is given back to the system, so the same cell in two processes can pay page faults in
@@ -220,7 +220,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
     for key, value in WORKER_ENV.items():  # before torch is imported, here or by a prestarted worker
         os.environ.setdefault(key, value)
     _die_with_parent()
-    _steady_heap()
+    steady_heap()
     if settings is not None:
         _pin(settings)
     try:

@@ -5,12 +5,15 @@
 For one shape (batch 1, 8 heads, d = 64, mask none, fwd, float32), in turns:
 
 1. ``torch.utils.benchmark.Timer.blocked_autorange`` on each variant's call, each in a
-   fresh interpreter (the reference: nothing else has run in that process);
+   fresh interpreter (the reference: nothing else has run in that process), with glibc's heap set
+   as the sweep's workers set it (a fixed mmap threshold, no trimming: bench.engine.runner.steady_heap),
+   and once more with glibc's defaults, under which a call that allocates a large block pays
+   its page faults at every call;
 2. ``python -m bench sweep`` of all the variants together (interleaved rounds, as a user runs it);
 3. one sweep per variant alone (no other variant between its rounds);
 4. the fresh-process timer again.
 
-Prints each median and its ratio to the mean of the two fresh-process medians, so that a
+Prints each median and its ratio to the mean of the two fresh-process medians (steady heap), so that a
 gap can be put on the worker itself (3 against 1 and 4) or on the variants sharing the
 rounds (2 against 3).  Nothing else of yours should run meanwhile.  It measures; it
 asserts nothing.
@@ -28,7 +31,11 @@ from pathlib import Path
 from tabulate import tabulate
 
 FRESH = """
-import json, sys, torch, torch.utils.benchmark as tb
+import json, sys
+if sys.argv[3] == "steady":  # the heap as the sweep's workers keep it (bench.engine.runner.steady_heap)
+    from bench.engine.runner import steady_heap
+    steady_heap()
+import torch, torch.utils.benchmark as tb
 from bench.case import Case
 from bench.measure.bound import bind_variant
 from bench.api import discover
@@ -43,8 +50,9 @@ print(json.dumps({"median_ms": m.median * 1e3, "threads": torch.get_num_threads(
 """
 
 
-def fresh(name: str, n: int) -> float:
-    out = subprocess.run([sys.executable, "-c", FRESH, name, str(n)], capture_output=True, text=True, check=True)
+def fresh(name: str, n: int, heap: str = "steady") -> float:
+    out = subprocess.run([sys.executable, "-c", FRESH, name, str(n), heap], capture_output=True, text=True,
+                         check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["median_ms"]
 
 
@@ -68,16 +76,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
             before = {v: fresh(v, args.seq_len) for v in names}
+            default = {v: fresh(v, args.seq_len, "default") for v in names}
             together = sweep(names, args.seq_len, Path(tmp) / f"together-{rep}")
             alone = {v: sweep([v], args.seq_len, Path(tmp) / f"alone-{v}-{rep}")[v] for v in names}
             after = {v: fresh(v, args.seq_len) for v in names}
             for v in names:
                 ref = (before[v] + after[v]) / 2
                 table.append([rep + 1, v, f"{before[v]:.3g}", f"{after[v]:.3g}",
+                              f"{default[v]:.3g} ({default[v] / ref:.2f}x)",
                               f"{together[v]['median_ms']:.3g} ({together[v]['median_ms'] / ref:.2f}x)",
                               f"{alone[v]['median_ms']:.3g} ({alone[v]['median_ms'] / ref:.2f}x)",
                               together[v].get("contended")])
     print(tabulate(table, headers=["repeat", "variant", "fresh before (ms)", "fresh after (ms)",
+                                   "fresh, glibc's default heap",
                                    "sweep, variants together", "sweep, variant alone", "contended"],
                    tablefmt="github"))
 
