@@ -130,7 +130,7 @@ def _timed(registry, case):
 
 
 def test_a_failed_cross_check_is_recorded_and_never_wipes_the_timing(registry):
-    from bench.engine.cell import _gpu_checks
+    from bench.engine.cell import gpu_check_columns
     from bench.model.row import Status
 
     class Uncapturable:
@@ -142,7 +142,7 @@ def test_a_failed_cross_check_is_recorded_and_never_wipes_the_timing(registry):
 
     case = Case(batch=1, heads=2, kv_heads=2, q_len=32, kv_len=32, head_dim=8, direction="bwd")
     bound, result = _timed(registry, case)
-    result.gpu_checks = _gpu_checks(bound, result.timing.median_ms, MeasureSettings(),
+    result.gpu_checks = gpu_check_columns(bound, result.timing.median_ms, MeasureSettings(),
                                     names_of=lambda call, dev: (["flash_bwd_kernel"], 0.04), graph_timer=Uncapturable)
     row = result.decide(Status.OK).row()
     assert row["median_ms"] == 0.05 and row["graph_median_ms"] is None  # the timing stays
@@ -153,7 +153,7 @@ def test_a_failed_cross_check_is_recorded_and_never_wipes_the_timing(registry):
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
     bound, result = _timed(registry, case.replace(direction="fwd"))
-    result.gpu_checks = _gpu_checks(bound, result.timing.median_ms, MeasureSettings(budget_ms=5.0),
+    result.gpu_checks = gpu_check_columns(bound, result.timing.median_ms, MeasureSettings(budget_ms=5.0),
                                     names_of=no_profiler, graph_timer=lambda make: _FixedGraph(make, 0.049))
     row = result.decide(Status.OK).row()
     assert row["kernels_error"] == "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"

@@ -112,13 +112,13 @@ def test_the_fingerprint_is_one_constant():
 
 @pytest.mark.parametrize("rows_made_now", [True])
 def test_a_merge_of_auto_threaded_shards_is_not_a_mixed_machine(tmp_path, rows_made_now):
-    from bench.engine.merge import _merged_env
+    from bench.engine.merge import merged_env
 
     env = {k: "x" for k in judge.FINGERPRINT} | {"spec": {"threads": None}}
-    merged = _merged_env([tmp_path / "a", tmp_path / "b"], [env | {"threads": 2}, env | {"threads": 1}])
+    merged = merged_env([tmp_path / "a", tmp_path / "b"], [env | {"threads": 2}, env | {"threads": 1}])
     assert "mixed_env" not in merged and merged["threads_by_shard"] == [2, 1]
     pinned = {"spec": {"threads": 2}}
-    merged = _merged_env([tmp_path / "a", tmp_path / "b"], [env | pinned | {"threads": 2},
+    merged = merged_env([tmp_path / "a", tmp_path / "b"], [env | pinned | {"threads": 2},
                                                            env | pinned | {"threads": 1, "cpu": "other"}])
     assert any(m.startswith("cpu:") for m in merged["mixed_env"])
 

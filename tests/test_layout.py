@@ -225,6 +225,19 @@ def test_no_test_module_imports_another():
     assert not bad, bad
 
 
+def test_no_test_imports_a_private_name_but_the_unit_test_of_its_module():
+    """A test that reaches into a module's private names freezes its design: only that module's
+    own unit test (tests/.../test_<module>.py) may."""
+    bad = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("bench", "reports"):
+                own = path.stem == "test_" + node.module.rpartition(".")[2]
+                bad += [f"{path.relative_to(ROOT)}: from {node.module} import {a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__") and not own]
+    assert not bad, bad
+
+
 def test_the_command_line_decides_no_verdict():
     """Judging has one home below the reports (bench.engine.judge, gpu-check's in its acceptance
     module): no subcommand defines a verdict of its own."""

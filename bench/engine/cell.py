@@ -496,7 +496,7 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
         if case.device == "cuda":  # the kernels that ran, the backend they belong to, and a second timer
             during = "kernel names (a profiled call after the timing)"
             with spans.span("GPU checks (kernel names, graph)"):
-                    result.gpu_checks = _gpu_checks(item.bound, timing.median_ms, settings)
+                    result.gpu_checks = gpu_check_columns(item.bound, timing.median_ms, settings)
         result.decide(Status.OK)
         if getattr(settings, "steps", 0):  # --steps: what a step costs beyond the kernel
             try:
@@ -507,7 +507,7 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
         result.fail(exc, during)
 
 
-def _gpu_checks(bound: BoundVariant, median_ms: float, settings: MeasureSettings,
+def gpu_check_columns(bound: BoundVariant, median_ms: float, settings: MeasureSettings,
                 names_of=kernels.names_of_one_call, graph_timer=GraphTimer) -> dict:
     """A GPU cell's kernel names and backend (a profiled call), and, under GRAPH_CHECK_MS with
     the event timer, its time as a CUDA graph: its columns keep every figure and flag a

@@ -71,7 +71,7 @@ def merge_runs(run_dirs, out) -> Path:
     for d in dirs:
         pictures |= store.read_masks(d)
     store.write_json(out, store.MASKS, pictures)
-    store.write_env(out, _merged_env(dirs, envs) | {"worker_devices": devices})
+    store.write_env(out, merged_env(dirs, envs) | {"worker_devices": devices})
     return out
 
 
@@ -92,7 +92,7 @@ def _unflatten(row: dict) -> dict:
     return {k: v for k, v in row.items() if k in COLUMNS} | ({"extra": extra} if extra else {})
 
 
-def _merged_env(dirs, envs) -> dict:
+def merged_env(dirs, envs) -> dict:
     env = dict(envs[0])
     env["merged_from"] = [{"path": str(d), "shard": e.get("shard"), "sweep_id": e.get("sweep_id"),
                            "workers": e.get("workers")} for d, e in zip(dirs, envs)]
