@@ -34,15 +34,15 @@ def run_cli(*args, timeout=600, env=None, cwd=None):
     describes CPU behaviour: on a machine with a GPU (where the default device is CUDA) a
     measuring command stays on the CPU unless the test names a --device (or resumes a run,
     whose saved spec has one).  A sweep re-measures no contended cell at its end unless the
-    test asks (``--remeasure N``; tests/test_remeasure.py does), and visits each cell once unless
-    it asks (``--visits N``; tests/test_visits.py does)."""
+    test asks (``--remeasure N``; tests/engine/test_remeasure.py does), and visits each cell once unless
+    it asks (``--visits N``; tests/engine/test_visits.py does)."""
     args = list(args)
     if args and args[0] in CPU_BY_DEFAULT and "--device" not in args and "--resume" not in args:
         args += ["--device", "cpu"]
     if args and args[0] == "sweep" and "--remeasure" not in args:
         args += ["--remeasure", "0"]  # a test counts the rows it wrote: no second row for a cell the load flagged
     if args and args[0] == "sweep" and "--visits" not in args and "--resume" not in args:
-        args += ["--visits", "1"]  # one visit: tests/test_visits.py measures the later ones
+        args += ["--visits", "1"]  # one visit: tests/engine/test_visits.py measures the later ones
     full_env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "bench", *map(str, args)], capture_output=True,

@@ -150,7 +150,7 @@ def full_steps(names: list[str], seq_len: int, device: str, registry) -> list[St
              Step("cross", dict(variants=names, seq_lens=[small], kv_lens=[3 * small], kv_heads=[2], dtypes=["bf16"],
                                 masks=["none", "causal", "padding"], directions=["fwd", "bwd"]), True)]
     # a mixed serving batch (two prompts, a chunk against a cache, eight decodes) through every variant that takes
-    # one packed (the quick check's five minutes hold no more: tests/test_mix.py checks the same paths on the CPU)
+    # one packed (the quick check's five minutes hold no more: tests/model/test_mix.py checks the same paths on the CPU)
     mix = f"2x({small // 4}/{small // 4})+1x({max(2, small // 16)}/{small})+8x(1/{small})"
     steps.append(Step("mix", dict(variants=names, batch_mix=[mix], batch=None, kv_heads=[2], dtypes=["bf16"],
                                   masks=["none", "causal", "window"], directions=["fwd", "bwd"]), gpu))

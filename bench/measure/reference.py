@@ -51,7 +51,7 @@ row records (``max_logit``).  The norm criteria are not scaled: answering zeros 
 
 Gradients are looser: they sum over the whole sequence.  float8_e4m3fn has 3 mantissa bits,
 u = 2**-4: an exact output rounded once to fp8 is off by 2.5 % in relative Frobenius error
-(measured: b = 2, h = 2, n = 256, d = 32, causal; tests/test_workload.py), so its limit is u
+(measured: b = 2, h = 2, n = 256, d = 32, causal; tests/model/test_workload.py), so its limit is u
 (6.25 %) and its elementwise limit 2u; the reference is
 computed from the same fp8 inputs, so their own rounding is not counted against a kernel.
 

@@ -2,7 +2,7 @@
 
 Each is one predicate (see ``bench.model.masks`` for the form and the spelling), plus, for
 masks, the key ranges each query row keeps, from which the pairs are counted exactly in
-bounded memory; ``tests/test_masks.py`` checks those ranges against the predicate pair by
+bounded memory; ``tests/model/test_masks.py`` checks those ranges against the predicate pair by
 pair.  A predicate sees positions: query i at i + offset (0 top-left; kv_len - q_len bottom-right).
 """
 

@@ -21,7 +21,7 @@ from tests.support.runs import timed_rows as _timed_rows
 
 SETTINGS = {"variants": ["naive"], "seq_lens": [16, 32], "heads": [2], "head_dims": [8], "masks": ["none"],
             "directions": ["fwd"], "budget_ms": 5, "device": "cpu", "dtypes": ["float32"], "batch": [1],
-            "visits": 1}  # one visit: tests/test_visits.py prices and measures the later ones
+            "visits": 1}  # one visit: tests/engine/test_visits.py prices and measures the later ones
 
 
 def _run_with_rows(path, flags=lambda n: {}):

@@ -13,7 +13,7 @@ import pytest
 
 from bench.engine import judge
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BASE = dict(device="cpu", dtype="float32", batch=1, heads=2, kv_heads=2, head_dim=8, window=None, direction="fwd",
             lengths="fixed", inputs="normal", kv_layout="contiguous", mask="none")
 

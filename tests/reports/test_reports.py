@@ -359,7 +359,7 @@ def test_variant_colours_depend_on_the_name_alone():
 
 
 def test_a_report_reads_the_colours_its_run_folders_recorded():
-    """The palette slot a variant declares is written to env.json by the sweep (tests/test_sweep.py)
+    """The palette slot a variant declares is written to env.json by the sweep (tests/engine/test_sweep.py)
     and read back by the report, the newest folder's last; a slot outside the palette is ignored."""
     from reports.charts import declared_colours, variant_style
 

@@ -143,8 +143,8 @@ def test_the_align_flag_and_the_decode_preset(capsys):
 
 
 # every catalogue mask at parameters that bite at these lengths; a mask added to the catalogue and not
-# here fails the first test below (None: varlen is what --batch-mix builds, tests/test_mix.py; tree takes
-# one parent per query, tests/test_trees.py)
+# here fails the first test below (None: varlen is what --batch-mix builds, tests/model/test_mix.py; tree takes
+# one parent per query, tests/model/test_trees.py)
 BOTTOM_RIGHT_FORMS = {"none": "none", "causal": "causal", "window": "window:8", "padding": "padding",
                       "document": "document:2:causal=1", "varlen": None,
                       "prefix_lm": "prefix_lm:8", "chunked_causal": "chunked_causal:8",

@@ -30,7 +30,7 @@ WITH_MODS = ["causal+softcap:1", "causal+alibi", "document:3:causal=1+rel_bias:1
              "window+learned_sink:mean=1"]
 
 
-# masks whose parameters are a whole batch's shape, which --batch-mix builds: tests/test_mix.py runs every
+# masks whose parameters are a whole batch's shape, which --batch-mix builds: tests/model/test_mix.py runs every
 # variant on them, at the shapes they describe
 SHAPED = {"varlen"}
 
@@ -46,9 +46,9 @@ def _spellings(v) -> list[str]:
 # variants that compile every cell (about 7 s each with a cold inductor cache): a mask with a
 # parameter and a mask with a score mod, one cell each, the shapes taken in turn.  How Flex reads
 # every mask and score mod of the catalogue is checked uncompiled (the same mask_mod and
-# score_mod, eager flex_attention) in tests/test_masks.py, and the compiled path meets the mask
-# algebra, a ragged batch, a paged cache and bottom-right alignment in tests/test_alignment.py and
-# tests/test_workload.py; a sweep checks each compiled cell against the reference before timing it.
+# score_mod, eager flex_attention) in tests/model/test_masks.py, and the compiled path meets the mask
+# algebra, a ragged batch, a paged cache and bottom-right alignment in tests/model/test_alignment.py and
+# tests/model/test_workload.py; a sweep checks each compiled cell against the reference before timing it.
 COMPILED = {"flex"}
 COMPILED_SPELLINGS = ("window", "causal+softcap:1")
 

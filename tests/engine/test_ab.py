@@ -100,7 +100,7 @@ def test_an_aa_calls_at_most_five_percent_of_cells_changed(tmp_path):
 def test_a_slowdown_beyond_the_noise_is_found_and_a_small_one_says_unsure(tmp_path):
     """With the turn-to-turn noise of separate processes on this machine, 5 repeats find a 2x
     slowdown of one variant; a 10% one is left unsure (plugin files interleave within one sweep and
-    find it: tests/test_ab.py's slow end-to-end test and the closing figures)."""
+    find it: tests/engine/test_ab.py's slow end-to-end test and the closing figures)."""
     table, _ = _ab(tmp_path, 11, {"sdpa": 2.0})
     slowed = [r for r in table if r["variant"] == "sdpa"]
     assert sum(r["verdict"] == "slower" for r in slowed) >= 0.9 * len(slowed)

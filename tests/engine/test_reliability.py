@@ -42,7 +42,7 @@ def spawner(case):
 def _popen_sweep(*args, env=None):
     full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     if "--resume" not in map(str, args) and "--visits" not in map(str, args):
-        args = (*args, "--visits", "1")  # one visit, as run_cli's sweeps: tests/test_visits.py measures the later ones
+        args = (*args, "--visits", "1")  # one visit, as run_cli's sweeps (tests/engine/test_visits.py: the others)
     return subprocess.Popen([sys.executable, "-m", "bench", "sweep", *map(str, args)], cwd=ROOT, env=full,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
