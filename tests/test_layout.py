@@ -225,6 +225,17 @@ def test_no_test_module_imports_another():
     assert not bad, bad
 
 
+def test_the_tests_mirror_the_layers():
+    """A test module sits in the folder of the layer it tests (tests/model, tests/measure, ...), or at
+    the top for the whole project's checks; the benchmarks apart."""
+    folders = {"model", "measure", "variants", "engine", "reports", "cli", "benchmarks"}
+    assert {k.split(".")[-1] for k in LAYERS} - {"api"} <= folders
+    bad = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+           if p.parent != ROOT / "tests" and p.relative_to(ROOT / "tests").parts[0] not in folders]
+    assert not bad, bad
+    assert all((ROOT / "tests" / f / "__init__.py").exists() for f in folders - {"benchmarks"})
+
+
 def test_no_test_imports_a_private_name_but_the_unit_test_of_its_module():
     """A test that reaches into a module's private names freezes its design: only that module's
     own unit test (tests/.../test_<module>.py) may."""
