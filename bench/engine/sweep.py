@@ -47,6 +47,7 @@ class RunSummary:
     elapsed_s: float
     timed_s: float  # of elapsed_s, in timed samples
     remeasured: list = field(default_factory=list)  # what the end-of-sweep re-measurement did, in words
+    idle: int = 0  # of ``cells``, those that cannot run here by their variant's declaration: rows, never swept
 
 
 def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(), registry=None,
@@ -112,8 +113,9 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
             measured = runfolder.measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) \
                 if cells else {}
             runfolder.close_run(run_dir, spec, rows, pool.devices, measured)
+    idle = sum(1 for name, case in cells if registry[name].static_reason(case) is not None)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s + again_s,
-                      notes)
+                      notes, idle)
 
 
 def spec_cells(spec: Spec, registry) -> list:

@@ -374,3 +374,21 @@ def test_the_plan_says_what_the_preset_covers_unless_a_flag_changed_it(capsys):
     assert first == f"preset default: {preset_about('cpu', 'default')}" and "128 to 2048" in first
     assert main(["sweep", "--device", "cpu", "--seq-lens", "128", "--dry-run"]) == 0
     assert not capsys.readouterr().out.startswith("preset ")  # the lengths are no longer the preset's
+
+
+def test_a_cell_that_cannot_run_here_is_a_row_but_not_a_cell_of_the_sweep(tmp_path, capsys):
+    """xformers declares CUDA only: on the CPU its cell is counted apart in the plan and the summary,
+    never launched, and still a row with its reason (the report's line)."""
+    from bench.cli import main
+
+    out = tmp_path / "run"
+    assert main(["sweep", "--variants", "naive,xformers", "--seq-lens", "16", "--heads", "2", "--head-dims", "8",
+                 "--masks", "none", "--directions", "fwd", "--device", "cpu", "--budget-ms", "3", "--visits", "1",
+                 "--no-report", "--quiet", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "1 cells in 1 cases" in captured.err and "1 more cannot run here: rows in the report, not swept" \
+        in captured.err
+    assert "(1 cells swept in" in captured.out and "; 1 that cannot run here, not swept)" in captured.out
+    rows = {r["variant"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert rows["xformers"]["status"] == "unsupported" and "cpu" in rows["xformers"]["reason"]
+    assert rows["naive"]["status"] == "ok"
