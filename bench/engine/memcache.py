@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 FILE = "memory.json"
-MAX_ENTRIES = 50_000  # the newest kept
+MAX_ENTRIES = 20_000  # the newest kept (a key is a 20-character digest: the file stays about a megabyte)
+FLUSH_EVERY_S = 5.0  # a worker writes what it measured at most this often, and when it exits
 _HASHES: dict = {}  # file path: ((mtime, size), its hash), per process
 
 
@@ -55,6 +56,7 @@ class MemoryCache:
         self._path, self.device_name = path, device_name
         self._data: dict | None = None
         self._new: dict = {}
+        self._flushed = time.monotonic()
 
     @property
     def path(self) -> Path:
@@ -66,8 +68,9 @@ class MemoryCache:
         import torch
 
         case_key = json.dumps(case.to_dict(), sort_keys=True, default=str)
-        return "|".join([variant.name, code_hash(variant), case_key, str(threads), self.device_name,
-                         torch.__version__])
+        whole = "|".join([variant.name, code_hash(variant), case_key, str(threads), self.device_name,
+                          torch.__version__])
+        return hashlib.sha1(whole.encode()).hexdigest()[:20]
 
     def get(self, key: str, max_age_h: float) -> int | None:
         """The recorded peak, if younger than ``max_age_h`` hours (0: never)."""
@@ -88,10 +91,12 @@ class MemoryCache:
         if isinstance(value, int):
             self._new[key] = {"bytes": value, "t": time.time()}
 
-    def flush(self) -> None:
-        """Write the figures measured since the last flush (merged with the file as it is now)."""
-        if not self._new:
+    def flush(self, force: bool = False) -> None:
+        """Write the figures measured since the last write (merged with the file as it is now), if
+        FLUSH_EVERY_S has passed since then or ``force`` (the worker exits)."""
+        if not self._new or (not force and time.monotonic() - self._flushed < FLUSH_EVERY_S):
             return
+        self._flushed = time.monotonic()
         from bench.engine.cachefiles import read_json, write_json
 
         data = read_json(self.path)

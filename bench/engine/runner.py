@@ -276,8 +276,10 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         try:
             job = conn.recv()
         except EOFError:  # the sweep is gone
+            memory.flush(force=True)
             return
         if job is None:
+            memory.flush(force=True)  # what it measured, for the next workers
             return
         if job.log_path and job.log_path != settings.log_path:  # a parked worker at a new sweep's folder
             _log_to(job.log_path)
@@ -309,7 +311,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
             conn.close()
             os._exit(4)
         vecisa.learn()  # what this process's probe found, once, for the next workers
-        memory.flush()  # the peaks measured in this job, for the next workers
+        memory.flush()  # the peaks measured so far, for the next workers (every few seconds)
         conn.send(Done(spans.take() if job.trace else None))
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()
