@@ -296,6 +296,12 @@ def _owner(key) -> str:
     return key[0] if isinstance(key, tuple) else key
 
 
+def _per_turn(case: Case, variants: int, settings: MeasureSettings) -> bool:
+    """Whether each variant's turn builds its own forward (a backward beside other variants: one
+    graph alive at a time), which a held case cannot keep."""
+    return case.direction == "bwd" and variants > 1 and settings.timer != "graph" and case.scope == "core"
+
+
 def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at,
               memory: MemoryCache | None = None) -> bool:
     """Time ``live`` together in interleaved rounds and emit their rows; whether none of them was
@@ -303,7 +309,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
     by_name = {item.variant.name: item for item in live}
     # a bwd call holds its forward's graph; built at each variant's turn and dropped after it, so
     # one variant's graph is alive at a time, not every variant's of the case (a later one's oom)
-    per_turn = case.direction == "bwd" and len(live) > 1 and settings.timer != "graph" and case.scope == "core"
+    per_turn = _per_turn(case, len(live), settings)
     # (a graph keeps its call; a layer's parts hold their graphs beside the whole's)
     gpu = _nvml() if case.device == "cuda" else None  # clocks, power, energy around each turn
     states = {name: nvml.Cell() for name in by_name}
@@ -399,7 +405,7 @@ class Held:
 
     def keep(self, case: Case, settings: MeasureSettings, live: list) -> None:
         ok = [i for i in live if i.result.status is Status.OK and i.bound is not None]
-        if case.device != "cpu" or case.scope != "core" or not ok or (case.direction == "bwd" and len(ok) > 1):
+        if case.device != "cpu" or case.scope != "core" or not ok or _per_turn(case, len(ok), settings):
             return
         self.cases.append((case, settings, ok))
         while len(self.cases) > self.limit:
