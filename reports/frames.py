@@ -198,8 +198,7 @@ def varying_facets(df: pd.DataFrame) -> list[str]:
     return cols
 
 
-FACET_DEFAULTS = {"lengths": "fixed", "inputs": "normal", "align": "top-left", "kv_layout": "contiguous",
-                  "model": "-", "mix": "none", "scope": "core", "ffn": "none"}  # unsaid
+FACET_DEFAULTS = {c: CASE_DEFAULTS[c] for c in CASE_ADDED if c in FACET_COLS} | {"model": "-"}  # unsaid
 
 
 def constant_facets(df: pd.DataFrame) -> dict:

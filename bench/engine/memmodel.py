@@ -18,14 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.measure.flops import ELEMENT_BYTES
-from bench.model.case import MAX_LEN, Case
+from bench.model.case import CASE_FIELDS, MAX_LEN, Case
 from bench.model.row import current_rows
 
 HELD_OUT_LIMIT = 0.10  # a model is trusted when it predicts its largest measured peak this close
 MIN_POINTS = 3  # three coefficients
-# what a model is per: the case's fields other than its lengths
-GROUP = ("variant", "device", "dtype", "mask", "window", "direction", "batch", "heads", "kv_heads", "head_dim",
-         "head_dim_v", "inputs", "align", "scope", "ffn")
+# what a model is per: every field of the case but its lengths (a new axis is one more group field)
+LENGTH_FIELDS = ("q_len", "kv_len", "lengths", "kv_layout", "mix")
+GROUP = ("variant", *(f for f in CASE_FIELDS if f not in LENGTH_FIELDS))
 
 
 def input_bytes(case: Case) -> int:

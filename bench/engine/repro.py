@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import shlex
 
-from bench.model.case import CASE_DEFAULTS
+from bench.model.case import CASE_ADDED, CASE_DEFAULTS
+from bench.model.spec import SETTINGS
+
+WORKLOAD_FLAGS = tuple(f for f in CASE_ADDED if f in SETTINGS)  # case fields given by a flag of their own name
 
 
 def cell_flags(row: dict) -> list[str]:
@@ -25,11 +28,10 @@ def cell_flags(row: dict) -> list[str]:
     window = row.get("window")
     if window not in (None, "", "-") and window == window:  # a report's frame writes "-" for none
         flags += ["--window", str(int(window))]
-    for field, flag in (("lengths", "--lengths"), ("inputs", "--inputs"), ("kv_layout", "--kv-layout"),
-                        ("align", "--align"), ("scope", "--scope"), ("ffn", "--ffn")):
+    for field in WORKLOAD_FLAGS:  # the later axes, each a setting of its own name
         value = row.get(field) or CASE_DEFAULTS[field]
         if value != CASE_DEFAULTS[field] and not (mix != CASE_DEFAULTS["mix"] and field == "align"):
-            flags += [flag, str(value)]
+            flags += ["--" + field.replace("_", "-"), str(value)]
     return flags
 
 
