@@ -449,10 +449,11 @@ def _retime(case: Case, settings: MeasureSettings, items: list, emit, at) -> Non
             continue
         result = by_name[name].result
         timing = timer.result().summary()
-        first = result.contention.get("contended_why") or "contended"
+        first = result.contention.get("contended_why")
         result.timing, result.interleave_id = timing, together
         result.contention = contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms)
-        result.retimed = f"in place; its first timing: {first}"[:300]
+        result.retimed = (f"in place; its first timing: {first}" if first else
+                          "in place, with its case (another variant's first timing was contended)")[:300]
         emit(result.row())
 
 

@@ -73,8 +73,8 @@ def remeasure(cells, run_dir: Path, spec, threads: int | None, measure, retimed:
     Returns what was done, or why not, in words, and the timed seconds."""
     notes, timed = [], 0.0
     if retimed[0]:
-        notes.append(f"re-timed {retimed[0]} contended cell(s) in place, after a quiet case or at the end of the "
-                     f"pass: {retimed[1]} now clean, {retimed[0] - retimed[1]} not")
+        notes.append(f"re-timed {retimed[0]} cell(s) of contended cases in place, after a quiet case or at the end "
+                     f"of the pass: {retimed[1]} now clean, {retimed[0] - retimed[1]} not")
     wanted = {store.cell_key(n, c): (n, c) for n, c in cells}
     threads = threads or spec.threads or len(contention.usable_cpus())
     for i in range(spec.remeasure or 0):

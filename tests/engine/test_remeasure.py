@@ -292,7 +292,7 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
     still = {(r["variant"], r["q_len"]) for r in in_pass if r["contended"]}
     whole = [r for r in rows[2 + len(in_pass):] if not r.get("retimed")]  # the end pass's (and its own re-timing)
     assert {(r["variant"], r["q_len"]) for r in whole} == still  # whole, once the loops were gone
-    assert summary.remeasured[0].startswith(f"re-timed {len(in_pass)} contended cell(s) in place")
+    assert summary.remeasured[0].startswith(f"re-timed {len(in_pass)} cell(s) of contended cases in place")
     if whole:
         assert summary.remeasured[1].startswith(f"re-measured {len(whole)} contended cell(s)")
     history = json.loads((tmp_path / "run" / "env.json").read_text())["history"][-1]
@@ -315,8 +315,8 @@ def test_the_end_pass_does_not_wait_for_a_load_that_stays_and_says_so(tmp_path, 
                                           "contended_why": "x"} for _, c in cells])
     notes, timed = remeasure.remeasure(cells, tmp_path, spec, 2, lambda cs: measured.append(cs) or 1.0, (3, 1))
     assert measured == [] and timed == 0.0 and looks == [{"limit_s": 0.0, "step_s": remeasure.QUIET_LOOK_S}]
-    assert notes[0] == ("re-timed 3 contended cell(s) in place, after a quiet case or at the end of the pass: "
-                        "1 now clean, 2 not")
+    assert notes[0] == ("re-timed 3 cell(s) of contended cases in place, after a quiet case or at the end of the "
+                        "pass: 1 now clean, 2 not")
     assert notes[1].startswith(f"{len(cells)} contended cell(s) not measured again at the end of the sweep: other "
                                f"processes still used the cores it needs")
 

@@ -93,3 +93,15 @@ def test_nothing_is_held_without_a_holder_or_for_what_cannot_be_timed_again(monk
     bwd = Case("cpu", "float32", 1, 2, 2, 16, 16, 16, "none", None, "bwd")
     run_group(_variants([]), bwd, MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append, held=held)
     assert not held.cases  # two backward variants build their forward per turn: not held
+
+
+def test_a_variant_timed_again_with_its_case_says_so(monkeypatch):
+    """Only A's first timing was contended: the case is held whole, B is timed again beside A (their
+    rounds stay paired), and B's row says why it came again."""
+    _scripted_load(monkeypatch, [True, False, False, False])
+    held, rows = Held(), []
+    run_group(_variants([]), _case(16), MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append, held=held)
+    held.retime(rows.append)
+    assert [(r["variant"], r["contended"]) for r in rows[:2]] == [("A", True), ("B", False)]
+    assert rows[2]["retimed"].startswith("in place; its first timing: other processes used 1.50 cores")
+    assert rows[3]["retimed"] == "in place, with its case (another variant's first timing was contended)"
