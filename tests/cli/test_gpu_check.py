@@ -181,6 +181,7 @@ def test_the_quick_check_fits_five_minutes_on_an_h200_by_its_own_projection():
     assert 60 < projected <= QUICK_LIMIT_S, projected
 
 
+@pytest.mark.slow  # a few seconds: the quick loop leaves it to the whole suite
 def test_gpu_check_sets_teardown_cupti_before_torch_is_imported(tmp_path):
     """The full check profiles in its own process before it times there: TEARDOWN_CUPTI must be in
     the environment when torch starts (Kineto reads it then), not only in the workers."""

@@ -136,6 +136,7 @@ def test_bad_spellings_say_what_is_valid(text, says):
     assert says in str(exc.value)
 
 
+@pytest.mark.slow  # a few seconds: the quick loop leaves it to the whole suite
 def test_bad_masks_on_the_command_line_exit_2_with_the_valid_ones(tmp_path, capsys):
     assert main(["sweep", "--masks", "causal,triangle", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err

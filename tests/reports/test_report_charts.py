@@ -29,6 +29,7 @@ def test_a_bf16_sweep_with_an_approximation_writes_its_report(bf16_run):
     print(f"pandas {pd.__version__}")
 
 
+@pytest.mark.slow  # a few seconds: the quick loop leaves it to the whole suite
 def test_a_report_that_cannot_be_built_fails_the_sweep_and_keeps_the_rows(tmp_path, monkeypatch, capsys):
     import reports.build
 

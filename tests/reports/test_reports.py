@@ -570,6 +570,7 @@ def _recorded_rows(cells: int, slowdown: float, seed: int):
     return rows_a, rows_b
 
 
+@pytest.mark.slow  # a few seconds: the quick loop leaves it to the whole suite
 def test_compare_of_two_runs_claims_nothing_it_cannot_know():
     """Two separate runs with the between-run noise measured here (a factor common to a run, each
     cell's own drift): uncalibrated, compare calls no cell changed; calibrated with the drift an A/A
