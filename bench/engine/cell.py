@@ -400,24 +400,24 @@ class Held:
 
     def __init__(self, limit: int = HOLD_CASES):
         self.limit = limit
-        self.cases: list = []  # (case, settings, the items timed ok), oldest first
-        self.dropped = 0  # held cases let go for newer ones, never re-timed
+        self.cases: list = []  # (case, settings, the items timed ok), oldest first; beyond the limit the oldest goes
 
     def keep(self, case: Case, settings: MeasureSettings, live: list) -> None:
         ok = [i for i in live if i.result.status is Status.OK and i.bound is not None]
         if case.device != "cpu" or case.scope != "core" or not ok or _per_turn(case, len(ok), settings):
             return
         self.cases.append((case, settings, ok))
-        while len(self.cases) > self.limit:
-            self.cases.pop(0)
-            self.dropped += 1
+        del self.cases[:-self.limit]
 
     def retime(self, emit, at=_nowhere) -> None:
-        """Time every held case again, oldest first, and let them go."""
+        """Time every held case again, oldest first, and let them go.  A re-timing that raises
+        leaves the case's first rows as they are (the worker goes on)."""
         cases, self.cases = self.cases, []
         for case, settings, items in cases:
             try:
                 _retime(case, settings, items, emit, at)
+            except Exception:  # noqa: BLE001  (a second try at a timing: its first rows stand)
+                pass
             finally:
                 for item in items:
                     item.bound = item.call = item.timer = None

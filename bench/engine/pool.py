@@ -46,6 +46,7 @@ class WorkerPool:
                         for i, slot in enumerate(slots)]
         self.counts = dict.fromkeys(STATUSES, 0)
         self.retimed = self.retimed_clean = 0  # rows timed again in place (bench.engine.cell.Held), clean ones
+        self.idle = 0  # of the cells of the last run(), those that cannot run here (never launched)
         self.timed_s = 0.0
         self.measured: dict = {}
         self.together: dict = {}  # cell key: the interleave_id of its newest ok row (its later visits' ``of``)
@@ -71,8 +72,8 @@ class WorkerPool:
             groups.sort(key=lambda item: -cost[item[0]])
         self._queue = list(reversed(groups))
         self._writer = store.ResultWriter(self.run_dir)
-        idle = sum(1 for name, case in cells if self.registry[name].static_reason(case) is not None)
-        self._bar = self.bars(total=len(cells) - idle, unit="cell")  # a cell that cannot run here is not swept
+        self.idle = sum(1 for name, case in cells if self.registry[name].static_reason(case) is not None)
+        self._bar = self.bars(total=len(cells) - self.idle, unit="cell")  # a cell that cannot run here: not swept
         try:
             if len(self.slots) == 1:
                 self._serve(self.workers[0], self.slots[0].label)

@@ -92,6 +92,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
         try:
             with spans.span("sweep: first visits, the rest"):
                 timed_s = pool.run(cells)
+            idle = pool.idle
             counts = dict(pool.counts)  # this invocation's cells; a re-measured cell is counted once
             with spans.span("sweep: re-measure, the rest"):
                 notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads, pool.run,
@@ -113,7 +114,6 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
             measured = runfolder.measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) \
                 if cells else {}
             runfolder.close_run(run_dir, spec, rows, pool.devices, measured)
-    idle = sum(1 for name, case in cells if registry[name].static_reason(case) is not None)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s + again_s,
                       notes, idle)
 

@@ -1,32 +1,48 @@
-"""What the later axes of a case derive: a field added to the case (CASE_ADDED) is a memory model's
-group field unless it is a length, a repro flag of its own name when it is a setting, and a facet
-whose default goes unsaid; no list of them is kept apart."""
+"""What the later axes of a case derive: a field of the case splits the memory models and comes back
+in a model's case, a later axis that is a setting comes back in the repro command under a flag of
+its own name, and a facet at its default goes unsaid; no list of them is kept apart."""
+
+import pandas as pd
 
 from bench.engine import memmodel, repro
-from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
+from bench.model.case import CASE_ADDED, CASE_DEFAULTS, Case
 from bench.model.spec import SETTINGS
 from reports import frames
 
 
-def test_every_case_field_is_a_memory_model_group_field_or_a_length():
-    assert set(memmodel.GROUP) | set(memmodel.LENGTH_FIELDS) == {"variant", *CASE_FIELDS}
-    assert not set(memmodel.GROUP) & set(memmodel.LENGTH_FIELDS)
+def _row(n: int, **fields) -> dict:
+    case = Case("cpu", "float32", 1, 2, 2, n, n, 8, "none", None, "fwd").replace(**fields)
+    return {"variant": "naive", **case.to_dict(), "status": "ok", "peak_mem_bytes": 10 * n * n + 100 * n}
+
+
+def test_every_case_field_but_the_lengths_splits_the_memory_models_and_comes_back_in_their_cases():
+    rows = [_row(n, inputs=i, align=a) for n in (64, 128, 256) for i, a in (("normal", "top-left"),
+                                                                          ("outliers", "top-left"),
+                                                                          ("normal", "bottom-right"))]
+    models = memmodel.models(rows)
+    assert len(models) == 3  # one per (inputs, align): neither is averaged over
+    for m in models:
+        first = next(r for r in rows if r["inputs"] == m.key["inputs"] and r["align"] == m.key["align"])
+        assert m.case(64).to_dict() == {k: v for k, v in first.items() if k in Case.__dataclass_fields__}
 
 
 def test_every_later_axis_that_is_a_setting_comes_back_in_the_repro_command():
     row = {"variant": "naive", "device": "cpu", "dtype": "float32", "batch": 1, "heads": 2, "kv_heads": 2,
            "q_len": 16, "kv_len": 16, "head_dim": 8, "mask": "none", "direction": "fwd", "mix": "none"}
-    assert set(repro.WORKLOAD_FLAGS) == {f for f in CASE_ADDED if f in SETTINGS}
-    assert not any(f"--{f.replace('_', '-')}" in repro.cell_flags(row) for f in repro.WORKLOAD_FLAGS)  # defaults
-    for field, value in (("lengths", "uniform:0.5"), ("inputs", "outliers"), ("kv_layout", "paged:64"),
-                         ("align", "bottom-right"), ("scope", "encoder"), ("ffn", "swiglu")):
-        assert field in repro.WORKLOAD_FLAGS
+    settings = {f for f in CASE_ADDED if f in SETTINGS}
+    assert not any(f"--{f.replace('_', '-')}" in repro.cell_flags(row) for f in settings)  # defaults unsaid
+    values = {"lengths": "uniform:0.5", "inputs": "outliers", "kv_layout": "paged:64", "align": "bottom-right",
+              "scope": "encoder", "ffn": "swiglu"}
+    assert set(values) == settings  # a new later axis that is a setting: give it a value here
+    for field, value in values.items():
         flags = repro.cell_flags(row | {field: value})
-        flag = "--" + field.replace("_", "-")
-        assert flags[flags.index(flag) + 1] == value
+        assert flags[flags.index("--" + field.replace("_", "-")) + 1] == value
 
 
-def test_a_later_axis_shown_as_a_facet_goes_unsaid_at_its_default():
-    for field in CASE_ADDED:
-        if field in frames.FACET_COLS:
-            assert frames.FACET_DEFAULTS[field] == CASE_DEFAULTS[field]
+def test_a_later_axis_shown_as_a_facet_goes_unsaid_at_its_default_and_said_otherwise():
+    shown = [c for c in CASE_ADDED if c in frames.FACET_COLS]
+    df = pd.DataFrame([{c: CASE_DEFAULTS[c] for c in shown}] * 2)
+    assert frames.constant_facets(df) == {}
+    for c in shown:
+        other = "encoder" if c == "scope" else "x"
+        assert frames.constant_facets(df.assign(**{c: other})) == {c: other}

@@ -77,7 +77,7 @@ def test_the_newest_held_cases_are_kept_and_timed_again_when_flushed(monkeypatch
     variants = _variants([])
     for n in (16, 24, 32):
         run_group(variants, _case(n), settings, rows.append, held=held)
-    assert [c.q_len for c, _, _ in held.cases] == [24, 32] and held.dropped == 1
+    assert [c.q_len for c, _, _ in held.cases] == [24, 32]  # the oldest let go
     held.retime(rows.append)  # the sweep's flush at the end of its pass
     assert [(r["variant"], r["q_len"], bool(r.get("retimed"))) for r in rows[6:]] == \
         [("A", 24, True), ("B", 24, True), ("A", 32, True), ("B", 32, True)]
@@ -105,3 +105,12 @@ def test_a_variant_timed_again_with_its_case_says_so(monkeypatch):
     assert [(r["variant"], r["contended"]) for r in rows[:2]] == [("A", True), ("B", False)]
     assert rows[2]["retimed"].startswith("in place; its first timing: other processes used 1.50 cores")
     assert rows[3]["retimed"] == "in place, with its case (another variant's first timing was contended)"
+
+
+def test_a_re_timing_that_raises_leaves_the_first_rows_and_the_worker(monkeypatch):
+    _scripted_load(monkeypatch, [True, True])
+    held, rows = Held(), []
+    run_group(_variants([]), _case(16), MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append, held=held)
+    monkeypatch.setattr(cell, "make_timer", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no timer")))
+    held.retime(rows.append)  # no exception out of it: the worker goes on
+    assert len(rows) == 2 and all(r["contended"] for r in rows) and not held.cases
