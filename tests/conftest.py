@@ -69,6 +69,18 @@ def write_plugin(folder: Path, name: str, body: str) -> Path:
 
 
 def read_jsonl(path: Path) -> list[dict]:
+    """Every line of a JSONL file; a run folder's results.jsonl as its rows read (every line,
+    the derived figures computed, each group's columns at the top level: ``store.read_rows``)."""
+    path = Path(path)
+    if path.name == "results.jsonl":
+        from bench.engine import store
+
+        return store.read_rows(path.parent, with_visits=False)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def read_records(path: Path) -> list[dict]:
+    """Every line of a JSONL file as it is stored."""
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 

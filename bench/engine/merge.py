@@ -71,7 +71,7 @@ def merge_runs(run_dirs, out) -> Path:
     for d in dirs:
         pictures |= store.read_masks(d)
     store.write_json(out, store.MASKS, pictures)
-    store.write_env(out, merged_env(dirs, envs) | {"worker_devices": devices})
+    store.write_env(out, merged_env(dirs, envs) | {"worker_devices": devices, "row_formats": [[1, store.FORMAT]]})
     return out
 
 

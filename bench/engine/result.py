@@ -13,6 +13,7 @@ from bench.measure import flops as flopcount
 from bench.measure.origin import classify
 from bench.measure.reference import CheckResult
 from bench.measure.settings import MeasureSettings
+from bench.measure.stats import rates
 from bench.measure.timing import TimingSummary
 from bench.model import layer, masks
 from bench.model.case import Case
@@ -112,12 +113,8 @@ class CellResult:
         if self.layer is not None:
             row["layer"] = self.layer
         if self.status is Status.OK and self.timing is not None:
-            seconds = self.timing.median_ms * 1e-3
             row["peak_mem_bytes"] = self.peak_mem_bytes
             if self.peak_mem_cached is not None:
                 row["peak_mem_cached"] = self.peak_mem_cached
-            if not self.approximate:  # an approximation does not do exact attention's FLOPs
-                row["tflops"] = row["flops"] / seconds / 1e12
-            if row.get("bytes") is not None:  # a layer's traffic is not modelled
-                row["gbps"] = row["bytes"] / seconds / 1e9
+            row.update(rates(row))
         return row

@@ -94,6 +94,7 @@ def open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_en
         "spec": spec.to_dict(), "fingerprint": {k: here.get(k) for k in judge.FINGERPRINT},
         "loadavg_start": env["loadavg_start"]})
     peaks.fill(env, here, spec, threads, run_ms)  # the matmul peaks and the copy bandwidth: cached or measured
+    env["row_formats"] = store.row_formats(run_dir, env)  # an older folder resumed: its lines keep their format
     store.write_env(run_dir, env)
     write_mask_pictures(run_dir, spec)
     return env

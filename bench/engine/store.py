@@ -13,9 +13,21 @@ from pathlib import Path
 
 from bench.engine import visits
 from bench.engine.judge import wants_retry
+from bench.measure.stats import row_figures
 from bench.model import row as rows_of  # current_rows: the one helper that says which row of a cell counts
-from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
-from bench.model.row import Row, cell_key, flatten, make_row, to_record  # noqa: F401
+from bench.model.case import CASE_ADDED, CASE_FIELDS
+from bench.model.row import (
+    FORMAT,
+    Row,
+    cell_key,
+    format_of,
+    formats,
+    from_disk,
+    make_row,
+    shape_format,
+    to_record,
+    with_case_defaults,
+)
 
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 
@@ -135,6 +147,8 @@ def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS, quiet: b
     lines = data.split(b"\n")
     torn = lines.pop()  # b"" when the file ends with a newline
     rows = []
+    env = _env_quietly(run_dir) if name == RESULTS else {}
+    pairs = formats(env) if env is not None else None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -142,16 +156,44 @@ def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS, quiet: b
         if row is None:
             if not quiet:
                 _warn(path, number, why)
+        elif name == RESULTS:  # the one converter, by the line's format (env.json's row_formats)
+            rows.append(from_disk(row, format_of(pairs, number) if pairs else shape_format(row), row_figures))
         else:
-            for f in CASE_ADDED:  # a row from before the field existed: the default it was measured with
-                row.setdefault(f, CASE_DEFAULTS[f])
-            rows.append(flatten(row) if name == RESULTS else row)
+            rows.append(with_case_defaults(row))
     if torn and repair:
         with open(path, "r+b") as f:
             f.truncate(len(data) - len(torn))
     if name == RESULTS and with_visits:  # --visits: a cell's later visits fold into its row (bench.engine.visits)
         rows = visits.merge(rows, visits.by_row(read_rows(run_dir, name=visits.VISITS, quiet=quiet)))
     return rows
+
+
+def _env_quietly(run_dir) -> dict | None:
+    """env.json for the rows' formats only: None when it is missing or unreadable (each record's
+    shape tells its format then, ``shape_format``; the commands that need env.json say what is
+    wrong with it through ``read_env``)."""
+    try:
+        env = json.loads((Path(run_dir) / ENV).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return env if isinstance(env, dict) else None
+
+
+def next_line(run_dir: Path) -> int:
+    """The number the next line appended to results.jsonl will have (a torn last line is cut
+    before any append, so it does not count)."""
+    path = Path(run_dir) / RESULTS
+    return (path.read_bytes().count(b"\n") if path.exists() else 0) + 1
+
+
+def row_formats(run_dir: Path, env: dict) -> list:
+    """env.json's ``row_formats`` once rows of this build's ``FORMAT`` are appended from here on:
+    a new folder is FORMAT throughout; an older folder resumed keeps its lines' format and
+    gains a pair for the lines this build appends."""
+    pairs = formats(env)
+    if not (Path(run_dir) / RESULTS).exists() or next_line(run_dir) == 1:
+        return [[1, FORMAT]]
+    return [list(p) for p in pairs] + ([] if pairs[-1][1] == FORMAT else [[next_line(run_dir), FORMAT]])
 
 
 def _parse(line: bytes, required) -> tuple[dict | None, str]:
@@ -205,8 +247,9 @@ class ResultWriter:
 
 
 def write_env(run_dir: Path, env: dict) -> None:
-    """env.json, atomically: a new file renamed over the old one, so a kill never leaves half."""
-    write_json(run_dir, ENV, env, indent=2)
+    """env.json, atomically: a new file renamed over the old one, so a kill never leaves half.
+    Without ``row_formats``, the folder's rows are this build's format throughout."""
+    write_json(run_dir, ENV, env if "row_formats" in env else env | {"row_formats": [[1, FORMAT]]}, indent=2)
 
 
 def write_json(run_dir: Path, name: str, obj, indent: int | None = None) -> None:

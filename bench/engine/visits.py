@@ -184,8 +184,7 @@ def with_interval(row: dict, pooled: float | None, shared: float = 0.0) -> dict:
     degrees of freedom), over the visits; plus, for what a whole run shares and its visits cannot
     show, as much again as its visits' shared offsets vary (``shared``), and no less than the
     estimate's own variance; summed for two runs."""
-    from bench.measure.stats import t_quantile
-    from bench.measure.timing import NOISY_CI
+    from bench.measure.stats import NOISY_CI, t_quantile
 
     n, var = int(row["visits"]), float(row["visit_var"])
     dof, var = (n - 1 + POOL_DOF, ((n - 1) * var + POOL_DOF * pooled) / (n - 1 + POOL_DOF)) if pooled is not None \

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from bench.measure.reference import CheckResult, relative_errors
-from bench.measure.stats import quantile
-from bench.measure.timing import direction_call, median_ci
+from bench.measure.stats import median_ci, quantile
+from bench.measure.timing import direction_call
 from bench.model import layer as shapes
 from bench.model import masks
 from bench.model.case import Case

@@ -1,7 +1,10 @@
-"""Statistics derived from raw timing samples (milliseconds)."""
+"""Statistics derived from raw timing samples (milliseconds): a row stores its samples, and its
+median, spread, interval and rates are computed from them here (``row_figures``), by the worker
+and by every reader alike.  Torch-free, so that reading rows never imports it."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -52,6 +55,100 @@ class Stats:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"rel_iqr": self.rel_iqr, "noisy": self.noisy}
+
+
+# -- the median's interval ---------------------------------------------------------------------------
+
+CONFIDENCE = 0.95
+NOISY_CI = 0.05  # a median whose 95% CI reaches beyond +-5% of it is flagged noisy
+
+
+@functools.lru_cache(maxsize=4096)
+def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
+    """0-based ranks (lo, hi) such that [x_(lo), x_(hi)] of n sorted samples covers the
+    median with probability >= ``confidence`` (exact, from Binomial(n, 1/2) below 200
+    samples; normal approximation above).  None when n is too small (n < 6 at 95%)."""
+    if n < 1:
+        return None
+    if n > 200:
+        half = 0.5 * 1.959963984540054 * math.sqrt(n)
+        r = max(1, math.floor(n / 2 - half))  # 1-based lower rank
+        return r - 1, n - r
+    total = 2**n
+    best = None
+    below = 0  # sum of C(n, i) for i < r
+    for r in range(1, n // 2 + 1):  # interval [x_(r), x_(n+1-r)], 1-based
+        below += math.comb(n, r - 1)
+        if 1 - 2 * below / total >= confidence:
+            best = r
+        else:
+            break
+    return None if best is None else (best - 1, n - best)
+
+
+def minmax_confidence(n: int) -> float:
+    """The confidence that the min and max of ``n`` samples hold the median between them:
+    1 - 2 x 2^-n (3 samples: 75%; 6 are needed for 95%, where ``median_ci`` takes over)."""
+    return 0.0 if n < 2 else 1.0 - 2.0 * 0.5 ** n
+
+
+def median_ci(samples) -> tuple[float, float] | None:
+    xs = sorted(samples)
+    ranks = median_ci_ranks(len(xs))
+    return None if ranks is None else (xs[ranks[0]], xs[ranks[1]])
+
+
+def ci_halfwidth(samples, presorted: bool = False) -> float:
+    """The larger distance from the median to an end of its 95% CI, relative to the median
+    (inf when there are too few samples for one)."""
+    xs = samples if presorted else sorted(samples)
+    ranks = median_ci_ranks(len(xs))
+    if ranks is None:
+        return math.inf
+    med = quantile(xs, 0.5)
+    return max(med - xs[ranks[0]], xs[ranks[1]] - med) / med if med > 0 else math.inf
+
+
+# -- a row's figures ----------------------------------------------------------------------------------
+
+def sample_figures(samples_ms) -> dict:
+    """What a cell's samples say: their median, spread and mean, how precise the median is (its
+    95% interval, or with too few samples for one, the confidence their min-max gives).  The
+    one place these are computed: the worker's summary and the reading of a stored row
+    (``row_figures``) both take them from here, so a row read back has the figures its worker had."""
+    s = Stats.of(samples_ms)
+    ci = median_ci(samples_ms)
+    halfwidth = ci_halfwidth(samples_ms)
+    few = not math.isfinite(halfwidth)  # no 95% interval exists: its precision is unknown, not wide
+    return dict(median_ms=s.median, iqr_ms=s.iqr, min_ms=s.min, mean_ms=s.mean, q1_ms=s.q1, q3_ms=s.q3,
+                samples=s.count, rel_iqr=s.rel_iqr, ci_halfwidth=None if few else halfwidth,
+                noisy=not few and halfwidth > NOISY_CI, few_samples=few,
+                median_confidence=CONFIDENCE if not few else minmax_confidence(s.count),
+                ci_lo_ms=ci[0] if ci else None, ci_hi_ms=ci[1] if ci else None)
+
+
+def rates(row: dict) -> dict:
+    """An ok row's rates at its median: TFLOP/s (not for an approximation, which does not do
+    exact attention's FLOPs) and GB/s (where its traffic is modelled; a layer's is not)."""
+    if row.get("status") != "ok" or not row.get("median_ms"):
+        return {}
+    seconds = row["median_ms"] * 1e-3
+    out = {}
+    if not row.get("approximate") and row.get("flops") is not None:
+        out["tflops"] = row["flops"] / seconds / 1e12
+    if row.get("bytes") is not None:
+        out["gbps"] = row["bytes"] / seconds / 1e9
+    return out
+
+
+def row_figures(row: dict) -> dict:
+    """The figures a stored row's measurements give (``bench.model.row.DERIVED``): its samples'
+    (``sample_figures``), its number of rounds and its rates; none without samples."""
+    samples = [x for x in row.get("samples_ms") or () if isinstance(x, (int, float)) and math.isfinite(x)]
+    if not samples:  # (a non-finite sample is stored as null)
+        return {}
+    out = sample_figures(samples) | {"rounds": len(row.get("round_medians_ms") or ())}
+    return out | rates(row | out)
 
 
 # -- two measurements of one cell: the ratio of their medians --------------------------------------

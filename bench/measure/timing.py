@@ -20,7 +20,6 @@ lands on all of them alike.  Raw per-call samples are kept, with the median of e
 from __future__ import annotations
 
 import bisect
-import functools
 import gc
 import math
 import time
@@ -30,62 +29,14 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from bench.measure.settings import DEFAULT_PRECISION, INTERVAL_SAMPLES
-from bench.measure.stats import Stats, quantile
+from bench.measure.stats import Stats, ci_halfwidth, sample_figures
 from bench.model.case import Case
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H100/H200: 50-60 MiB)
-CONFIDENCE = 0.95
 MIN_BLOCK_MS = 1.0  # a CPU sample times a block of calls lasting at least this long
 WARMUP_AGREE = 0.10  # warm once two successive block estimates agree within 10%
 MAX_CPU_SAMPLES = 2000
-NOISY_CI = 0.05  # a median whose 95% CI reaches beyond +-5% of it is flagged noisy
 MIN_ROUND_SAMPLES = 3  # per round, so that each round's median means something
-
-
-@functools.lru_cache(maxsize=4096)
-def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
-    """0-based ranks (lo, hi) such that [x_(lo), x_(hi)] of n sorted samples covers the
-    median with probability >= ``confidence`` (exact, from Binomial(n, 1/2) below 200
-    samples; normal approximation above).  None when n is too small (n < 6 at 95%)."""
-    if n < 1:
-        return None
-    if n > 200:
-        half = 0.5 * 1.959963984540054 * math.sqrt(n)
-        r = max(1, math.floor(n / 2 - half))  # 1-based lower rank
-        return r - 1, n - r
-    total = 2**n
-    best = None
-    below = 0  # sum of C(n, i) for i < r
-    for r in range(1, n // 2 + 1):  # interval [x_(r), x_(n+1-r)], 1-based
-        below += math.comb(n, r - 1)
-        if 1 - 2 * below / total >= confidence:
-            best = r
-        else:
-            break
-    return None if best is None else (best - 1, n - best)
-
-
-def minmax_confidence(n: int) -> float:
-    """The confidence that the min and max of ``n`` samples hold the median between them:
-    1 - 2 x 2^-n (3 samples: 75%; 6 are needed for 95%, where ``median_ci`` takes over)."""
-    return 0.0 if n < 2 else 1.0 - 2.0 * 0.5 ** n
-
-
-def median_ci(samples) -> tuple[float, float] | None:
-    xs = sorted(samples)
-    ranks = median_ci_ranks(len(xs))
-    return None if ranks is None else (xs[ranks[0]], xs[ranks[1]])
-
-
-def ci_halfwidth(samples, presorted: bool = False) -> float:
-    """The larger distance from the median to an end of its 95% CI, relative to the median
-    (inf when there are too few samples for one)."""
-    xs = samples if presorted else sorted(samples)
-    ranks = median_ci_ranks(len(xs))
-    if ranks is None:
-        return math.inf
-    med = quantile(xs, 0.5)
-    return max(med - xs[ranks[0]], xs[ranks[1]] - med) / med if med > 0 else math.inf
 
 
 @dataclass
@@ -114,18 +65,10 @@ class Timing:
 
     def summary(self) -> TimingSummary:
         """What the samples say, typed: the row's timing columns come from it (``columns``)."""
-        s = self.stats
-        ci = median_ci(self.samples_ms)
-        halfwidth = ci_halfwidth(self.samples_ms)
-        few = not math.isfinite(halfwidth)  # no 95% interval exists: its precision is unknown, not wide
         return TimingSummary(
-            median_ms=s.median, iqr_ms=s.iqr, min_ms=s.min, mean_ms=s.mean, q1_ms=s.q1, q3_ms=s.q3, samples=s.count,
-            rel_iqr=s.rel_iqr, ci_halfwidth=None if few else halfwidth, noisy=not few and halfwidth > NOISY_CI,
-            few_samples=few, median_confidence=CONFIDENCE if not few else minmax_confidence(s.count),
-            ci_lo_ms=ci[0] if ci else None, ci_hi_ms=ci[1] if ci else None, number=self.number,
-            warmup_calls=self.warmup_calls, timer=self.method, samples_ms=tuple(self.samples_ms),
-            round_medians_ms=tuple(self.round_medians_ms), rounds=len(self.round_medians_ms), timed_s=self.timed_s,
-            cpu_util=self.cpu_util, threads=self.threads)
+            **sample_figures(self.samples_ms), number=self.number, warmup_calls=self.warmup_calls, timer=self.method,
+            samples_ms=tuple(self.samples_ms), round_medians_ms=tuple(self.round_medians_ms),
+            rounds=len(self.round_medians_ms), timed_s=self.timed_s, cpu_util=self.cpu_util, threads=self.threads)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,14 @@ they become a row's columns.  ``status`` is a ``Status``; ``reason_kind`` says w
 ``reason`` gives, so no layer has to read the words.  A variant's own figures
 (``Prepared.info``) live in ``extra``, their own namespace: they never replace a column.
 
-On disk (``results.jsonl``) a row is one JSON object: the columns, and ``extra`` as an
-object.  Rows of older run folders, with a variant's figures at the top level, still read.
+On disk (``results.jsonl``) a row stores what was measured (``to_record``, format ``FORMAT``):
+the case, the outcome, the settings and the raw timing (every sample, each round's median, the
+calls per sample, the warm-up) at the top level, and the rest in namespaced groups (``GROUPS``:
+``work``, ``load``, ``check``, ``memory``, ``kernels``, ``gpu``; ``layer``; ``extra``).  The figures
+the samples give (``DERIVED``: median, spread, interval, rates) are not stored: a reader computes
+them in one place (``bench.measure.timing.row_figures``).  ``from_disk`` turns a stored record of
+any format back into the flat row every reader uses; env.json's ``row_formats`` says which
+lines of a folder have which format (``formats``).
 """
 
 from __future__ import annotations
@@ -206,31 +212,95 @@ def default_kind(status: Status) -> ReasonKind:
             Status.TIMEOUT: ReasonKind.TIMEOUT, Status.CRASH: ReasonKind.CRASH}[status]
 
 
+# -- on disk ---------------------------------------------------------------------------------------
+
+FORMAT = 2  # results.jsonl's row format (1: every column flat, the derived figures stored)
+DERIVED = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth", "noisy",
+           "few_samples", "median_confidence", "ci_lo_ms", "ci_hi_ms", "rounds", "tflops", "gbps", "pct_peak")
+# what samples_ms, round_medians_ms and the workload give: computed on read (pct_peak by the report, from env.json)
+GROUPS = {"work": WORKLOAD, "load": CONTENTION, "check": ACCURACY, "memory": ("peak_mem_bytes", "peak_mem_cached"),
+          "kernels": KERNELS, "gpu": GPU_STATE}  # a record's namespaced groups: {group: {column: value}}
+_GROUP_OF = {c: g for g, cols in GROUPS.items() for c in cols}
+STORED = tuple(c for c in COLUMNS if c not in DERIVED and c not in _GROUP_OF)  # a record's top-level columns
+WRITTEN = (*IDENTITY, *OUTCOME)  # in every record, even when None
+
+
 def to_record(row: Row) -> dict:
-    """The row as written to results.jsonl: its columns (a None one only where every row has
-    it, ``ALWAYS``), then ``extra`` when it has any."""
-    out = {}
+    """The row as written to results.jsonl (format ``FORMAT``): its stored columns at the top
+    level (a None one only where every record has it, ``WRITTEN``), each group's columns that
+    are not None under the group's name, then ``extra`` when it has any.  The derived figures
+    are left out; a row that has them must have the samples they come from."""
+    if row.median_ms is not None and not row.samples_ms:
+        raise RowError("a row's median and spread are computed from its samples_ms when it is read: give the "
+                       "samples, not the figures")
+    out: dict = {}
     for name in COLUMNS:
         value = getattr(row, name)
         if isinstance(value, enum.Enum):
             value = value.value
-        if value is not None or name in ALWAYS:
+        if name in DERIVED or (value is None and name not in WRITTEN):
+            continue
+        group = _GROUP_OF.get(name)
+        if group:
+            out.setdefault(group, {})[name] = value
+        else:
             out[name] = value
     if row.extra:
         out["extra"] = dict(row.extra)
     return out
 
 
-RENAMED = {"max_rel_err": "max_err_over_max_ref"}  # old column name: the name it has now
+RENAMED = {"max_rel_err": "max_err_over_max_ref"}  # format 1's old column name: the name it has now
 
 
-def flatten(record: dict) -> dict:
-    """A record as read, with ``extra``'s figures as columns of their own (an old row has them
-    there already); a figure named like a column comes as ``extra.<name>``.  Columns of older
-    rows under a former name (``RENAMED``) read under the name they have now."""
-    for old, new in RENAMED.items():
-        if old in record and new not in record:
-            record = {(new if k == old else k): v for k, v in record.items()}
+def formats(env: dict) -> list[tuple[int, int]]:
+    """env.json's ``row_formats``: (first line, format) pairs in line order; a folder written
+    before formats were recorded is format 1 throughout."""
+    pairs = env.get("row_formats") if isinstance(env, dict) else None
+    try:
+        return [(int(line), int(fmt)) for line, fmt in pairs] or [(1, 1)]
+    except (TypeError, ValueError):
+        return [(1, 1)]
+
+
+def shape_format(record: dict) -> int:
+    """A record's format from its shape, for a folder whose env.json is missing or unreadable: a
+    format-1 record always has its median (None where it was not measured), a later one never."""
+    return 1 if "median_ms" in record else FORMAT
+
+
+def format_of(pairs, line: int) -> int:
+    """The format of a folder's ``line`` (1-based), from ``formats``."""
+    return next((fmt for first, fmt in reversed(pairs) if first <= line), pairs[0][1])
+
+
+def with_case_defaults(record: dict) -> dict:
+    """A record of a case field it predates at the default it was measured with (``CASE_ADDED``)."""
+    return record | {f: CASE_DEFAULTS[f] for f in CASE_ADDED if f not in record}
+
+
+def from_disk(record: dict, fmt: int, figures=None) -> dict:
+    """A stored record as the flat row every reader uses: the one converter between formats.
+    Format 1: the columns of older rows under a former name (``RENAMED``) under the name they
+    have now, and a case field the row predates at the default it was measured with.  Format 2:
+    the groups' columns at the top level in ``COLUMNS`` order, with the derived figures that
+    ``figures(row)`` gives (``bench.measure.timing.row_figures``), and ``ALWAYS``'s columns even
+    when None, as a format-1 row has them.  Either way, ``extra``'s figures become columns of
+    their own (a figure named like a column comes as ``extra.<name>``)."""
+    if fmt == 1:
+        for old, new in RENAMED.items():
+            if old in record and new not in record:
+                record = {(new if k == old else k): v for k, v in record.items()}
+        record = with_case_defaults(record)
+    else:
+        stored = {k: v for k, v in record.items() if k not in GROUPS and k != "extra"}
+        for group in GROUPS:
+            members = record.get(group)
+            stored.update(members if isinstance(members, dict) else {})
+        stored |= (figures(stored) if figures else {})
+        flat = {c: stored.get(c) for c in COLUMNS if stored.get(c) is not None or c in ALWAYS}
+        record = flat | {k: v for k, v in stored.items() if k not in flat and k not in COLUMNS} | (
+            {"extra": record["extra"]} if "extra" in record else {})
     extra = record.get("extra")
     if not isinstance(extra, dict):
         return record

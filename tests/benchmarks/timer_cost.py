@@ -26,7 +26,8 @@ from tabulate import tabulate
 from bench.api import discover
 from bench.case import Case
 from bench.measure.inputs import make_inputs
-from bench.measure.timing import CpuTimer, ci_halfwidth, median_ci_ranks
+from bench.measure.stats import ci_halfwidth, median_ci_ranks
+from bench.measure.timing import CpuTimer
 
 FEWEST = next(n for n in range(1, 100) if median_ci_ranks(n) is not None)
 

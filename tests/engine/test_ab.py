@@ -42,7 +42,7 @@ class FakeServer:
                     base = 1e-5 * n**2 * (1 + len(v)) * (1.5 if mask == "none" else 1)
                     slow = self.slowdown.get(v, 1.0) if self.side.label == "B" else 1.0
                     ms = base * self.offset * slow * float(np.exp(self.rng.normal(0.0, TURN_SD)))
-                    w.write(BASE | dict(variant=v, mask=mask, q_len=n, kv_len=n, median_ms=ms))
+                    w.write(BASE | dict(variant=v, mask=mask, q_len=n, kv_len=n, samples_ms=[ms] * 9))
         w.close()
 
     def close(self):

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
+from tests.conftest import ROOT, read_jsonl, read_records, run_cli, write_plugin
 
 S = ["--heads", "2", "--head-dims", "16", "--dtypes", "float32", "--directions", "fwd", "--masks", "none",
      "--quiet", "--no-report", "--device", "cpu", "--remeasure", "0", "--budget-ms", "5"]
@@ -128,7 +128,7 @@ def test_prepared_info_never_shadows_a_core_column_and_must_travel(tmp_path):
     proc = run_cli("sweep", "--plugin", plugin, "--variants", "liar,lockbox", "--seq-lens", "16",
                    "--out", tmp_path / "run", *S)
     assert proc.returncode == 0, proc.stderr
-    rows = {r["variant"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
+    rows = {r["variant"]: r for r in read_records(tmp_path / "run" / "results.jsonl")}  # as stored
     assert set(rows) == {"liar", "lockbox"}
     liar = rows["liar"]
     assert liar["q_len"] == 16 and liar["status"] == "ok" and liar["reason_kind"] == ""

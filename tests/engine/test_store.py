@@ -7,7 +7,7 @@ import pytest
 
 from bench.cli import main
 from bench.engine import store
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 S = ["--heads", "2", "--head-dims", "16", "--dtypes", "float32", "--directions", "fwd", "--quiet", "--no-report",
      "--device", "cpu", "--budget-ms", "5", "--remeasure", "0"]
@@ -16,7 +16,7 @@ S = ["--heads", "2", "--head-dims", "16", "--dtypes", "float32", "--directions",
 def _row(i):
     return {"variant": "naive", "status": "ok", "device": "cpu", "dtype": "float32", "batch": 1, "heads": 2,
             "kv_heads": 2, "q_len": 16 * (i + 1), "kv_len": 16 * (i + 1), "head_dim": 16, "mask": "none",
-            "window": None, "direction": "fwd", "median_ms": float(i + 1)}
+            "window": None, "direction": "fwd", "median_ms": float(i + 1), "samples_ms": [float(i + 1)]}
 
 
 @pytest.mark.parametrize("bad", [b'{"variant": "naive", "broken', b"\x00" * 40, b"[1, 2, 3]",
@@ -45,7 +45,8 @@ def test_non_finite_figures_are_written_as_null(tmp_path):
     w.close()
     line = (tmp_path / store.RESULTS).read_text()
     assert "Infinity" not in line and "NaN" not in line
-    assert json.loads(line)["max_abs_err"] is None and json.loads(line)["samples_ms"] == [None, 1.0]
+    assert json.loads(line)["samples_ms"] == [None, 1.0] and json.loads(line)["check"]["max_abs_err"] is None
+    assert store.read_rows(tmp_path)[0]["median_ms"] == 1.0  # the finite samples give the figures
 
 
 def test_a_row_is_typed_when_written_and_a_variants_figures_keep_their_namespace(tmp_path):
@@ -119,3 +120,28 @@ def test_every_column_has_a_type_and_a_timing_fills_its_columns_with_them():
         timing.median_ms = 0.0
     check = CheckResult(True, 1e-6, 2e-6, rel_err=1e-7, cosine=1.0).columns()
     assert wrong_types(check) == [] and check["max_abs_err"] == 1e-6
+
+
+def test_an_older_folder_resumed_keeps_each_lines_format(tmp_path):
+    """A folder of format-1 rows (its figures stored) gains rows of this build's format: env.json
+    says from which line, and every row reads back with its figures, whichever format stored it."""
+    import gzip
+
+    from bench.model.row import FORMAT
+
+    old = gzip.decompress((ROOT / "tests" / "support" / "quick_run" / "results.jsonl.gz").read_bytes())
+    first = [json.loads(x) for x in old.splitlines()[:3]]
+    (tmp_path / store.RESULTS).write_bytes(b"\n".join(old.splitlines()[:3]) + b"\n")
+    env = {"device": "cpu"}  # written before formats were recorded
+    env["row_formats"] = store.row_formats(tmp_path, env)
+    assert env["row_formats"] == [[1, 1], [4, FORMAT]]
+    store.write_env(tmp_path, env)
+    w = store.ResultWriter(tmp_path)
+    w.write(_row(5) | {"samples_ms": [2.0, 4.0, 6.0]})
+    w.close()
+    rows = store.read_rows(tmp_path, with_visits=False)
+    assert [r["median_ms"] for r in rows] == [r["median_ms"] for r in first] + [4.0]
+    assert rows[-1]["q1_ms"] == 3.0 and rows[-1]["samples"] == 3 and rows[-1]["few_samples"] is True
+    assert store.row_formats(tmp_path, env) == [[1, 1], [4, FORMAT]]  # resumed again: nothing to add
+    (tmp_path / store.ENV).write_text("{broken")  # unreadable: each record's shape tells its format
+    assert [r["median_ms"] for r in store.read_rows(tmp_path, with_visits=False)][-1] == 4.0

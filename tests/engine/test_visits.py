@@ -11,6 +11,7 @@ import pytest
 from bench.engine import store, visits
 from bench.measure.stats import t_quantile, visit_evidence
 from tests.conftest import read_jsonl, run_cli
+from tests.support.runs import samples_giving
 
 
 def _row(median, **extra):
@@ -202,7 +203,8 @@ def test_a_merge_of_shards_keeps_each_cells_visits_apart_and_reads_them_back_fol
     for i, n in enumerate((64, 128), start=1):
         folder = tmp_path / f"shard-{i}"
         folder.mkdir()
-        row = _row(1.0 * i, interleave_id=f"s{i}") | {"q_len": n, "kv_len": n, "device": "cpu", "dtype": "float32"}
+        row = _row(1.0 * i, interleave_id=f"s{i}") | {"q_len": n, "kv_len": n, "device": "cpu", "dtype": "float32",
+                                                       "samples_ms": [1.0 * i] * 9}
         w = ResultWriter(folder)
         w.write(row)
         w.close()
@@ -229,8 +231,8 @@ def _visited_run(folder, scale: float):
     rows, later = ResultWriter(folder), ResultWriter(folder, visits.VISITS)
     for n in (64, 128, 256):
         med = scale * n * 1e-3
-        rows.write(_row(med, interleave_id=f"{folder.name}{n}", q_len=n, kv_len=n, q1_ms=med * 0.98, q3_ms=med * 1.02,
-                        iqr_ms=med * 0.04, min_ms=med * 0.97, samples_ms=[med] * 8, samples=8, **base))
+        rows.write(_row(med, interleave_id=f"{folder.name}{n}", q_len=n, kv_len=n,
+                        samples_ms=samples_giving(med, med * 0.98, med * 1.02), **base))
         for k, f in ((2, 1.01), (3, 0.99)):
             later.write(_visit(med * f, k, of=f"{folder.name}{n}", q_len=n, kv_len=n, **base))
     rows.close()

@@ -5,8 +5,8 @@ import torch
 
 from bench.case import Case
 from bench.measure.inputs import make_grad_out, make_inputs
-from bench.measure.stats import Stats, quantile
-from bench.measure.timing import CpuTimer, interleave, median_ci_ranks, timed_call
+from bench.measure.stats import Stats, median_ci_ranks, quantile
+from bench.measure.timing import CpuTimer, interleave, timed_call
 
 
 def test_stats_against_hand_computed_figures():
@@ -207,7 +207,8 @@ def test_a_cell_gets_the_samples_an_interval_needs_under_its_ceiling():
     each, six in all; under one too low for that they keep what they have, and the row says what
     three samples support (their min and max hold the median with 75% confidence) instead of calling
     the cell noisy."""
-    from bench.measure.timing import INTERVAL_SAMPLES, interleave, minmax_confidence
+    from bench.measure.stats import minmax_confidence
+    from bench.measure.timing import INTERVAL_SAMPLES, interleave
 
     def timed(ceiling_ms):
         clock = FakeClock([0.050, 0.051, 0.049])

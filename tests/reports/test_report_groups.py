@@ -119,14 +119,17 @@ def test_the_overview_says_when_two_variants_are_not_told_apart():
 # -- charts drawn once: the cache --------------------------------------------------------------------------
 
 def _synthetic_run(folder, rows):
-    from bench.engine.store import ResultWriter, write_env
+    """A folder of rows given by their figures, stored as row format 1 stores them."""
+    import json
+
+    from bench.engine.store import RESULTS, write_env
+    from tests.support.runs import format_1_record
 
     folder.mkdir(parents=True, exist_ok=True)
-    write_env(folder, {"device": "cpu", "baseline": "naive", "peaks_tflops": {"float32": 1.0, "bfloat16": 2.0}})
-    w = ResultWriter(folder)
-    for r in rows:
-        w.write(r)
-    w.close()
+    write_env(folder, {"device": "cpu", "baseline": "naive", "peaks_tflops": {"float32": 1.0, "bfloat16": 2.0},
+                       "row_formats": [[1, 1]]})
+    with open(folder / RESULTS, "a") as f:
+        f.writelines(json.dumps(format_1_record(r)) + "\n" for r in rows)
     return folder
 
 

@@ -44,13 +44,13 @@ def test_each_variant_times_its_structure_apart_from_its_setup(registry, spellin
 def test_a_sweep_row_carries_prep_ms(tmp_path):
     from bench.api import build_spec, discover, parse_values, run_sweep
     from reports.frames import load_runs
-    from tests.conftest import read_jsonl
+    from tests.conftest import read_records
 
     values = parse_values({"variants": ["naive", "sdpa.math"], "seq_lens": [64], "heads": [2], "head_dims": [8],
                            "masks": ["document:2"], "directions": ["fwd"], "budget_ms": 5.0, "device": "cpu",
                            "remeasure": 0, "steps": 2, "visits": 1})
     run_sweep(build_spec(values, discover(entry_points=False)), tmp_path / "run")
-    rows = read_jsonl(tmp_path / "run" / "results.jsonl")  # as the run folder keeps it: a variant's figure
+    rows = read_records(tmp_path / "run" / "results.jsonl")  # as the run folder keeps it: a variant's figure
     assert {r["variant"] for r in rows} == {"naive", "sdpa.math"}
     for r in rows:
         assert r["status"] == "ok" and 0 < r["extra"]["prep_ms"] <= r["setup_ms"] + 0.05, r
