@@ -12,6 +12,11 @@ from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
 FACET_COLS = ["run", "model", "hardware", "device", "scope", "ffn", "dtype", "direction", "mask", "window", "align",
               "lengths", "mix", "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dims", "kv"]
+# the order every table and chart names its facets in: the run's (run, model, hardware), then each case field's
+# but the length (the x axis); head_dims and kv are made of case fields (CASE_FACETS)
+RUN_FACETS = ("run", "model", "hardware")
+MADE_OF = {"head_dims": ("head_dim", "head_dim_v"), "kv": ("kv_len",)}
+CASE_FACETS = tuple(c for f in FACET_COLS if f not in RUN_FACETS for c in MADE_OF.get(f, (f,)))  # as case fields
 NUMERIC = [*row.NUMERIC, "compile_ms", "prep_ms", "compile_warm_ms", "step_median_ms", "step_steady_ms",
            "step_prep_ms", "recompiles", "steps"]  # the row's numeric columns, and its extras' setup and step figures
 FLAGS = list(row.FLAGS)

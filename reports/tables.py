@@ -9,7 +9,7 @@ from tabulate import tabulate
 
 from bench.engine import judge
 from bench.model.row import FLAGS, Status
-from reports.frames import facet_groups
+from reports.frames import CASE_FACETS, facet_groups
 
 
 def figures(x: float) -> str:
@@ -265,9 +265,7 @@ def summary_table(rows: list[dict]) -> str:
     df = pd.DataFrame(rows)
     if "median_ms" not in df:
         df["median_ms"] = None
-    facets = [c for c in ("device", "scope", "ffn", "dtype", "direction", "mask", "window", "align", "lengths", "mix",
-                          "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dim", "head_dim_v")
-              if c in df and df[c].astype(str).nunique() > 1]
+    facets = [c for c in CASE_FACETS if c != "kv_len" and c in df and df[c].astype(str).nunique() > 1]
     if (df["kv_len"] != df["q_len"]).any():
         facets.append("kv_len")
     shaky = shaky_mask(df)

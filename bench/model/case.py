@@ -65,6 +65,13 @@ def _positive(field: str, value) -> None:
         raise CaseError(field, value, f"must be at most {LIMITS[field]:,}")
 
 
+def later(default):
+    """A case field added after the first run folders: rows written before it lack it and were
+    measured with ``default``, which they read as (``CASE_ADDED``); the repro command, the
+    memory models and the report's unsaid facets follow from it."""
+    return dataclasses.field(default=default, metadata={"later": True})
+
+
 @dataclass(frozen=True)
 class Case:
     device: str = "cpu"
@@ -78,19 +85,19 @@ class Case:
     mask: str = "none"
     window: int | None = None
     direction: str = "fwd"
-    lengths: str = "fixed"  # the sequence lengths of the batch (bench.model.workload): fixed, or a ragged mix
-    inputs: str = "normal"  # the structure of q, k and v (bench.model.workload)
-    kv_layout: str = "contiguous"  # the KV cache: contiguous, or paged:PAGE with a block table (bench.model.workload)
-    align: str = "top-left"  # query i at position i (top-left), or at kv_len - q_len + i (bottom-right): ALIGNS
-    head_dim_v: int | None = None  # v's (and the output's) head dim when it differs from q's and k's (MLA: 192/128)
+    lengths: str = later("fixed")  # the sequence lengths of the batch (bench.model.workload): fixed, or a ragged mix
+    inputs: str = later("normal")  # the structure of q, k and v (bench.model.workload)
+    kv_layout: str = later("contiguous")  # the KV cache: contiguous, or paged:PAGE with a block table (workload)
+    align: str = later("top-left")  # query i at position i (top-left), or at kv_len - q_len + i (bottom-right): ALIGNS
+    head_dim_v: int | None = later(None)  # v's (and the output's) head dim where it is not q's and k's (MLA: 192/128)
     # a mixed serving batch (--batch-mix, bench.model.workload.Mix): sequences of their own query and key
     # lengths packed into one call, q and k apart; it sets batch 1, q_len and kv_len to the packed totals and
     # bottom-right alignment (within each sequence)
-    mix: str = "none"
+    mix: str = later("none")
     # where the core runs (--scope, bench.model.layer): alone (core), or inside the seeds' multi-head module
     # (block), encoder or decoder layer; a layer's feed-forward network: mlp:D_FF or swiglu:D_FF (none: no FFN)
-    scope: str = "core"
-    ffn: str = "none"
+    scope: str = later("core")
+    ffn: str = later("none")
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
@@ -319,5 +326,5 @@ class Case:
 
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}  # a row written before a field existed
-# fields later than the first run folders: a row without them was measured with their default
-CASE_ADDED = ("lengths", "inputs", "kv_layout", "align", "head_dim_v", "mix", "scope", "ffn")
+# the fields declared ``later``: a row without them was measured with their default
+CASE_ADDED = tuple(f.name for f in dataclasses.fields(Case) if f.metadata.get("later"))

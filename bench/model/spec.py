@@ -73,11 +73,13 @@ class Setting:
     metavar: str | None = None
     run: bool = False  # how the sweep runs (workers, shards, a cluster), not what it measures
     switch: bool = False  # a yes/no setting: a flag without a value
+    later: bool = False  # added after the first sweeps: at its default, a sweep id is what it was without it
 
 
 def setting(help: str, parse, *, default=None, axis: bool = False, case: bool = False, metavar: str | None = None,
-            run: bool = False, switch: bool = False):
-    return field(default=default, metadata={"setting": Setting(help, parse, axis, case, metavar, run, switch)})
+            run: bool = False, switch: bool = False, later: bool = False):
+    return field(default=default, metadata={"setting": Setting(help, parse, axis, case, metavar, run, switch,
+                                                               later)})
 
 
 # --- the specification ---------------------------------------------------------------------
@@ -107,46 +109,46 @@ class Spec:
     lengths: list[str] = setting("sequence lengths in a batch: fixed (the default), or a ragged mix averaging n: "
                                  "uniform:LO-HI, lognormal:SIGMA, bimodal[:SHORT/LONG:FRAC] or a list A/B/C",
                                  workload_spellings("lengths"), default=("fixed",), axis=True, case=True,
-                                 metavar="DIST")
+                                 metavar="DIST", later=True)
     inputs: list[str] = setting("structure of q, k and v: normal (the default), clustered[:K], lowrank[:R], "
                                 "outliers[:SCALE]", workload_spellings("inputs"), default=("normal",), axis=True,
-                                case=True, metavar="KIND")
+                                case=True, metavar="KIND", later=True)
     kv_layout: list[str] = setting("the KV cache: contiguous (the default), or paged:PAGE, pages of PAGE tokens in a "
                                    "shuffled block table", workload_spellings("kv_layout"), default=("contiguous",),
-                                   axis=True, case=True, metavar="LAYOUT")
+                                   axis=True, case=True, metavar="LAYOUT", later=True)
     align: list[str] = setting("where the queries sit among the keys: top-left (query i is key i: training, "
                                "prefill; the default) or bottom-right (the queries are the last q_len tokens: decode, "
                                "chunked prefill, draft verification); tl and br for short",
                                choices("alignment", ALIGNS, normalize_align), default=("top-left",), axis=True,
-                               case=True, metavar="ALIGN")
+                               case=True, metavar="ALIGN", later=True)
     batch_mix: list[str] = setting("mixed serving batches, each packed into one call: COUNTx(Q/KV) terms joined by "
                                    "'+', COUNT sequences of Q new tokens against KV keys, bottom-right within each, "
                                    "e.g. 2x(512/512)+1x(128/4096)+8x(1/2048) (quote it in a shell); replaces the "
                                    "lengths, batch and alignment axes", workload_spellings("mix"), axis=True,
-                                   case=True, metavar="MIX")
+                                   case=True, metavar="MIX", later=True)
     trace_mixes: int = setting("--batch-mix @FILE reads a JSONL serving trace (one batch a line: each sequence's "
                                "new and cached tokens) and keeps this many representative batches, chosen by total "
                                "tokens and decode share (default 4; bench.model.trace)", number(1, 256, True),
-                               default=4, metavar="N")
+                               default=4, metavar="N", later=True)
     scope: list[str] = setting("where the attention core is timed: core (the call alone; the default), block "
                                "(the seeds' multi-head module: QKV projections, the core, the output projection), "
                                "encoder (the block, Add & Norm, a feed-forward network, Add & Norm) or decoder "
                                "(masked self-attention, cross-attention over an encoder output of --kv-lens tokens "
                                "under its padding mask, the FFN); a layer's row times each part too "
                                "(bench.model.layer)", choices("scope", SCOPES), default=("core",), axis=True,
-                               case=True, metavar="SCOPE")
+                               case=True, metavar="SCOPE", later=True)
     anchors: list[str] | None = setting("GPU: the shapes of published figures (FlashAttention-2/3, cuDNN, FlashMLA, "
                                         "FlashInfer), each with its figure, hardware and source; all, or names "
                                         "(python -m bench list --anchors); replaces the shape axes, and the report "
                                         "gives measured / published (bench.model.anchors)",
-                                        choices("anchor", (*ANCHOR_NAMES, "all")), metavar="NAME")
+                                        choices("anchor", (*ANCHOR_NAMES, "all")), metavar="NAME", later=True)
     ffn_mult: float = setting("a layer scope's FFN width as a multiple of d_model = heads x head_dim (default 4; "
                               "a --model or --ffn gives its own)", number(0.125, 64.0, False), default=4.0,
-                              metavar="M", case=True)
+                              metavar="M", case=True, later=True)
     ffn: str | None = setting("a layer scope's FFN: mlp:D_FF (ReLU between two maps, LayerNorm after each residual, "
                               "as the seeds) or swiglu:D_FF (gate, up and down maps, RMSNorm before each sublayer, "
                               "as llama); default mlp at --ffn-mult x d_model", ffn_spelling, metavar="KIND:D_FF",
-                              case=True)
+                              case=True, later=True)
     device: str = setting("cpu or cuda (default: cuda when present, else cpu)", choice("device", DEVICES),
                           default="cpu", case=True)
     preset: str = setting("quick, default, full, decode or serving (default: default); sized per device; on a "
@@ -154,10 +156,10 @@ class Spec:
                           default="default")
     model: str | None = setting("a published model's attention: its heads, KV heads, head dims, masks (alternating "
                                 "layers as two) and dtype over the preset's lengths; flags override "
-                                "(python -m bench list --models)", text, metavar="NAME")
+                                "(python -m bench list --models)", text, metavar="NAME", later=True)
     total_tokens: int | None = setting("tokens per cell: the batch at each length n is T // n, so every n does the "
                                        "same tokens of work (replaces --batch)", number(1, MAX_LEN * MAX_DIM, True),
-                                       metavar="T")
+                                       metavar="T", later=True)
     timeout: float = setting("seconds per cell before it is killed (default: 300 CPU, 120 GPU)", positive("seconds"))
     budget_ms: float = setting("timing budget per cell in ms (default: the preset's)", positive("milliseconds"),
                                metavar="MS")
@@ -173,16 +175,17 @@ class Spec:
                           number(1, 100, True), default=3)
     deterministic: bool = setting("run every cell under torch.use_deterministic_algorithms(True): a variant whose "
                                   "kernel has no deterministic form is unsupported, with PyTorch's reason",
-                                  yes_no, default=False, switch=True)
+                                  yes_no, default=False, switch=True, later=True)
     steps: int = setting("after its timing, each ok cell runs K steps, each with a freshly drawn batch (a ragged "
                          "batch's new lengths, its number of tokens varying) set up again and called once: the wall "
                          "time per step with its preparation and any recompile, and the recompiles (default 0: none)",
-                         number(0, 1000, True), default=0, metavar="K")
+                         number(0, 1000, True), default=0, metavar="K", later=True)
     dynamic: bool = setting("variants that compile (flex) compile with dynamic shapes: one graph for every length "
-                            "instead of one per shape", yes_no, default=False, switch=True)
+                            "instead of one per shape", yes_no, default=False, switch=True, later=True)
     ceiling_s: float = setting("CPU: the most seconds a cell's timing may take, past --budget-ms, to collect the 6 "
                                "samples a 95%% interval of its median needs (default 2); beyond it the row says "
-                               "what its samples support", number(0.0, 3600.0, False), default=2.0, metavar="S")
+                               "what its samples support", number(0.0, 3600.0, False), default=2.0, metavar="S",
+                               later=True)
     timer: str = setting("GPU timer: events (CUDA events around each call, L2 flushed; the default) or graph (the "
                          "call captured in a CUDA graph and replayed: no launch overhead)",
                          choice("timer", ("events", "graph")), default="events")
@@ -198,7 +201,7 @@ class Spec:
     peak_age: float = setting("hours a cached matmul peak and copy bandwidth of this machine, and a cell's "
                               "recorded memory peak, stay good (default 24); 0 measures them again "
                               "(bench.engine.peaks, bench.engine.memcache)", number(0, 8760, False),
-                              default=24.0, metavar="HOURS", run=True)
+                              default=24.0, metavar="HOURS", run=True, later=True)
     # how the sweep runs: not part of what it measures (bench.engine.placement, bench.engine.plan, bench.engine.jobs)
     workers: int | None = setting("worker processes side by side (default 1): on the CPU each gets its own cores, on "
                                   "GPUs one GPU each; all variants of one case go to one worker",
@@ -292,17 +295,18 @@ RUN_SETTINGS = tuple(name for name, s in SETTINGS.items() if s.run)
 def measured_part(spec: Spec) -> dict:
     """What a spec measures: every setting but those of how it runs (shards of one sweep agree on
     it), with its plugin files as digests of their contents, not their paths."""
-    out = {k: v for k, v in spec.to_dict().items() if k not in RUN_SETTINGS}
-    for key, default in (("lengths", ["fixed"]), ("inputs", ["normal"]), ("kv_layout", ["contiguous"]),
-                         ("align", ["top-left"]), ("ceiling_s", 2.0), ("peak_age", 24.0), ("deterministic", False),
-                         ("model", None), ("total_tokens", None), ("batch_mix", None), ("steps", 0),
-                         ("dynamic", False), ("scope", ["core"]), ("ffn_mult", 4.0), ("ffn", None),
-                         ("trace_mixes", 4), ("anchors", None)):
-        # a sweep from before they existed hashes as it did
-        if out.get(key) in (default, None):
-            out.pop(key, None)
+    fields = dataclasses.fields(spec)
+    out = {k: v for k, v in spec.to_dict().items() if not _setting_of(fields, k).run}
+    for f in fields:
+        default = list(f.default) if isinstance(f.default, tuple) else f.default
+        if f.metadata["setting"].later and out.get(f.name) in (default, None):
+            out.pop(f.name, None)  # a sweep from before the setting existed hashes as it did
     out["plugins"] = sorted(_file_digest(p) for p in spec.plugins or ())
     return out
+
+
+def _setting_of(fields, name: str) -> Setting:
+    return next(f.metadata["setting"] for f in fields if f.name == name)
 
 
 def sweep_id(spec: Spec) -> str:

@@ -46,3 +46,31 @@ def test_a_later_axis_shown_as_a_facet_goes_unsaid_at_its_default_and_said_other
     for c in shown:
         other = "encoder" if c == "scope" else "x"
         assert frames.constant_facets(df.assign(**{c: other})) == {c: other}
+
+
+def test_a_later_setting_leaves_a_sweep_id_as_it_was_at_its_default_and_moves_it_otherwise():
+    """A new axis declared ``later`` (a toy one, on a Spec of its own) needs no list of defaults
+    kept apart for the sweep id: older sweeps keep their id, and a value of the axis is measured."""
+    import dataclasses
+
+    from bench.model.spec import Spec, setting, sweep_id, texts
+
+    toy = setting("a toy axis", texts, default=("plain",), axis=True, case=True, later=True)
+    Toy = dataclasses.make_dataclass("Toy", [("toy", list, toy)], bases=(Spec,), frozen=True)
+    given = dict(variants=["naive"], seq_lens=[128], heads=[2], head_dims=[16], batch=[1], dtypes=["float32"],
+                 masks=["none"], window=[64], directions=["fwd"])
+    assert sweep_id(Toy(**given)) == sweep_id(Spec(**given))
+    assert sweep_id(Toy(**given, toy=["spicy"])) != sweep_id(Spec(**given))
+    assert sweep_id(Toy(**given, steps=2)) != sweep_id(Toy(**given))  # the built-in later settings alike
+
+
+def test_every_case_field_is_a_facet_and_every_facet_has_its_place_in_the_groups():
+    """The report names a case's fields in one order (reports.frames.FACET_COLS); a new case field
+    fails here until it has its place there, and in the groups: a group axis, one promoted to a
+    group axis when a group holds too many facets, or the mask, which stays beside the others."""
+    from bench.model.case import CASE_FIELDS
+    from reports import groups
+
+    assert set(frames.CASE_FACETS) == set(CASE_FIELDS) - {"q_len"}  # the length is every chart's x axis
+    placed = [*groups.GROUP_AXES, *groups.PROMOTE, "mask"]
+    assert sorted(placed) == sorted(frames.FACET_COLS)
