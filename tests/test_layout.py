@@ -290,3 +290,23 @@ def test_a_test_that_starts_a_sweep_in_a_subprocess_is_marked_slow():
             if uses and not slow:
                 bad.append(f"{path.relative_to(ROOT)}::{node.name}")
     assert not bad, bad
+
+
+def test_every_setting_row_group_and_cell_step_has_one_owner_and_every_named_module_exists():
+    """bench/model/features.py: the core or exactly one feature owns each setting of the spec, each
+    group of the stored row and each step of a timed cell's life; a feature's step, section,
+    command and modules exist."""
+    from bench.engine.cell import AFTER_TIMING
+    from bench.model.features import CORE, FEATURES, owner_of
+    from bench.model.row import GROUPS
+    from bench.model.spec import SETTINGS
+
+    for kind, names in (("settings", SETTINGS), ("groups", GROUPS), ("steps", [s.name for s in AFTER_TIMING])):
+        owners = {name: owner_of(kind, name) for name in names}
+        assert {n: o for n, o in owners.items() if len(o) != 1} == {}, kind
+        declared = {n for f in (CORE, *FEATURES) for n in getattr(f, kind)}
+        assert declared <= set(names), f"{kind} declared by a feature but not in the harness: {declared - set(names)}"
+    for f in (CORE, *FEATURES):
+        for path in (*f.modules, *([f.section] if f.section else [])):
+            assert (ROOT / path).is_file(), (f.name, path)
+        assert f.command is None or (ROOT / "bench" / "cli" / f"{f.command}.py").is_file(), f.name

@@ -56,6 +56,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, tuple[argparse.Ar
 def render() -> str:
     """The generated part of bench/README.md, between BEGIN and END."""
     from bench.cli import build_parser
+    from bench.model.features import owner_of
     from bench.model.spec import SETTINGS, flag
 
     commands = _subcommands(build_parser())
@@ -83,14 +84,38 @@ def render() -> str:
               "Each is a field of `Spec` (`bench/model/spec.py`), declared once: the flag, the TOML key of "
               "`--config` and of the presets (`bench/model/presets/`), the check and this line come from it. "
               "An axis takes comma-separated values and is swept over.", "",
-              "| flag | TOML key | axis | taken by | what it sets |", "| --- | --- | --- | --- | --- |"]
+              "| flag | TOML key | axis | feature | taken by | what it sets |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for name, s in SETTINGS.items():
         shown = "`--plugin` PATH (repeatable)" if name == "plugins" else \
             f"`{flag(name)}`" + ("" if s.switch else f" {s.metavar or name.upper()}")
         who = ", ".join(takes[name]) or "TOML only"
-        lines.append(f"| {shown} | `{name}` | {'yes' if s.axis else ''} | {who} | {_cell(s.help)} |")
-    lines += ["", END]
+        owner = ", ".join(owner_of("settings", name))
+        lines.append(f"| {shown} | `{name}` | {'yes' if s.axis else ''} | {owner} | {who} | {_cell(s.help)} |")
+    lines += ["", *_features(), "", END]
     return "\n".join(lines)
+
+
+def _features() -> list[str]:
+    """The core and each feature (bench.model.features): its settings, row groups, steps in a
+    cell's life, report section, command and modules."""
+    from bench.model.features import CORE, FEATURES
+
+    def code(names) -> str:
+        return ", ".join(f"`{n}`" for n in names) or "-"
+
+    lines = ["### The core and its features", "",
+             "Each is declared once in `bench/model/features.py`: the settings it adds, its groups of the stored "
+             "row, its steps in a timed cell's life (`bench/engine/cell.py`'s `AFTER_TIMING`), its part of the "
+             "report, its command and the modules that hold its code.", "",
+             "| feature | what it adds | settings | row groups | cell steps | report | command | modules |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for f in (CORE, *FEATURES):
+        settings = "the axes and timing settings above not named here" if f is CORE else code(f.settings)
+        lines.append(f"| {f.name} | {_cell(f.what)} | {settings} | {code(f.groups)} | {code(f.steps)} | "
+                     f"{code([f.section] if f.section else [])} | {f.command.replace('_', '-') if f.command else '-'}"
+                     f" | {code(f.modules)} |")
+    return lines
 
 
 def current(text: str) -> str | None:

@@ -457,59 +457,133 @@ def _retime(case: Case, settings: MeasureSettings, items: list, emit, at) -> Non
         emit(result.row())
 
 
+@dataclass
+class _Timed:
+    """A timed cell as its steps after the timing see it: its item, its case and settings, its
+    timing, the load and the GPU's state around its turns, the machine's memory record."""
+    item: _Live
+    case: Case
+    settings: MeasureSettings
+    timing: object  # TimingSummary
+    other_cpu: float | None
+    state: object  # nvml.Cell, on a GPU
+    memory: MemoryCache | None
+
+    @property
+    def result(self) -> CellResult:
+        return self.item.result
+
+
+def _determinism(t: _Timed) -> None:
+    """The timer's first and latest calls against the checked one (on the CPU)."""
+    item = t.item
+    with spans.span("determinism: the timer's calls compared"):
+        same, diff = same_bits(t.case, item.checked, (item.timer.first_out, item.timer.last_out))
+    t.result.deterministic, t.result.nondeterminism = same, None if same else diff
+    item.checked = item.timer.first_out = item.timer.last_out = None
+
+
+def _layer_parts(t: _Timed) -> None:
+    """A layer's parts (``--scope``), and on a GPU, forward, the parts inside whole calls."""
+    item, case, result = t.item, t.case, t.result
+    result.layer = layer_figures(case, t.timing, {p: tm.result().summary() for p, tm in item.parts.items()})
+    if case.device == "cuda" and case.direction == "fwd":
+        try:
+            with item.bound.scope():
+                result.layer["in_call"] = in_call_figures(item.bound.in_call_parts(IN_CALL_CALLS))
+        except Exception as exc:  # a check after the timing: the timing stays, the row says why
+            result.layer["in_call_error"] = f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _contention(t: _Timed) -> None:
+    """The CPU's verdict on the load around the cell's turns (bench.measure.contention)."""
+    tm = t.timing
+    t.result.contention = contention.verdict(tm.cpu_util, t.other_cpu, tm.threads, tm.samples_ms)
+
+
+def _gpu_state(t: _Timed) -> None:
+    """The GPU's clocks, power and energy around the cell's turns (NVML)."""
+    t.result.gpu_state = t.state.columns(_NVML["device"], t.case.batch * t.case.q_len, _NVML["flush_mj"])
+
+
+def _memory(t: _Timed) -> None:
+    """The peak of the whole step, from the machine's record or a memory pass."""
+    item, case, result = t.item, t.case, t.result
+    item.call = None  # the retained graph of a bwd call goes before the memory pass
+    item.parts = {}  # and a layer's parts' graphs
+    with spans.span("memory freed after a case"):
+        _free(case.device)
+    key = t.memory.key(item.variant, case, t.settings.threads) if t.memory is not None else None
+    cached = t.memory.get(key, getattr(t.settings, "peak_age_h", 0.0)) if key else None
+    if cached is not None:
+        result.peak_mem_bytes, result.peak_mem_cached = cached, True
+        return
+    with item.bound.scope(), spans.span("memory pass"):  # the whole step: forward and, with one, backward
+        result.peak_mem_bytes = peak_bytes(case.device, item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
+    if key:
+        t.memory.put(key, result.peak_mem_bytes)
+        result.peak_mem_cached = False
+
+
+def _gpu_checks(t: _Timed) -> None:
+    """The kernels that ran, the backend they belong to, and a second timer (a CUDA graph)."""
+    with spans.span("GPU checks (kernel names, graph)"):
+        t.result.gpu_checks = gpu_check_columns(t.item.bound, t.timing.median_ms, t.settings)
+
+
+def _steps(t: _Timed) -> None:
+    """--steps: what a step costs beyond the kernel; the cell's timing stays when they fail."""
+    try:
+        t.result.extra.update(run_steps(t.item.variant, t.case, t.settings.steps))
+    except Exception as exc:
+        t.result.extra["steps_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a timed cell's life after its timing: its name (bench.model.features names a
+    feature's), when it applies, what it does, and what a failure in it names (None: the
+    timing's pass; a step that must not fail its cell catches its own errors).  ``ok``: the
+    cell is ok once the steps before it passed."""
+    name: str
+    applies: Callable[[_Timed], bool]
+    run: Callable[[_Timed], None]
+    during: Callable[[_Timed], str] | None = None
+    ok: bool = False
+
+
+AFTER_TIMING: tuple[Step, ...] = (
+    Step("determinism", lambda t: t.item.checked is not None, _determinism),
+    Step("layer parts", lambda t: bool(t.item.parts), _layer_parts),
+    Step("contention", lambda t: t.case.device == "cpu", _contention),
+    Step("gpu state", lambda t: t.state is not None, _gpu_state),
+    Step("memory pass", lambda t: True, _memory,
+         lambda t: f"memory pass (after a timing of median {t.timing.median_ms:.4g} ms, not kept)"),
+    Step("gpu checks", lambda t: t.case.device == "cuda", _gpu_checks,
+         lambda t: "kernel names (a profiled call after the timing)"),
+    Step("steps", lambda t: bool(getattr(t.settings, "steps", 0)), _steps, ok=True),
+)
+
+
 def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, other_cpu, state, at,
             memory: MemoryCache | None = None) -> None:
-    """A timed cell's result: its timing, the machine's state around it, its memory pass, its
-    GPU checks and its --steps; a pass that raises ends the cell there, with what it held before."""
+    """A timed cell's result: its timing, then each step of ``AFTER_TIMING`` that applies; a step
+    that raises ends the cell there, with what it held before."""
     result = item.result
     during = "timing"
     try:
         at(item.variant.name)
-        timing = result.timing = item.timer.result().summary()
+        result.timing = item.timer.result().summary()
         result.interleave_id = together
-        if item.checked is not None:  # the timer's first and latest calls against the checked one
-            with spans.span("determinism: the timer's calls compared"):
-                same, diff = same_bits(case, item.checked, (item.timer.first_out, item.timer.last_out))
-            result.deterministic, result.nondeterminism = same, None if same else diff
-            item.checked = item.timer.first_out = item.timer.last_out = None
-        if item.parts:
-            result.layer = layer_figures(case, timing, {p: t.result().summary() for p, t in item.parts.items()})
-            if case.device == "cuda" and case.direction == "fwd":  # the parts inside whole calls, from events
-                try:
-                    with item.bound.scope():
-                        result.layer["in_call"] = in_call_figures(item.bound.in_call_parts(IN_CALL_CALLS))
-                except Exception as exc:  # a check after the timing: the timing stays, the row says why
-                    result.layer["in_call_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        if case.device == "cpu":
-            result.contention = contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms)
-        if state is not None:
-            result.gpu_state = state.columns(_NVML["device"], case.batch * case.q_len, _NVML["flush_mj"])
-        item.call = None  # the retained graph of a bwd call goes before the memory pass
-        item.parts = {}  # and a layer's parts' graphs
-        with spans.span("memory freed after a case"):
-            _free(case.device)
-        during = f"memory pass (after a timing of median {timing.median_ms:.4g} ms, not kept)"
-        key = memory.key(item.variant, case, settings.threads) if memory is not None else None
-        cached = memory.get(key, getattr(settings, "peak_age_h", 0.0)) if key else None
-        if cached is not None:
-            result.peak_mem_bytes, result.peak_mem_cached = cached, True
-        else:
-            with item.bound.scope(), spans.span("memory pass"):  # the whole step: forward and, with one, backward
-                result.peak_mem_bytes = peak_bytes(case.device,
-                                                   item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
-            if key:
-                memory.put(key, result.peak_mem_bytes)
-                result.peak_mem_cached = False
-        if case.device == "cuda":  # the kernels that ran, the backend they belong to, and a second timer
-            during = "kernel names (a profiled call after the timing)"
-            with spans.span("GPU checks (kernel names, graph)"):
-                    result.gpu_checks = gpu_check_columns(item.bound, timing.median_ms, settings)
-        result.decide(Status.OK)
-        if getattr(settings, "steps", 0):  # --steps: what a step costs beyond the kernel
-            try:
-                result.extra.update(run_steps(item.variant, case, settings.steps))
-            except Exception as exc:  # the cell's timing stays; the steps say why they are missing
-                result.extra["steps_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+        timed = _Timed(item, case, settings, result.timing, other_cpu, state, memory)
+        for step in AFTER_TIMING:
+            if step.ok:
+                result.decide(Status.OK)
+            if step.applies(timed):
+                during = step.during(timed) if step.during else during
+                step.run(timed)
+        if result.status is None:
+            result.decide(Status.OK)
     except Exception as exc:
         result.fail(exc, during)
 

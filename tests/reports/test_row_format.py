@@ -66,10 +66,12 @@ def folders(tmp_path_factory):
     return old, _in_format_2(old, root / "format2" / "golden")
 
 
+@pytest.mark.slow  # two whole reports, charts included: with the whole suite
 def test_a_format_1_folder_reads_through_the_converter_to_the_same_tables(folders):
     _same_tables(folders[0])
 
 
+@pytest.mark.slow
 def test_the_same_rows_stored_in_format_2_give_the_same_tables(folders):
     new = folders[1]
     records = [json.loads(line) for line in (new / "results.jsonl").read_text().splitlines()]
