@@ -8,10 +8,11 @@ import pandas as pd
 from bench.engine import judge, store
 from bench.measure.flops import DIRECTION_FACTOR
 from bench.model import row
+from bench.model.axes import placed
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 
-FACET_COLS = ["run", "model", "hardware", "device", "scope", "ffn", "dtype", "direction", "mask", "window", "align",
-              "lengths", "mix", "inputs", "kv_layout", "batch", "heads", "kv_heads", "head_dims", "kv"]
+FACET_COLS = placed(["run", "model", "hardware", "device", "scope", "ffn", "dtype", "direction", "mask", "window",
+                     "align", "lengths", "mix", "batch", "heads", "kv_heads", "head_dims", "kv"], "facet_after")
 # the order every table and chart names its facets in: the run's (run, model, hardware), then each case field's
 # but the length (the x axis); head_dims and kv are made of case fields (CASE_FACETS)
 RUN_FACETS = ("run", "model", "hardware")

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from bench.engine.judge import beyond_same
+from bench.model.axes import placed
 from reports.frames import facet_groups, facet_labels, natural, paired_ratio, varying_facets
 
 MAX_FACETS = 12  # panels in one chart: more and a 1400 px page shows hairlines under overlapping titles
@@ -20,7 +21,8 @@ MAX_FACETS = 12  # panels in one chart: more and a 1400 px page shows hairlines 
 GROUP_AXES = ("model", "hardware", "device", "scope", "ffn", "dtype", "head_dims", "direction")
 # when a group would still hold more than MAX_FACETS facets, these become group axes too, in this
 # order (the mask, the window and the runs stay side by side in one chart for as long as they can)
-PROMOTE = ("heads", "kv_heads", "batch", "kv", "inputs", "lengths", "mix", "align", "kv_layout", "run", "window")
+PROMOTE = tuple(placed(("heads", "kv_heads", "batch", "kv", "lengths", "mix", "align", "run", "window"),
+                       "promote_after"))  # each plain axis where it declares (bench.model.axes)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from bench.model.axes import PLAIN
+
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16")  # a variant's default dtypes=
 FP8 = "float8_e4m3fn"  # inference only, and only where a variant declares it (SDPA, flex)
@@ -73,7 +75,9 @@ def later(default):
 
 
 @dataclass(frozen=True)
-class Case:
+class _Case:
+    """What one cell measures besides its variant: the device and dtype, the shape, the mask, the
+    direction and the workload.  ``Case`` is this with a field for each plain axis."""
     device: str = "cpu"
     dtype: str = "float32"
     batch: int = 1
@@ -86,8 +90,6 @@ class Case:
     window: int | None = None
     direction: str = "fwd"
     lengths: str = later("fixed")  # the sequence lengths of the batch (bench.model.workload): fixed, or a ragged mix
-    inputs: str = later("normal")  # the structure of q, k and v (bench.model.workload)
-    kv_layout: str = later("contiguous")  # the KV cache: contiguous, or paged:PAGE with a block table (workload)
     align: str = later("top-left")  # query i at position i (top-left), or at kv_len - q_len + i (bottom-right): ALIGNS
     head_dim_v: int | None = later(None)  # v's (and the output's) head dim where it is not q's and k's (MLA: 192/128)
     # a mixed serving batch (--batch-mix, bench.model.workload.Mix): sequences of their own query and key
@@ -323,6 +325,10 @@ class Case:
         return (f"{self.device} {self.dtype} b={self.batch} {heads} {lens} d={self.dims} "
                 f"{mask} {self.direction}{extra}")
 
+
+Case = dataclasses.make_dataclass(  # and a field of each plain axis (bench.model.axes): inputs, kv_layout, ...
+    "Case", [(a.name, str, later(a.default)) for a in PLAIN], bases=(_Case,), frozen=True,
+    namespace={"__module__": __name__, "__qualname__": "Case", "__doc__": _Case.__doc__})
 
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}  # a row written before a field existed

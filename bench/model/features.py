@@ -40,9 +40,9 @@ CORE = Feature(
               "directions", "device", "preset", "timeout", "budget_ms", "plugins", "threads", "precision", "rounds",
               "ceiling_s", "timer", "deterministic", "dynamic", "peak_age"),
     groups=("work", "check"), steps=("determinism",), command="sweep",
-    modules=("bench/model/spec.py", "bench/model/case.py", "bench/measure/timing.py", "bench/measure/stats.py",
-             "bench/measure/reference.py", "bench/engine/cell.py", "bench/engine/pool.py", "bench/engine/sweep.py",
-             "bench/engine/store.py", "bench/engine/judge/__init__.py"))
+    modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/measure/timing.py",
+             "bench/measure/stats.py", "bench/measure/reference.py", "bench/engine/cell.py", "bench/engine/pool.py",
+             "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py"))
 
 FEATURES: tuple[Feature, ...] = (
     Feature("workloads", "ragged batches, structured inputs, a paged KV cache, alignment, serving mixes, models",

@@ -7,7 +7,10 @@ setting is written down: the command-line flags (``bench.cli``), the TOML keys o
 and ``--help`` all come from it. A value is parsed once, where it enters (a flag, a TOML
 key, a preset), and the frozen ``Spec`` saved in a run folder is what a resume starts from.
 
-Adding an axis is one field here plus the code that uses it (``Spec.cases`` and ``Case``).
+A plain axis (a value of the case swept over and handed to the variant as it is: ``--inputs``,
+``--kv-layout``) is one declaration in ``bench.model.axes``, which adds its setting here and its
+field to ``Case``; an axis that shapes the others (lengths, batch, masks, alignment, mixes) is a
+field here and in ``Case``, with its code in ``Spec.cases``.
 How a Spec is built from what a user gives (flags, a TOML file, a preset, a model, a run to
 resume) and the checks across settings live in ``bench.model.specbuild``.
 """
@@ -24,6 +27,7 @@ from typing import Any
 from bench.errors import UsageError
 from bench.model.anchors import NAMES as ANCHOR_NAMES
 from bench.model.anchors import select as select_anchors
+from bench.model.axes import PLAIN
 from bench.model.case import (
     ALIGNS,
     CASE_DTYPES,
@@ -85,8 +89,9 @@ def setting(help: str, parse, *, default=None, axis: bool = False, case: bool = 
 # --- the specification ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Spec:
-    """What a sweep measures and how. Axis fields are lists; ``cases()`` is their product."""
+class _Spec:
+    """What a sweep measures and how. Axis fields are lists; ``cases()`` is their product.
+    ``Spec`` is this with a setting for each plain axis (bench.model.axes)."""
     variants: list[str] = setting("comma-separated variant names (default: all registered)", texts,
                                   axis=True, case=True)
     seq_lens: list[int] = setting("query lengths, e.g. 512,1024,2048", ints(MAX_LEN), axis=True, case=True)
@@ -110,12 +115,6 @@ class Spec:
                                  "uniform:LO-HI, lognormal:SIGMA, bimodal[:SHORT/LONG:FRAC] or a list A/B/C",
                                  workload_spellings("lengths"), default=("fixed",), axis=True, case=True,
                                  metavar="DIST", later=True)
-    inputs: list[str] = setting("structure of q, k and v: normal (the default), clustered[:K], lowrank[:R], "
-                                "outliers[:SCALE]", workload_spellings("inputs"), default=("normal",), axis=True,
-                                case=True, metavar="KIND", later=True)
-    kv_layout: list[str] = setting("the KV cache: contiguous (the default), or paged:PAGE, pages of PAGE tokens in a "
-                                   "shuffled block table", workload_spellings("kv_layout"), default=("contiguous",),
-                                   axis=True, case=True, metavar="LAYOUT", later=True)
     align: list[str] = setting("where the queries sit among the keys: top-left (query i is key i: training, "
                                "prefill; the default) or bottom-right (the queries are the last q_len tokens: decode, "
                                "chunked prefill, draft verification); tl and br for short",
@@ -274,18 +273,35 @@ class Spec:
         """The batch shapes of the sweep, small to large n within each workload: a batch and its
         lengths, inputs, KV layout and alignment; or, with --batch-mix, each mix (its own
         batch, lengths and alignment) under each input kind and KV layout."""
-        inputs, layouts = self.inputs or ["normal"], self.kv_layout or ["contiguous"]
+        plain = [a.name for a in PLAIN]
+        values = [getattr(self, a.name) or [a.default] for a in PLAIN]  # each plain axis's values, in the product
         if self.batch_mix:
-            return [{"mix": mix, "inputs": i, "kv_layout": layout}
-                    for i, layout, mix in itertools.product(inputs, layouts, self.batch_mix)]
+            return [{"mix": mix, **dict(zip(plain, chosen))}
+                    for *chosen, mix in itertools.product(*values, self.batch_mix)]
         out = []
-        for lengths, i, layout, align, q_len in itertools.product(self.lengths or ["fixed"], inputs, layouts,
-                                                                   self.align or ["top-left"], sorted(self.seq_lens)):
+        for lengths, *chosen, align, q_len in itertools.product(self.lengths or ["fixed"], *values,
+                                                                 self.align or ["top-left"], sorted(self.seq_lens)):
             batch = batch_given or self.total_tokens // q_len
-            out += [{"batch": batch, "q_len": q_len, "kv_len": kv_len, "lengths": lengths, "inputs": i,
-                     "kv_layout": layout, "align": align} for kv_len in self.kv_lens or [q_len]]
+            out += [{"batch": batch, "q_len": q_len, "kv_len": kv_len, "lengths": lengths, **dict(zip(plain, chosen)),
+                     "align": align} for kv_len in self.kv_lens or [q_len]]
         return out
 
+
+def _parser(parse):
+    """A plain axis's parser (bench.model.axes.Axis.parse): by name, made by a factory, or itself."""
+    import bench.model.parsers as parsers
+
+    if isinstance(parse, str):
+        return getattr(parsers, parse)
+    if isinstance(parse, tuple):
+        return getattr(parsers, parse[0])(*parse[1:])
+    return parse
+
+
+Spec = dataclasses.make_dataclass(  # and a setting for each plain axis (bench.model.axes): --inputs, --kv-layout, ...
+    "Spec", [(a.name, list[str], setting(a.help, _parser(a.parse), default=(a.default,), axis=True, case=True,
+                                         metavar=a.metavar, later=True)) for a in PLAIN],
+    bases=(_Spec,), frozen=True, namespace={"__module__": __name__, "__qualname__": "Spec", "__doc__": _Spec.__doc__})
 
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(Spec)}
 AXES = tuple(name for name, s in SETTINGS.items() if s.axis)

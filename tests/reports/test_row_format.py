@@ -86,4 +86,4 @@ def test_the_same_rows_stored_in_format_2_give_the_same_tables(folders):
 def test_rows_read_back_from_either_format_are_the_same(folders):
     old, new = (store.read_rows(f) for f in folders)
     assert len(old) == len(new) == 208
-    assert old == new and [list(r) for r in old] == [list(r) for r in new]
+    assert old == new and [set(r) for r in old] == [set(r) for r in new]  # the same columns and values
