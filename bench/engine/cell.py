@@ -542,14 +542,12 @@ def _steps(t: _Timed) -> None:
 @dataclass(frozen=True)
 class Step:
     """One step of a timed cell's life after its timing: its name (bench.model.features names a
-    feature's), when it applies, what it does, and what a failure in it names (None: the
-    timing's pass; a step that must not fail its cell catches its own errors).  ``ok``: the
-    cell is ok once the steps before it passed."""
+    feature's), when it applies, what it does, and what a failure in it names (None: the pass
+    before it; a step that must not fail its cell, such as --steps, catches its own errors)."""
     name: str
     applies: Callable[[_Timed], bool]
     run: Callable[[_Timed], None]
     during: Callable[[_Timed], str] | None = None
-    ok: bool = False
 
 
 AFTER_TIMING: tuple[Step, ...] = (
@@ -561,7 +559,7 @@ AFTER_TIMING: tuple[Step, ...] = (
          lambda t: f"memory pass (after a timing of median {t.timing.median_ms:.4g} ms, not kept)"),
     Step("gpu checks", lambda t: t.case.device == "cuda", _gpu_checks,
          lambda t: "kernel names (a profiled call after the timing)"),
-    Step("steps", lambda t: bool(getattr(t.settings, "steps", 0)), _steps, ok=True),
+    Step("steps", lambda t: bool(getattr(t.settings, "steps", 0)), _steps),
 )
 
 
@@ -577,13 +575,10 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
         result.interleave_id = together
         timed = _Timed(item, case, settings, result.timing, other_cpu, state, memory)
         for step in AFTER_TIMING:
-            if step.ok:
-                result.decide(Status.OK)
             if step.applies(timed):
                 during = step.during(timed) if step.during else during
                 step.run(timed)
-        if result.status is None:
-            result.decide(Status.OK)
+        result.decide(Status.OK)
     except Exception as exc:
         result.fail(exc, during)
 

@@ -190,10 +190,10 @@ def row_formats(run_dir: Path, env: dict) -> list:
     """env.json's ``row_formats`` once rows of this build's ``FORMAT`` are appended from here on:
     a new folder is FORMAT throughout; an older folder resumed keeps its lines' format and
     gains a pair for the lines this build appends."""
-    pairs = formats(env)
-    if not (Path(run_dir) / RESULTS).exists() or next_line(run_dir) == 1:
+    pairs, line = formats(env), next_line(run_dir)
+    if line == 1:  # no row yet
         return [[1, FORMAT]]
-    return [list(p) for p in pairs] + ([] if pairs[-1][1] == FORMAT else [[next_line(run_dir), FORMAT]])
+    return [list(p) for p in pairs] + ([] if pairs[-1][1] == FORMAT else [[line, FORMAT]])
 
 
 def _parse(line: bytes, required) -> tuple[dict | None, str]:

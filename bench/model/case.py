@@ -67,11 +67,12 @@ def _positive(field: str, value) -> None:
         raise CaseError(field, value, f"must be at most {LIMITS[field]:,}")
 
 
-def later(default):
+def later(default, kw_only: bool = False):
     """A case field added after the first run folders: rows written before it lack it and were
     measured with ``default``, which they read as (``CASE_ADDED``); the repro command, the
-    memory models and the report's unsaid facets follow from it."""
-    return dataclasses.field(default=default, metadata={"later": True})
+    memory models and the report's unsaid facets follow from it.  ``kw_only``: given by name
+    only (a plain axis's field, which comes after every other)."""
+    return dataclasses.field(default=default, metadata={"later": True}, kw_only=kw_only)
 
 
 @dataclass(frozen=True)
@@ -327,7 +328,7 @@ class _Case:
 
 
 Case = dataclasses.make_dataclass(  # and a field of each plain axis (bench.model.axes): inputs, kv_layout, ...
-    "Case", [(a.name, str, later(a.default)) for a in PLAIN], bases=(_Case,), frozen=True,
+    "Case", [(a.name, str, later(a.default, kw_only=True)) for a in PLAIN], bases=(_Case,), frozen=True,
     namespace={"__module__": __name__, "__qualname__": "Case", "__doc__": _Case.__doc__})
 
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case))

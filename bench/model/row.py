@@ -14,7 +14,7 @@ the case, the outcome, the settings and the raw timing (every sample, each round
 calls per sample, the warm-up) at the top level, and the rest in namespaced groups (``GROUPS``:
 ``work``, ``load``, ``check``, ``memory``, ``kernels``, ``gpu``; ``layer``; ``extra``).  The figures
 the samples give (``DERIVED``: median, spread, interval, rates) are not stored: a reader computes
-them in one place (``bench.measure.timing.row_figures``).  ``from_disk`` turns a stored record of
+them in one place (``bench.measure.stats.row_figures``).  ``from_disk`` turns a stored record of
 any format back into the flat row every reader uses; env.json's ``row_formats`` says which
 lines of a folder have which format (``formats``).
 """
@@ -284,7 +284,7 @@ def from_disk(record: dict, fmt: int, figures=None) -> dict:
     Format 1: the columns of older rows under a former name (``RENAMED``) under the name they
     have now, and a case field the row predates at the default it was measured with.  Format 2:
     the groups' columns at the top level in ``COLUMNS`` order, with the derived figures that
-    ``figures(row)`` gives (``bench.measure.timing.row_figures``), and ``ALWAYS``'s columns even
+    ``figures(row)`` gives (``bench.measure.stats.row_figures``), and ``ALWAYS``'s columns even
     when None, as a format-1 row has them.  Either way, ``extra``'s figures become columns of
     their own (a figure named like a column comes as ``extra.<name>``)."""
     if fmt == 1:
