@@ -18,7 +18,6 @@ from bench.model import row as rows_of  # current_rows: the one helper that says
 from bench.model.case import CASE_ADDED, CASE_FIELDS
 from bench.model.row import (
     FORMAT,
-    Row,
     cell_key,
     format_of,
     formats,
@@ -234,10 +233,10 @@ class ResultWriter:
         self._f = open(self.path, "a", encoding="utf-8")
 
     def write(self, row) -> None:
-        """Append one row (a ``Row``, or a dict that ``make_row`` types: results.jsonl takes
-        only declared columns) and flush it to disk."""
+        """Append one row (a dict that ``make_row`` checks: results.jsonl takes only declared
+        columns of their types) and flush it to disk."""
         if self.typed:
-            row = to_record(row if isinstance(row, Row) else make_row(row))
+            row = to_record(make_row(row))
         self._f.write(json.dumps(_finite(row), default=str, allow_nan=False) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())

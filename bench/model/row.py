@@ -1,8 +1,8 @@
-"""One measured cell: a typed, frozen row.
+"""One measured cell: a typed row.
 
-``Row`` declares every column a row can have, grouped by what it says, once, and what each
+This module declares every column a row can have, grouped by what it says, once, and what each
 holds (``COLUMN_TYPES``: a number, a flag, a text, a list, a table; None where it is not
-measured): the writer validates names and types against it, and the readers (reports,
+measured): the writer validates names and types against it (``make_row``), and the readers (reports,
 compare, export) take their column lists from these groups.  The worker keeps its results
 typed (``bench.measure.timing.TimingSummary``, ``bench.measure.reference.CheckResult``) until
 they become a row's columns.  ``status`` is a ``Status``; ``reason_kind`` says what kind of reason
@@ -21,9 +21,7 @@ lines of a folder have which format (``formats``).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from dataclasses import dataclass, field
 from typing import get_args, get_type_hints
 
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS, Case
@@ -138,16 +136,6 @@ _ACCEPTS = {Number: (int, float), int: (int,), bool: (bool,), str: (str,), list:
             ReasonKind: (ReasonKind,)}
 
 
-def _fields():
-    out = []
-    for name in COLUMNS:
-        if name in ("variant", "status"):
-            continue
-        t = COLUMN_TYPES[name]
-        out.append((name, t if name in CASE_FIELDS and name not in CASE_ADDED else t | None, field(default=None)))
-    return out
-
-
 def _base(t):
     """``int | None`` -> int: the type a value of a column must have when it is not None."""
     args = [a for a in get_args(t) if a is not type(None)]
@@ -170,24 +158,14 @@ def wrong_types(values: dict) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
-class _RowBase:
-    variant: str
-    status: Status
-
-
-Row = dataclasses.make_dataclass(
-    "Row", [*_fields(), ("extra", dict, field(default_factory=dict))], bases=(_RowBase,), frozen=True,
-    namespace={"__doc__": "One measured cell; its columns are ``COLUMNS`` and their types ``COLUMN_TYPES`` (see the "
-               "module doc).", "__module__": __name__})
-
-
 class RowError(ValueError):
     """A row with a column that is not declared, or a status that is not a Status."""
 
 
-def make_row(values: dict) -> Row:
-    """A Row from a dict of columns (and ``extra``); an undeclared column is an error."""
+def make_row(values: dict) -> dict:
+    """A dict of columns (and ``extra``), checked: every column declared and of its type, the
+    status a ``Status`` and the reason's kind a ``ReasonKind``; every column comes back (None
+    where it is not given), then ``extra``.  An undeclared column is an error."""
     values = dict(values)
     extra = dict(values.pop("extra", None) or {})
     unknown = sorted(set(values) - set(COLUMNS))
@@ -203,7 +181,7 @@ def make_row(values: dict) -> Row:
     wrong = wrong_types(values)
     if wrong:
         raise RowError(f"row column(s) of the wrong type: {'; '.join(wrong)}")
-    return Row(**values, extra=extra)
+    return {c: values.get(c) for c in COLUMNS} | {"extra": extra}
 
 
 def default_kind(status: Status) -> ReasonKind:
@@ -225,17 +203,17 @@ STORED = tuple(c for c in COLUMNS if c not in DERIVED and c not in _GROUP_OF)  #
 WRITTEN = (*IDENTITY, *OUTCOME)  # in every record, even when None
 
 
-def to_record(row: Row) -> dict:
+def to_record(row: dict) -> dict:
     """The row as written to results.jsonl (format ``FORMAT``): its stored columns at the top
     level (a None one only where every record has it, ``WRITTEN``), each group's columns that
     are not None under the group's name, then ``extra`` when it has any.  The derived figures
     are left out; a row that has them must have the samples they come from."""
-    if row.median_ms is not None and not row.samples_ms:
+    if row.get("median_ms") is not None and not row.get("samples_ms"):
         raise RowError("a row's median and spread are computed from its samples_ms when it is read: give the "
                        "samples, not the figures")
     out: dict = {}
     for name in COLUMNS:
-        value = getattr(row, name)
+        value = row.get(name)
         if isinstance(value, enum.Enum):
             value = value.value
         if name in DERIVED or (value is None and name not in WRITTEN):
@@ -245,8 +223,8 @@ def to_record(row: Row) -> dict:
             out.setdefault(group, {})[name] = value
         else:
             out[name] = value
-    if row.extra:
-        out["extra"] = dict(row.extra)
+    if row.get("extra"):
+        out["extra"] = dict(row["extra"])
     return out
 
 

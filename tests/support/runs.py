@@ -13,11 +13,10 @@ def format_1_record(row: dict) -> dict:
     typed = make_row(row)
     out = {}
     for name in COLUMNS:
-        value = getattr(typed, name)
-        value = getattr(value, "value", value)
+        value = getattr(typed[name], "value", typed[name])
         if value is not None or name in ALWAYS:
             out[name] = value
-    return out | ({"extra": dict(typed.extra)} if typed.extra else {})
+    return out | ({"extra": typed["extra"]} if typed["extra"] else {})
 
 
 def samples_giving(median: float, q1: float | None = None, q3: float | None = None) -> list[float]:
