@@ -346,22 +346,10 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
             failed.add(name)
             emit(by_name[name].result.fail(exc, "timing" if key == name else f"timing its part {key[1]}").row())
 
-    graph = case.device == "cuda" and settings.timer == "graph"  # captured from a call built on its own stream
-    for item in list(live):
+    for item in live:
         try:
             at(item.variant.name)
-            if not per_turn and not graph:
-                with item.bound.scope():
-                    item.call = item.bound.timed()
-            item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer,
-                                    make_call=item.bound.timed, keep_outputs=item.checked is not None)
-            if case.scope != "core":  # each part, a timer of its own in the same rounds
-                with item.bound.scope():
-                    item.parts = {part: make_timer(case.device, call, settings.budget_ms, settings.precision,
-                                                   settings.timer, make_call=lambda c=call: c)
-                                  for part, call in item.bound.part_calls().items()}
-            if per_turn:
-                item.result.bwd_forward = "per turn"
+            _make_timers(item, case, settings, per_turn)
         except Exception as exc:
             on_error(item.variant.name, exc)
     timers = {}
@@ -386,6 +374,24 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
 
 
 HOLD_CASES = 8  # contended cases a worker keeps set up for a re-timing; the oldest goes beyond
+
+
+def _make_timers(item: _Live, case: Case, settings: MeasureSettings, per_turn: bool) -> None:
+    """``item``'s timer, and a layer's parts' timers for the same rounds; a call built now unless
+    each turn builds its own (a backward's forward, or a CUDA graph captured on its own stream)."""
+    graph = case.device == "cuda" and settings.timer == "graph"
+    if not per_turn and not graph:
+        with item.bound.scope():
+            item.call = item.bound.timed()
+    item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer,
+                            make_call=item.bound.timed, keep_outputs=item.checked is not None)
+    if case.scope != "core":  # each part, a timer of its own in the same rounds
+        with item.bound.scope():
+            item.parts = {part: make_timer(case.device, call, settings.budget_ms, settings.precision,
+                                           settings.timer, make_call=lambda c=call: c)
+                          for part, call in item.bound.part_calls().items()}
+    if per_turn:
+        item.result.bwd_forward = "per turn"
 
 
 class Held:

@@ -214,6 +214,65 @@ def _hold_lifeline(lifeline) -> None:
 
 
 def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = None, lifeline=None) -> None:
+    settings = _enter(conn, settings, environ, lifeline)
+    if settings is None:  # started ahead, and never given a sweep
+        return
+    import gc
+
+    import torch
+
+    from bench.engine.cell import Held, ReferenceCache, WorkerTainted, cuda_broken
+    from bench.engine.discovery import discover
+    from bench.engine.memcache import MemoryCache
+    from bench.measure.leftovers import Leftovers, warm
+
+    if settings.measure.threads:
+        torch.set_num_threads(settings.measure.threads)
+    registry = discover(settings.plugins)
+    cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
+    held = Held()  # contended cases kept set up, timed again in place
+    memory = MemoryCache(_device_name())  # the memory peaks this machine measured already
+    kept = dict(cache=ReferenceCache(), held=held, memory=memory)
+    warm()  # the libraries' own thread pools, started before the baseline
+    vecisa.trust()  # Inductor's CPU probe, skipped where this machine's record says what it finds
+    gc.collect()
+    gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
+    kept["leftovers"] = Leftovers()  # what a variant leaves running, against the worker as it is now
+    conn.send(Ready(torch.get_num_threads(), _device_name()))
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:  # the sweep is gone
+            job = None
+        if job is None:
+            memory.flush(force=True)  # what it measured, for the next workers
+            return
+        if job.log_path and job.log_path != settings.log_path:  # a parked worker at a new sweep's folder
+            _log_to(job.log_path)
+            settings = dataclasses.replace(settings, log_path=job.log_path)
+        if job.measure is not None:
+            cell_settings = job.measure.replace(threads=torch.get_num_threads())
+        if job.trace != spans.enabled():
+            spans.enable(job.trace)
+        try:
+            with spans.span("the rest of a job"):
+                _run_job(conn, job, registry, cell_settings, kept)
+        except WorkerTainted as exc:  # its row is sent; the rest of the case goes to a fresh worker
+            conn.send(Restart(str(exc)))
+            conn.close()
+            os._exit(4)
+        vecisa.learn()  # what this process's probe found, once, for the next workers
+        memory.flush()  # the peaks measured so far, for the next workers (every few seconds)
+        conn.send(Done(spans.take() if job.trace else None))
+        if cuda_broken():  # its rows are sent; a fresh worker takes the next case
+            conn.close()
+            os._exit(3)
+
+
+def _enter(conn, settings: WorkerSettings | None, environ: dict | None, lifeline) -> WorkerSettings | None:
+    """The worker process set up before its first job: the sweep's environment, dying with its
+    parent, the heap it keeps, its cores, a process group of its own, torch imported; a worker
+    started ahead (``settings`` None) then waits for its settings (None: it is not needed)."""
     if environ is not None:  # forked from the fork server: the sweep's environment, not the server's
         os.environ.clear()
         os.environ.update(environ)
@@ -229,7 +288,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         pass
     if lifeline is not None:
         _hold_lifeline(lifeline)
-    import torch
+    import torch  # noqa: F401
 
     if settings is None:  # started ahead (prestart), beside the sweep's own start-up
         import torch._dynamo  # noqa: F401  (torch.profiler's and flex's first use import it: ~1.5 s, paid here)
@@ -238,84 +297,39 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         try:
             settings = conn.recv()
         except EOFError:
-            return
+            return None
         if settings is None:
-            return
+            return None
         _pin(settings)  # cores only: a worker with an environment to set is never started ahead
     if settings.log_path:  # native libraries write straight to fd 1 and 2
         _log_to(settings.log_path)
-    import gc
+    return settings
 
-    from bench.engine.cell import (
-        Held,
-        ReferenceCache,
-        WorkerTainted,
-        cuda_broken,
-        profile_group,
-        retime_group,
-        run_group,
-    )
-    from bench.engine.discovery import discover
-    from bench.engine.memcache import MemoryCache
-    from bench.measure.leftovers import Leftovers, warm
 
-    if settings.measure.threads:
-        torch.set_num_threads(settings.measure.threads)
-    registry = discover(settings.plugins)
-    cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
-    cache = ReferenceCache()
-    held = Held()  # contended cases kept set up, timed again in place
-    memory = MemoryCache(_device_name())  # the memory peaks this machine measured already
-    warm()  # the libraries' own thread pools, started before the baseline
-    vecisa.trust()  # Inductor's CPU probe, skipped where this machine's record says what it finds
-    gc.collect()
-    gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
-    leftovers = Leftovers()  # what a variant leaves running, against the worker as it is now
-    conn.send(Ready(torch.get_num_threads(), _device_name()))
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:  # the sweep is gone
-            memory.flush(force=True)
-            return
-        if job is None:
-            memory.flush(force=True)  # what it measured, for the next workers
-            return
-        if job.log_path and job.log_path != settings.log_path:  # a parked worker at a new sweep's folder
-            _log_to(job.log_path)
-            settings = dataclasses.replace(settings, log_path=job.log_path)
-        if job.measure is not None:
-            cell_settings = job.measure.replace(threads=torch.get_num_threads())
-        if job.flush:
-            run = None
-        elif job.profile:
-            run = profile_group
-        elif job.visit:
-            run = functools.partial(retime_group, settings=cell_settings)
-        else:
-            run = functools.partial(run_group, settings=cell_settings, cache=cache, skip_reference=job.skip_reference,
-                                    leftovers=leftovers, held=held if cell_settings.retime else None,
-                                    memory=memory)
-        if job.trace != spans.enabled():
-            spans.enable(job.trace)
-        try:
-            with spans.span("the rest of a job"):
-                if run is None:
-                    with spans.span("re-timing in place"):
-                        held.retime(lambda row: conn.send(Emitted(row)), lambda name: conn.send(At(name)))
-                else:
-                    run([registry[n] for n in job.names], Case.from_dict(job.case),
-                        emit=lambda row: conn.send(Emitted(row)), at=lambda name: conn.send(At(name)))
-        except WorkerTainted as exc:  # its row is sent; the rest of the case goes to a fresh worker
-            conn.send(Restart(str(exc)))
-            conn.close()
-            os._exit(4)
-        vecisa.learn()  # what this process's probe found, once, for the next workers
-        memory.flush()  # the peaks measured so far, for the next workers (every few seconds)
-        conn.send(Done(spans.take() if job.trace else None))
-        if cuda_broken():  # its rows are sent; a fresh worker takes the next case
-            conn.close()
-            os._exit(3)
+def _run_job(conn, job, registry, cell_settings, kept: dict) -> None:
+    """One job: its case's cells (their rows sent as each finishes), a later visit's timing, the
+    profiled pass, or the re-timing in place of the contended cases held (a flush)."""
+    from bench.engine.cell import profile_group, retime_group, run_group
+
+    def emit(row):
+        conn.send(Emitted(row))
+
+    def at(name):
+        conn.send(At(name))
+
+    if job.flush:
+        with spans.span("re-timing in place"):
+            kept["held"].retime(emit, at)
+        return
+    if job.profile:
+        run = profile_group
+    elif job.visit:
+        run = functools.partial(retime_group, settings=cell_settings)
+    else:
+        run = functools.partial(run_group, settings=cell_settings, cache=kept["cache"], memory=kept["memory"],
+                                skip_reference=job.skip_reference, leftovers=kept["leftovers"],
+                                held=kept["held"] if cell_settings.retime else None)
+    run([registry[n] for n in job.names], Case.from_dict(job.case), emit=emit, at=at)
 
 
 def _log_to(path: str) -> None:
