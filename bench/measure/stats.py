@@ -116,9 +116,10 @@ def sample_figures(samples_ms) -> dict:
     95% interval, or with too few samples for one, the confidence their min-max gives).  The
     one place these are computed: the worker's summary and the reading of a stored row
     (``row_figures``) both take them from here, so a row read back has the figures its worker had."""
-    s = Stats.of(samples_ms)
-    ci = median_ci(samples_ms)
-    halfwidth = ci_halfwidth(samples_ms)
+    xs = sorted(float(x) for x in samples_ms)  # once: the statistics below sort what is sorted already
+    s = Stats.of(xs)
+    ci = median_ci(xs)
+    halfwidth = ci_halfwidth(xs, presorted=True)
     few = not math.isfinite(halfwidth)  # no 95% interval exists: its precision is unknown, not wide
     return dict(median_ms=s.median, iqr_ms=s.iqr, min_ms=s.min, mean_ms=s.mean, q1_ms=s.q1, q3_ms=s.q3,
                 samples=s.count, rel_iqr=s.rel_iqr, ci_halfwidth=None if few else halfwidth,
@@ -241,6 +242,7 @@ def t_cdf(t: float, dof: int) -> float:
     return 0.5 + 0.5 * a if t >= 0 else 0.5 - 0.5 * a
 
 
+@functools.lru_cache(maxsize=1024)  # a run's intervals ask for the same few (p, dof)
 def t_quantile(p: float, dof: int) -> float:
     """The ``p`` quantile of Student's t (bisection on t_cdf)."""
     lo, hi = -1e3, 1e3

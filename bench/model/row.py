@@ -201,6 +201,7 @@ GROUPS = {"work": WORKLOAD, "load": CONTENTION, "check": ACCURACY, "memory": ("p
 _GROUP_OF = {c: g for g, cols in GROUPS.items() for c in cols}
 STORED = tuple(c for c in COLUMNS if c not in DERIVED and c not in _GROUP_OF)  # a record's top-level columns
 WRITTEN = (*IDENTITY, *OUTCOME)  # in every record, even when None
+_ALWAYS = frozenset(ALWAYS)
 
 
 def to_record(row: dict) -> dict:
@@ -276,7 +277,11 @@ def from_disk(record: dict, fmt: int, figures=None) -> dict:
             members = record.get(group)
             stored.update(members if isinstance(members, dict) else {})
         stored |= (figures(stored) if figures else {})
-        flat = {c: stored.get(c) for c in COLUMNS if stored.get(c) is not None or c in ALWAYS}
+        flat = {}
+        for c in COLUMNS:
+            value = stored.get(c)
+            if value is not None or c in _ALWAYS:
+                flat[c] = value
         record = flat | {k: v for k, v in stored.items() if k not in flat and k not in COLUMNS} | (
             {"extra": record["extra"]} if "extra" in record else {})
     extra = record.get("extra")
