@@ -5,11 +5,11 @@ the power limit and the driver it ran under, and whether it ran on the anchor's 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 
 from bench.model.anchors import ANCHORS, Anchor, chips_in
+from reports.sections import Section, SectionInput
 
 NOTE = ("Each anchor is a shape at which a kernel's authors or users published a figure. The published figure is "
         "turned into the time it implies with its source's own way of counting the work (bench.model.anchors), and "
@@ -82,10 +82,10 @@ def anchor_table(df: pd.DataFrame, envs: list[dict]) -> pd.DataFrame:
             .drop(columns="_order").reset_index(drop=True))
 
 
-def write(df: pd.DataFrame, envs: list[dict], folder: Path) -> dict | None:
-    """anchors.csv and the page's section (None when no row sits at an anchor's shape)."""
-    table = anchor_table(df, envs)
+def sections(ctx: SectionInput) -> list[Section]:
+    """anchors.csv and the page's section (none when no row sits at an anchor's shape)."""
+    table = anchor_table(ctx.df, ctx.envs)
     if table.empty:
-        return None
-    table.to_csv(folder / "anchors.csv", index=False)
-    return {"table": table, "note": NOTE}
+        return []
+    table.to_csv(ctx.folder / "anchors.csv", index=False)
+    return [Section("anchors", "Against published figures", NOTE, table)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reports import anchors_section, frontier_section, layer_section, steps
 from reports.accuracy import error_chart, pareto_chart, roofline_chart
 from reports.charts import chart_jobs, declared_colours, draw, drawing_pool, variant_style
 from reports.frames import load_runs, speedups, with_peaks
@@ -15,6 +14,7 @@ from reports.mask_section import density_chart, mask_table, pattern_chart, pictu
 from reports.mixes import is_mix_frame, mix_jobs
 from reports.page import ReportParts, write_page
 from reports.scaling import crossovers, scaling_table
+from reports.sections import SectionInput, feature_sections
 from reports.tables import facet_tables, failed_rows, failures, status_counts, with_metrics, write_csvs
 
 
@@ -103,20 +103,11 @@ def _build(run_dirs, out: Path | None) -> Path:
     scaling.to_csv(folder / "scaling.csv", index=False)
     failed_rows(df).to_csv(folder / "failures.csv", index=False)
     cross.to_csv(folder / "crossovers.csv", index=False)
-    memory = frontier_section.write(df, envs, folder, charts_dir)
-    layer, saved = layer_section.write(df, folder, charts_dir, baseline, style)
-    anchors = anchors_section.write(df, envs, folder)
-    step_table = steps.steps_table(df)
-    per_step = {"table": step_table, "note": steps.NOTE,
-                "chart": steps.steps_chart(df, charts_dir / "steps", style) if not step_table.empty else None}
-    if not step_table.empty:
-        step_table.to_csv(folder / "steps.csv", index=False)
-    kept = {p for paths in drawn for p in paths} | {p for part in (memory, layer) for p in (part or {}).values()
-                                                     if isinstance(p, Path)} | set((layer or {}).get("more_charts", []))
-    kept |= {per_step["chart"]} if per_step["chart"] else set()
+    sections = feature_sections(SectionInput(df, envs, folder, charts_dir, baseline, style))
+    kept = {p for paths in drawn for p in paths} | {p for part in sections for p in part.charts}
     _remove_stale(charts_dir, kept)
-    parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, whole, baseline, masks, memory,
-                        per_step, groups, not_run(df), layer, saved, anchors)
+    parts = ReportParts(folder, df, envs, tables, scaling, cross, counts, fails, whole, baseline, masks, sections,
+                        groups, not_run(df))
     write_markdown(parts)
     return write_page(parts)
 

@@ -7,11 +7,11 @@ doubling's predicted peak, and the largest n the machine's memory holds (written
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 
 from bench.engine import memmodel
+from reports.sections import Section, SectionInput
 
 NOTE = ("Peak memory above the inputs fitted as a·n² + b·n + c per variant and case (dtype, mask, direction, heads, "
         "head dims, batch), minimising relative error. 'held out' refits without the largest n and predicts it: the "
@@ -68,11 +68,12 @@ def _exponent(series: pd.DataFrame) -> float:
     return fit_exponent(series["q_len"], series["median_ms"])["exponent"] if len(series) else math.nan
 
 
-def write(df: pd.DataFrame, envs: list[dict], folder: Path, charts_dir: Path) -> dict:
-    """frontier.csv (every run, empty when no series has three lengths), the table for the page
-    and the predicted frontier chart."""
+def sections(ctx: SectionInput) -> list[Section]:
+    """frontier.csv (every run, empty when no series has three lengths), and the page's section:
+    the memory models and the predicted frontier chart."""
     from reports.charts import declared_colours, frontier_chart
 
+    df, envs, folder, charts_dir = ctx.df, ctx.envs, ctx.folder, ctx.charts_dir
     table, budget = memory_table(df, envs)
     table.to_csv(folder / "frontier.csv", index=False)
     chart = None
@@ -88,8 +89,9 @@ def write(df: pd.DataFrame, envs: list[dict], folder: Path, charts_dir: Path) ->
                                                              f"(the machine's memory less 10%)\n{case}", predicted=True,
                                declared=declared_colours(envs))
     budget_text = f"{budget / 2**30:.3g} GiB (this machine's memory less 10%)" if budget else "the machine's memory"
-    return {"table": _shown(table), "chart": chart, "note": NOTE.format(limit=100 * memmodel.HELD_OUT_LIMIT,
-                                                                        budget=budget_text)}
+    note = NOTE.format(limit=100 * memmodel.HELD_OUT_LIMIT, budget=budget_text)
+    return [Section("memory", "Memory model and frontier", note, _shown(table), [chart] if chart else [],
+                    "predicted frontier")]
 
 
 def _num(x: float) -> str:

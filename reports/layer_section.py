@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from reports.sections import Section, SectionInput
+
 SERIES = ("scope", "ffn", "device", "dtype", "direction", "mask", "window", "heads", "kv_heads", "head_dims", "batch",
           "kv")  # one curve per variant within these
 NOTE = ("Attention's share is the cores' time (self and, in a decoder, cross) over the sum of the layer's parts, "
@@ -206,15 +208,15 @@ def _share_chart(groups: list, keys: list, out: Path, style: dict | None) -> Pat
     return save_figure(fig, out)[0]
 
 
-def write(df: pd.DataFrame, folder: Path, charts_dir: Path, baseline: str | None, style: dict | None = None) \
-        -> tuple[dict | None, dict | None]:
-    """layer.csv and layer_saved.csv, and the two sections of the page (None without layer rows)."""
-    lf = layer_frame(df)
+def sections(ctx: SectionInput) -> list[Section]:
+    """layer.csv and layer_saved.csv, and the two sections of the page (none without layer rows)."""
+    lf = layer_frame(ctx.df)
     if lf.empty:
-        return None, None
-    table, saved = crossover_table(lf), saved_table(lf, baseline)
-    table.to_csv(folder / "layer.csv", index=False)
-    saved.to_csv(folder / "layer_saved.csv", index=False)
-    charts = share_charts(lf, charts_dir / "layer_share", style)
-    return ({"table": table, "note": NOTE, "chart": charts[0] if charts else None, "more_charts": charts[1:]},
-            {"table": saved, "note": SAVED_NOTE} if not saved.empty else None)
+        return []
+    table, saved = crossover_table(lf), saved_table(lf, ctx.baseline)
+    table.to_csv(ctx.folder / "layer.csv", index=False)
+    saved.to_csv(ctx.folder / "layer_saved.csv", index=False)
+    charts = share_charts(lf, ctx.charts_dir / "layer_share", ctx.style)
+    return [Section("layer", "Attention in its layer: where O(n²) starts to matter", NOTE, table, charts,
+                    "attention's share of the layer against n"),
+            Section("layer-saved", "Layer time saved by the fastest exact core", SAVED_NOTE, saved)]

@@ -8,8 +8,9 @@ from pathlib import Path
 import pandas as pd
 
 from bench.measure.flops import __doc__ as FLOP_DOC
-from reports.page import MASKS_NOTE, OVERVIEW_NOTE, WORKLOAD_NOTES, ReportParts, env_summary, fmt_scaling, report_title
+from reports.page import MASKS_NOTE, OVERVIEW_NOTE, ReportParts, env_summary, fmt_scaling, report_title
 from reports.scaling import crossover_note
+from reports.sections import Section
 from reports.tables import METRICS, NOTES
 from reports.trust import conclusions, trust_line, trust_state
 
@@ -26,15 +27,12 @@ def _md(t: pd.DataFrame, index: bool = True, text: bool = False) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in [head, ["---"] * len(head), *body])
 
 
-def _section_md(title: str, part: dict | None, caption: str) -> list[str]:
-    if not part or part["table"].empty:
-        return []
-    lines = [f"### {title}", "", part["note"], ""]
-    for chart in [part.get("chart"), *part.get("more_charts", [])]:
-        if chart:
-            lines += [f"![{caption}](charts/{chart.name})", ""]
-    return lines + [_md(part["table"], index=False), ""]
-
+def _section_md(part: Section) -> list[str]:
+    """A feature's section (reports.sections): its title, note, charts and table."""
+    lines = [f"### {part.title}", "", part.note, ""]
+    for chart in part.charts:
+        lines += [f"![{part.caption}](charts/{chart.name})", ""]
+    return lines + [_md(part.table, index=False), ""]
 
 def write_markdown(r: ReportParts) -> Path:
     from reports.groups import overview_display
@@ -76,22 +74,8 @@ def write_markdown(r: ReportParts) -> Path:
                 lines += [f"![{key}]({rel(png)})", ""]
         lines += [_md(masks["table"], index=False), ""]
     lines += ["## Scaling", "", _md(fmt_scaling(scaling), index=False) if not scaling.empty else "none", ""]
-    lines += _section_md("Memory model and frontier", r.memory, "predicted frontier")
-    lines += _section_md("Attention in its layer: where O(n²) starts to matter", r.layer,
-                         "attention's share of the layer against n")
-    lines += _section_md("Layer time saved by the fastest exact core", r.layer_saved, "")
-    lines += _section_md("Against published figures", r.anchors, "")
-    lines += _section_md("Cost per step", r.steps, "step against kernel")
-    from reports.tables import error_by_inputs, mix_table, ragged_table
-
-    ragged, errors, mixes = ragged_table(df), error_by_inputs(df), mix_table(df)
-    if not mixes.empty:
-        lines += ["### Mixed batches", "", WORKLOAD_NOTES["mix"], "", _md(mixes, index=False), ""]
-    if not ragged.empty:
-        lines += ["### Ragged batches", "", WORKLOAD_NOTES["ragged"], "", _md(ragged, index=False), ""]
-    if not errors.empty and df["inputs"].nunique() > 1:
-        lines += ["### Approximation error by input kind", "", WORKLOAD_NOTES["inputs"], "",
-                  _md(errors, index=False), ""]
+    for part in r.sections:
+        lines += _section_md(part)
     crossings = _md(cross, index=False) if not cross.empty else crossover_note(df, cross)
     lines += ["### Crossovers", "", crossings, ""]
     lines += ["## Tables", "", "FLOP convention: " + " ".join(FLOP_DOC.split()), ""]

@@ -12,6 +12,7 @@ import pandas as pd
 
 from reports.charts import log_tick_values, new_figure, save_figure
 from reports.frames import ran_here
+from reports.sections import Section, SectionInput
 
 PHASE_COLORS = {"prefill": "#4c72b0", "chunked_prefill": "#dd8452", "decode": "#55a868"}
 SHARES = (("flops", "FLOPs"), ("q_tokens", "query tokens"), ("kv_bytes", "keys read"))
@@ -121,3 +122,34 @@ def _draw_shares(ax, ok: pd.DataFrame, mixes: list, phases) -> None:
     ax.set_xlabel("share of the mix (by phase)", fontsize=8)
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+WORKLOAD_NOTES = {
+    "ragged": "Ragged batches (--lengths): each cell's sequences have different lengths averaging n, held as the "
+              "layout says (packed: back to back; nested: a nested jagged tensor). µs per real token is the median "
+              "over batch x n tokens; padding waste is what an equal-length kernel would compute on the same batch "
+              "padded to its longest sequence, over the real work (1 = none).",
+    "mix": "Mixed batches (--batch-mix): each mix is one packed call of sequences with their own query and key "
+           "lengths, bottom-right within each (a prefill has Q = KV, a chunked prefill continues against its cache, "
+           "a decode step has Q = 1). µs per query token is the median over the mix's new tokens; ns per KV KiB "
+           "read is the median over the keys and values it must read at least (each once), the figure that "
+           "bounds a decode-heavy batch; the FLOPs columns give each phase's share of the work. layout: how the "
+           "variant held the mix (packed, nested jagged tensors, or a dense mask over the packed tokens).",
+    "inputs": "Approximation error by input kind (--inputs): the relative Frobenius error of the output against "
+              "the float64 reference (1 = the error of answering zeros). i.i.d. normal inputs give nearly uniform "
+              "attention, where every approximation fails; clustered, low-rank and outlier inputs give the "
+              "structure each one assumes or breaks (bench/model/workload.py).",
+}
+
+
+def sections(ctx: SectionInput) -> list[Section]:
+    """The workload tables of the page: mixed batches, ragged batches, and the approximation
+    error by input kind where more than one kind ran."""
+    from reports.tables import error_by_inputs, mix_table, ragged_table
+
+    out = [Section("mixes", "Mixed batches", WORKLOAD_NOTES["mix"], mix_table(ctx.df)),
+           Section("ragged", "Ragged batches", WORKLOAD_NOTES["ragged"], ragged_table(ctx.df))]
+    if ctx.df["inputs"].nunique() > 1:
+        out.append(Section("inputs", "Approximation error by input kind", WORKLOAD_NOTES["inputs"],
+                           error_by_inputs(ctx.df)))
+    return out

@@ -13,6 +13,7 @@ from bench.measure.flops import __doc__ as FLOP_DOC
 from bench.model.row import Status
 from reports.charts import declared_colours, variant_style
 from reports.scaling import crossover_note
+from reports.sections import Section
 from reports.tables import METRICS, NOTES
 from reports.trust import conclusions, trust_line, trust_state
 
@@ -108,53 +109,12 @@ def fmt_scaling(s: pd.DataFrame) -> pd.DataFrame:
                              "weighted_down": "weighted down in the time fit", "first_failure": "first failure above"})
 
 
-WORKLOAD_NOTES = {
-    "ragged": "Ragged batches (--lengths): each cell's sequences have different lengths averaging n, held as the "
-              "layout says (packed: back to back; nested: a nested jagged tensor). µs per real token is the median "
-              "over batch x n tokens; padding waste is what an equal-length kernel would compute on the same batch "
-              "padded to its longest sequence, over the real work (1 = none).",
-    "mix": "Mixed batches (--batch-mix): each mix is one packed call of sequences with their own query and key "
-           "lengths, bottom-right within each (a prefill has Q = KV, a chunked prefill continues against its cache, "
-           "a decode step has Q = 1). µs per query token is the median over the mix's new tokens; ns per KV KiB "
-           "read is the median over the keys and values it must read at least (each once), the figure that "
-           "bounds a decode-heavy batch; the FLOPs columns give each phase's share of the work. layout: how the "
-           "variant held the mix (packed, nested jagged tensors, or a dense mask over the packed tokens).",
-    "inputs": "Approximation error by input kind (--inputs): the relative Frobenius error of the output against "
-              "the float64 reference (1 = the error of answering zeros). i.i.d. normal inputs give nearly uniform "
-              "attention, where every approximation fails; clustered, low-rank and outlier inputs give the "
-              "structure each one assumes or breaks (bench/model/workload.py).",
-}
-
-
-def _section_html(anchor: str, title: str, part: dict | None, caption: str) -> list[str]:
-    """A section of its own note, chart and table (the memory model, the cost per step)."""
-    if not part or part["table"].empty:
-        return []
-    parts = [f"<h3 id={anchor}>{title}</h3>", f"<p class=muted>{html.escape(part['note'])}</p>"]
-    for chart in [part.get("chart"), *part.get("more_charts", [])]:
-        if chart:
-            parts.append(f"<figure>{_img(chart)}<figcaption class=muted>{caption}</figcaption></figure>")
-    return parts + [_table_html(part["table"], index=False)]
-
-
-def _workload_html(df) -> list[str]:
-    from reports.tables import error_by_inputs, mix_table, ragged_table
-
-    parts = []
-    mixes = mix_table(df)
-    if not mixes.empty:
-        parts += ["<h3>Mixed batches</h3>", f"<p class=muted>{html.escape(WORKLOAD_NOTES['mix'])}</p>",
-                  _table_html(mixes, index=False)]
-    ragged = ragged_table(df)
-    if not ragged.empty:
-        parts += ["<h3>Ragged batches</h3>", f"<p class=muted>{html.escape(WORKLOAD_NOTES['ragged'])}</p>",
-                  _table_html(ragged, index=False)]
-    errors = error_by_inputs(df)
-    if not errors.empty and df["inputs"].nunique() > 1:
-        parts += ["<h3>Approximation error by input kind</h3>",
-                  f"<p class=muted>{html.escape(WORKLOAD_NOTES['inputs'])}</p>", _table_html(errors, index=False)]
-    return parts
-
+def _section_html(part: Section) -> list[str]:
+    """A feature's section (reports.sections): its title, note, charts and table."""
+    parts = [f"<h3 id={part.anchor}>{html.escape(part.title)}</h3>", f"<p class=muted>{html.escape(part.note)}</p>"]
+    parts += [f"<figure>{_img(chart)}<figcaption class=muted>{html.escape(part.caption)}</figcaption></figure>"
+              for chart in part.charts]
+    return parts + [_table_html(part.table, index=False)]
 
 def _trust_html(df, envs, said=None) -> str:
     state, heading, why = trust_state(df, envs, said)
@@ -187,13 +147,9 @@ class ReportParts:
     charts: dict
     baseline: str | None
     masks: dict | None = None
-    memory: dict | None = None  # reports.frontier_section.write: the memory models, the predicted frontier chart
-    steps: dict | None = None  # reports.steps: the cost per step (--steps), its chart
+    sections: list = field(default_factory=list)  # reports.sections.Section: the features' parts, in their order
     groups: list = field(default_factory=list)  # reports.build.GroupPart: each group's overview, charts, tables
     not_run: pd.DataFrame | None = None  # reports.groups.not_run: the variants with no ok cell, listed once
-    layer: dict | None = None  # reports.layer_section: attention's share of the layer, the crossovers, the chart
-    layer_saved: dict | None = None  # reports.layer_section: the layer time the fastest exact core saves
-    anchors: dict | None = None  # reports.anchors_section: measured against published figures
 
 
 def write_page(r: ReportParts) -> Path:
@@ -253,19 +209,14 @@ def _charts_html(r: ReportParts, several: bool) -> list[str]:
 
 
 def _scaling_html(r: ReportParts) -> list[str]:
-    """The fitted exponents, the memory model, the cost per step, the workload and the crossovers."""
+    """The fitted exponents, the features' sections (reports.sections) and the crossovers."""
     parts = ["<h2 id=scaling>Scaling</h2><p class=muted>Exponent of the log-log least-squares fit of "
              "median time and of peak memory against n (2 = quadratic, 1 = linear), with R² "
              "and the n range it covers; none from fewer than 3 lengths (two points always lie on a line). "
              "For decode, n is the KV cache length.</p>",
              _table_html(fmt_scaling(r.scaling), index=False) if not r.scaling.empty else "<p>no ok cells</p>"]
-    parts += _section_html("memory", "Memory model and frontier", r.memory, "predicted frontier")
-    parts += _section_html("layer", "Attention in its layer: where O(n²) starts to matter", r.layer,
-                           "attention's share of the layer against n")
-    parts += _section_html("layer-saved", "Layer time saved by the fastest exact core", r.layer_saved, "")
-    parts += _section_html("anchors", "Against published figures", r.anchors, "")
-    parts += _section_html("steps", "Cost per step", r.steps, "step against kernel")
-    parts += _workload_html(r.df)
+    for part in r.sections:
+        parts += _section_html(part)
     parts.append("<h3>Crossovers</h3>")
     parts.append(_table_html(r.cross, index=False) if not r.cross.empty else
                  f"<p class=muted>{html.escape(crossover_note(r.df, r.cross))}</p>")

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from reports.sections import Section, SectionInput
+
 NOTE = ("--steps K: after its timing, each ok cell ran K steps, each with a freshly drawn batch (a ragged batch's "
         "new lengths, its number of tokens varying; other cases their same structure), set up again and called once, "
         "timed by the wall clock. kernel: the cell's median. prep: the median preparation per step (block mask, bias, "
@@ -66,3 +68,13 @@ def steps_chart(df: pd.DataFrame, out: Path, style: dict) -> Path | None:
     ax.set_title("What a step costs beyond the kernel (--steps)", fontsize=10)
     ax.legend(fontsize=8, frameon=False)
     return save_figure(fig, out)[0]
+
+
+def sections(ctx: SectionInput) -> list[Section]:
+    """steps.csv and the page's section (none without --steps rows)."""
+    table = steps_table(ctx.df)
+    if table.empty:
+        return []
+    table.to_csv(ctx.folder / "steps.csv", index=False)
+    chart = steps_chart(ctx.df, ctx.charts_dir / "steps", ctx.style)
+    return [Section("steps", "Cost per step", NOTE, table, [chart] if chart else [], "step against kernel")]

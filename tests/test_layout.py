@@ -307,6 +307,29 @@ def test_every_setting_row_group_and_cell_step_has_one_owner_and_every_named_mod
         declared = {n for f in (CORE, *FEATURES) for n in getattr(f, kind)}
         assert declared <= set(names), f"{kind} declared by a feature but not in the harness: {declared - set(names)}"
     for f in (CORE, *FEATURES):
-        for path in (*f.modules, *([f.section] if f.section else [])):
+        for path in f.modules:
             assert (ROOT / path).is_file(), (f.name, path)
-        assert f.command is None or (ROOT / "bench" / "cli" / f"{f.command}.py").is_file(), f.name
+
+
+def test_every_subcommand_and_report_section_is_a_declared_feature_s():
+    """The parser's subcommands are the declared commands, each once; every bench/cli module with
+    an ``add_parser`` is one of them; every reports module with ``sections`` is a declared section
+    and every declared section has it (reports.sections's protocol), so none is built unrendered."""
+    import importlib
+
+    from bench.cli import SUBCOMMANDS
+    from bench.model.features import CORE, FEATURES
+
+    declared = [m for f in (CORE, *FEATURES) for m in f.commands]
+    assert len(declared) == len(set(declared))
+    assert [m.__name__ for m in SUBCOMMANDS] == declared
+    cli = {f"bench.cli.{p.stem}" for p in (ROOT / "bench" / "cli").glob("*.py")
+           if "def add_parser(" in p.read_text(encoding="utf-8")}
+    assert cli == set(declared)
+    sections = [f.section for f in FEATURES if f.section]
+    assert len(sections) == len(set(sections))
+    for name in sections:
+        assert callable(getattr(importlib.import_module(name), "sections", None)), name
+    having = {f"reports.{p.stem}" for p in (ROOT / "reports").glob("*.py")
+              if "\ndef sections(" in p.read_text(encoding="utf-8")}
+    assert having == set(sections)

@@ -1,7 +1,8 @@
-"""The command line: ``python -m bench {list,sweep,report,compare,ab,merge,status,profile,selfcheck,export,
-frontier,gpu-check}``.
+"""The command line: ``python -m bench {list,sweep,report,compare,ab,frontier,merge,status,profile,selfcheck,
+export,gpu-check}``.
 
-One module per subcommand, each with ``add_parser(sub)`` and the handler it sets.  This
+One module per subcommand, each with ``add_parser(sub)`` and the handler it sets; the core and
+each feature declare theirs (bench.model.features), and the parser takes them in that order.  This
 package is the only part of ``bench`` that prints for the user, builds reports and turns
 errors into exit codes; the engine underneath takes and returns plain values."""
 
@@ -9,27 +10,16 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import import_module
 
-from bench.cli import (
-    ab,
-    compare,
-    export,
-    frontier,
-    gpu_check,
-    listing,
-    merge,
-    profile,
-    report,
-    selfcheck,
-    status,
-    sweep,
-)
 from bench.cli.common import Parser, listen
 from bench.errors import UsageError
 from bench.model.case import CaseError
+from bench.model.features import CORE, FEATURES
 from bench.model.registry import RegistryError
 
-SUBCOMMANDS = (listing, sweep, report, compare, ab, merge, status, profile, selfcheck, export, frontier, gpu_check)
+# the core's commands, then each feature's (bench.model.features), in their declared order
+SUBCOMMANDS = tuple(import_module(name) for f in (CORE, *FEATURES) for name in f.commands)
 
 
 def build_parser() -> Parser:

@@ -110,11 +110,15 @@ def _features() -> list[str]:
              "report, its command and the modules that hold its code.", "",
              "| feature | what it adds | settings | row groups | cell steps | report | command | modules |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    from bench.cli import build_parser
+
+    # a subcommand's module is its handler's
+    names = {p.get_default("func").__module__: name for name, (p, _) in _subcommands(build_parser()).items()}
     for f in (CORE, *FEATURES):
         settings = "the axes and timing settings above not named here" if f is CORE else code(f.settings)
+        commands = code(names[m] for m in f.commands)
         lines.append(f"| {f.name} | {_cell(f.what)} | {settings} | {code(f.groups)} | {code(f.steps)} | "
-                     f"{code([f.section] if f.section else [])} | {f.command.replace('_', '-') if f.command else '-'}"
-                     f" | {code(f.modules)} |")
+                     f"{code([f.section] if f.section else [])} | {commands} | {code(f.modules)} |")
     return lines
 
 

@@ -7,8 +7,11 @@ sweep, the run folder and the judge.  A feature adds to it through five hooks, e
 - ``settings``: the ``Spec`` fields it adds (bench.model.spec);
 - ``groups``: its namespaced groups of the stored row (bench.model.row.GROUPS);
 - ``steps``: its steps in a timed cell's life (bench.engine.cell.AFTER_TIMING, by name);
-- ``section``: its part of the report (a module of reports/);
-- ``command``: its subcommand (a module of bench/cli/).
+- ``section``: its part of the report, a module of ``reports/`` whose ``sections(ctx)`` returns
+  its parts of the page (the protocol is ``reports.sections``); the report calls each in this
+  file's order;
+- ``commands``: its subcommands, modules of ``bench/cli/`` with ``add_parser(sub)``;
+  ``python -m bench`` builds its parser from them, in this file's order.
 
 ``modules`` says where its code lives, one module per layer it needs.  bench/README.md's table
 of features and the settings table's owner column are generated from these declarations
@@ -30,7 +33,7 @@ class Feature:
     groups: tuple[str, ...] = ()
     steps: tuple[str, ...] = ()
     section: str | None = None
-    command: str | None = None
+    commands: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
 
 
@@ -39,58 +42,61 @@ CORE = Feature(
     settings=("variants", "seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes", "masks", "window",
               "directions", "device", "preset", "timeout", "budget_ms", "plugins", "threads", "precision", "rounds",
               "ceiling_s", "timer", "deterministic", "dynamic", "peak_age"),
-    groups=("work", "check"), steps=("determinism",), command="sweep",
+    groups=("work", "check"), steps=("determinism",),
+    commands=("bench.cli.listing", "bench.cli.sweep", "bench.cli.report"),
     modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/measure/timing.py",
              "bench/measure/stats.py", "bench/measure/reference.py", "bench/engine/cell.py", "bench/engine/pool.py",
-             "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py"))
+             "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py", "reports/build.py",
+             "reports/trust.py"))
 
 FEATURES: tuple[Feature, ...] = (
-    Feature("workloads", "ragged batches, structured inputs, a paged KV cache, alignment, serving mixes, models",
-            settings=("lengths", "inputs", "kv_layout", "align", "batch_mix", "trace_mixes", "total_tokens", "model"),
-            section="reports/mixes.py",
-            modules=("bench/model/workload.py", "bench/model/trace.py", "bench/model/models.py",
-                     "bench/measure/inputs.py")),
+    Feature("compare and ab", "two runs' verdicts; two builds timed in turn",
+            commands=("bench.cli.compare", "bench.cli.ab"),
+            modules=("bench/engine/ab.py", "reports/compare.py")),
     Feature("contention and leftovers", "the load around each cell, contended cells timed again",
-            settings=("remeasure",), groups=("load",), steps=("contention",), section="reports/trust.py",
+            settings=("remeasure",), groups=("load",), steps=("contention",),
             modules=("bench/measure/contention.py", "bench/measure/leftovers.py", "bench/engine/remeasure.py")),
     Feature("visits", "each cell in fresh worker processes, its figure over the visits",
             settings=("visits",), modules=("bench/engine/visits.py",)),
     Feature("GPU state", "NVML clocks, power and energy; the kernels that ran; a CUDA-graph timer",
-            groups=("gpu", "kernels"), steps=("gpu state", "gpu checks"), section="reports/trust.py",
+            groups=("gpu", "kernels"), steps=("gpu state", "gpu checks"),
             modules=("bench/measure/nvml.py", "bench/measure/kernels.py")),
     Feature("memory", "each cell's peak, recorded per machine; the memory model",
             groups=("memory",), steps=("memory pass",),
             modules=("bench/measure/memory.py", "bench/engine/memcache.py", "bench/engine/memmodel.py")),
     Feature("frontier", "the largest n that fits in memory and a time budget",
-            section="reports/frontier_section.py", command="frontier",
+            section="reports.frontier_section", commands=("bench.cli.frontier",),
             modules=("bench/engine/frontier_search.py",)),
     Feature("layer scope", "the core inside the seeds' multi-head block, encoder and decoder layers",
-            settings=("scope", "ffn_mult", "ffn"), steps=("layer parts",), section="reports/layer_section.py",
+            settings=("scope", "ffn_mult", "ffn"), steps=("layer parts",), section="reports.layer_section",
             modules=("bench/model/layer.py", "bench/measure/layer.py")),
     Feature("anchors", "the shapes of published figures, measured against them",
-            settings=("anchors",), section="reports/anchors_section.py",
+            settings=("anchors",), section="reports.anchors_section",
             modules=("bench/model/anchors.py",)),
+    Feature("steps", "what a training or serving step costs beyond the kernel",
+            settings=("steps",), steps=("steps",), section="reports.steps",
+            modules=("bench/measure/steps.py",)),
+    Feature("workloads", "ragged batches, structured inputs, a paged KV cache, alignment, serving mixes, models",
+            settings=("lengths", "inputs", "kv_layout", "align", "batch_mix", "trace_mixes", "total_tokens", "model"),
+            section="reports.mixes",
+            modules=("bench/model/workload.py", "bench/model/trace.py", "bench/model/models.py",
+                     "bench/measure/inputs.py")),
     Feature("shards, jobs and merge", "workers side by side, shards, cluster jobs, merged run folders",
             settings=("workers", "gpus", "shard", "shards", "sweep_id", "executor", "slurm_partition",
-                      "slurm_gpus_per_node", "slurm_time", "slurm_array_parallelism"), command="merge",
+                      "slurm_gpus_per_node", "slurm_time", "slurm_array_parallelism"), commands=("bench.cli.merge",),
             modules=("bench/engine/placement.py", "bench/engine/jobs.py", "bench/engine/merge.py")),
     Feature("cost model", "the projection of a sweep's time, learnt from the machine's history",
             modules=("bench/engine/plan.py",)),
-    Feature("steps", "what a training or serving step costs beyond the kernel",
-            settings=("steps",), steps=("steps",), section="reports/steps.py",
-            modules=("bench/measure/steps.py",)),
-    Feature("profile", "torch.profiler's categories of each cell's time", command="profile",
-            modules=("bench/measure/profiler.py",)),
-    Feature("gpu-check", "the checks a GPU machine runs once, with their acceptance thresholds",
-            command="gpu_check", modules=("bench/engine/judge/acceptance.py",)),
-    Feature("selfcheck", "the timer against torch.utils.benchmark on this machine", command="selfcheck",
-            modules=("bench/measure/selfcheck.py",)),
-    Feature("export", "rows as pytest-benchmark and torch.utils.benchmark read them", command="export",
-            modules=("bench/engine/export.py",)),
-    Feature("status and repro", "what a run folder holds, and each cell's command", command="status",
+    Feature("status and repro", "what a run folder holds, and each cell's command", commands=("bench.cli.status",),
             modules=("bench/engine/repro.py",)),
-    Feature("compare and ab", "two runs' verdicts; two builds timed in turn", command="ab",
-            section="reports/compare.py", modules=("bench/engine/ab.py", "bench/cli/compare.py")),
+    Feature("profile", "torch.profiler's categories of each cell's time", commands=("bench.cli.profile",),
+            modules=("bench/measure/profiler.py",)),
+    Feature("selfcheck", "the timer against torch.utils.benchmark on this machine", commands=("bench.cli.selfcheck",),
+            modules=("bench/measure/selfcheck.py",)),
+    Feature("export", "rows as pytest-benchmark and torch.utils.benchmark read them", commands=("bench.cli.export",),
+            modules=("bench/engine/export.py",)),
+    Feature("gpu-check", "the checks a GPU machine runs once, with their acceptance thresholds",
+            commands=("bench.cli.gpu_check",), modules=("bench/engine/judge/acceptance.py",)),
 )
 
 
