@@ -97,7 +97,7 @@ def check_every_variant(registry, case, skip=("flex",)) -> list[str]:
     against the float64 reference, forward and gradients; one that does not take it must say why.
     Returns the names that ran."""
     from bench.measure.bound import bind_variant
-    from bench.measure.reference import run_and_check
+    from bench.measure.correctness import run_and_check
     from bench.model.registry import available
 
     ran = []

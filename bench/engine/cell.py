@@ -26,10 +26,10 @@ from bench.engine.result import CellResult
 from bench.errors import first_line
 from bench.measure import contention, kernels, nvml
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
+from bench.measure.correctness import check_form, determinism, reference, run_and_check, same_bits
 from bench.measure.layer import in_call_figures, layer_figures
 from bench.measure.leftovers import Leftovers
 from bench.measure.memory import peak_bytes
-from bench.measure.reference import check_form, determinism, reference, run_and_check, same_bits
 from bench.measure.settings import MeasureSettings
 from bench.measure.steps import run_steps
 from bench.measure.timing import (

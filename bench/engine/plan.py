@@ -346,7 +346,7 @@ def cell_cost_s(variant, case: Case, budget_ms: float, history: History | None =
 def group_cost_s(variants, case: Case, budget_ms: float, history: History | None = None,
                  fewer_threads: float = 1.0, rounds: int = DEFAULT_ROUNDS,
                  ceiling_ms: float = DEFAULT_CEILING_MS) -> float:
-    from bench.measure.reference import check_slice
+    from bench.measure.correctness import check_slice
 
     batches, heads, _ = check_slice(case)  # the reference covers this much of the case, on the CPU
     share = len(batches) / case.batch * (len(range(case.heads)[heads]) / case.heads)

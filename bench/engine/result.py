@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 
 from bench.errors import first_line
 from bench.measure import flops as flopcount
+from bench.measure.correctness import CheckResult
 from bench.measure.origin import classify
-from bench.measure.reference import CheckResult
 from bench.measure.settings import MeasureSettings
 from bench.measure.stats import rates
 from bench.measure.timing import TimingSummary

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from bench.measure.reference import CheckResult, relative_errors
+from bench.measure.correctness import CheckResult, relative_errors
 from bench.measure.stats import median_ci, quantile
 from bench.measure.timing import direction_call
 from bench.model import layer as shapes

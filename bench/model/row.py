@@ -4,7 +4,7 @@ This module declares every column a row can have, grouped by what it says, once,
 holds (``COLUMN_TYPES``: a number, a flag, a text, a list, a table; None where it is not
 measured): the writer validates names and types against it (``make_row``), and the readers (reports,
 compare, export) take their column lists from these groups.  The worker keeps its results
-typed (``bench.measure.timing.TimingSummary``, ``bench.measure.reference.CheckResult``) until
+typed (``bench.measure.timing.TimingSummary``, ``bench.measure.correctness.CheckResult``) until
 they become a row's columns.  ``status`` is a ``Status``; ``reason_kind`` says what kind of reason
 ``reason`` gives, so no layer has to read the words.  A variant's own figures
 (``Prepared.info``) live in ``extra``, their own namespace: they never replace a column.

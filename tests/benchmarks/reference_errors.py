@@ -1,5 +1,5 @@
 """The errors correct kernels make against the float64 reference: what the tolerances in
-bench/measure/reference.py are set above.
+bench/measure/correctness.py are set above.
 
     python tests/benchmarks/reference_errors.py [--seq-lens 256,1024,2048] [--variants naive,sdpa.math,chunked.online]
 
@@ -17,7 +17,7 @@ from tabulate import tabulate
 from bench.api import discover
 from bench.case import Case
 from bench.measure.bound import bind_variant
-from bench.measure.reference import run_and_check
+from bench.measure.correctness import run_and_check
 
 
 def main() -> None:

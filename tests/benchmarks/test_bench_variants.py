@@ -14,7 +14,7 @@ import torch
 from bench.api import discover
 from bench.case import Case
 from bench.measure.bound import bind_variant
-from bench.measure.reference import run_and_check
+from bench.measure.correctness import run_and_check
 from bench.registry import available
 
 REGISTRY = discover(entry_points=False)

@@ -142,8 +142,8 @@ def test_prepared_info_never_shadows_a_core_column_and_must_travel(tmp_path):
 
 def test_a_wrong_dtype_or_device_is_a_mismatch():
     from bench.case import Case
+    from bench.measure.correctness import run_and_check
     from bench.measure.inputs import make_inputs
-    from bench.measure.reference import run_and_check
 
     case = Case("cpu", "float32", 1, 2, 2, 16, 16, 8, "none", None, "fwd")
     q, k, v = make_inputs(case)

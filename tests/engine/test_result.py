@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from bench.engine.result import CellResult
+from bench.measure.correctness import run_and_check
 from bench.measure.inputs import make_inputs
-from bench.measure.reference import run_and_check
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import Timing
 from bench.model.case import Case

@@ -104,7 +104,7 @@ def test_every_column_has_a_type_and_a_timing_fills_its_columns_with_them():
     import dataclasses
     import typing
 
-    from bench.measure.reference import CheckResult
+    from bench.measure.correctness import CheckResult
     from bench.measure.timing import Timing
     from bench.model.row import COLUMN_TYPES, COLUMNS, TIMING, wrong_types
 

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from bench.case import Case
 from bench.engine import store
 from bench.engine.cell import run_group
+from bench.measure.correctness import check, reference, run_and_check
 from bench.measure.inputs import make_grad_out, make_inputs
-from bench.measure.reference import check, reference, run_and_check
 from bench.measure.settings import MeasureSettings
 from bench.model.row import current_rows
 from bench.registry import Variant
@@ -278,7 +278,7 @@ def test_the_max_error_column_is_named_for_what_it_is_and_old_rows_still_read(tm
 # -- the reference at decode lengths: bounded by K/V bytes, no per-head copy of K and V -----------
 
 def test_a_decode_reference_over_a_long_cache_checks_a_slice():
-    from bench.measure.reference import check_slice
+    from bench.measure.correctness import check_slice
 
     decode = Case("cuda", "bfloat16", 8, 32, 8, 1, 131072, 128, "none", None, "fwd")  # few scores, 17 GB of K, V
     batches, heads, kv_heads = check_slice(decode)
@@ -434,7 +434,7 @@ def test_the_exact_baseline_is_ok_on_every_input_kind_and_zeros_still_fail(regis
     correct float32 kernel is off by 1.4e-4, beyond the 1e-4 that holds for normal inputs); the relative
     error does not, so an all-zero answer fails on every input kind, and so does a dropped 1/sqrt(d)."""
     from bench.measure.bound import bind_variant
-    from bench.measure.reference import LOGIT_REF, TOLERANCES, reference, run_and_check
+    from bench.measure.correctness import LOGIT_REF, TOLERANCES, reference, run_and_check
 
     case = Case("cpu", "float32", 1, 4, 4, 1024, 1024, 64, "causal", None, "fwd", inputs=inputs)
     bound = bind_variant(registry["naive"], case)

@@ -380,7 +380,7 @@ def test_every_readme_mask_form_runs_through_every_variant_that_declares_it(regi
     reference implementation: the same create_block_mask and the same checks of what it is
     given); the other variants as they are timed.  Each against the float64 reference."""
     from bench.measure.bound import bind_variant
-    from bench.measure.reference import check, reference, run_and_check
+    from bench.measure.correctness import check, reference, run_and_check
 
     case = _case(spelling)
     names = _declaring(spelling)

@@ -215,7 +215,7 @@ WITH_MODS = ["causal+softcap:1", "causal+alibi", "alibi_symmetric", "bigbird:8+a
 
 
 def _flex_against_the_reference(spelling, shapes, traced):
-    from bench.measure.reference import check, reference
+    from bench.measure.correctness import check, reference
 
     for q_len, kv_len, heads, kv_heads in shapes:
         mask, window = masks.canonical(fit(spelling, q_len, kv_len), window=24)
@@ -321,7 +321,7 @@ def test_bad_algebra_says_what_is_valid(bad, why):
 @pytest.mark.parametrize("spelling", ["document:4&causal", "document:lengths=20/44(prefix_lm:8)"])
 def test_the_algebra_runs_in_naive_and_chunked_online_against_the_reference(registry, spelling):
     from bench.measure.bound import bind_variant
-    from bench.measure.reference import run_and_check
+    from bench.measure.correctness import run_and_check
 
     case = Case(batch=2, heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=16, mask=spelling, direction="fwd+bwd")
     for name in ("naive", "chunked.online"):

@@ -16,7 +16,7 @@ from bench.cli import main
 from bench.engine.repro import command
 from bench.measure import flops
 from bench.measure.bound import bind_variant
-from bench.measure.reference import check, reference, run_and_check
+from bench.measure.correctness import check, reference, run_and_check
 from bench.model import masks, workload
 from bench.model.case import Case
 from bench.model.registry import available

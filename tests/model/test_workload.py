@@ -9,9 +9,9 @@ import torch
 from bench.case import Case
 from bench.engine import store
 from bench.measure.bound import bind_variant
+from bench.measure.correctness import run_and_check
 from bench.measure.flops import flops
 from bench.measure.inputs import make_inputs
-from bench.measure.reference import run_and_check
 from bench.model import workload
 from bench.model.case import CaseError
 from bench.registry import available
@@ -277,7 +277,7 @@ def test_fp8_is_forward_only_and_declared_by_sdpa_and_flex_alone(registry):
 
 
 def test_the_fp8_tolerance_passes_one_rounding_and_fails_a_wrong_scale():
-    from bench.measure.reference import reference
+    from bench.measure.correctness import reference
 
     case = Case(dtype="fp8", batch=2, heads=2, kv_heads=2, q_len=256, kv_len=256, head_dim=32, mask="causal")
     q, k, v = make_inputs(case)

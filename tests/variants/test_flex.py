@@ -4,8 +4,8 @@ limit, and a reset before a worker's compiles reach dynamo's limit."""
 import pytest
 
 from bench.case import Case
+from bench.measure.correctness import run_and_check
 from bench.measure.inputs import make_inputs
-from bench.measure.reference import run_and_check
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ import torch
 from bench.cli import main
 from bench.engine import repro
 from bench.measure.bound import bind_variant
+from bench.measure.correctness import check, reference, run_and_check
 from bench.measure.flops import flops, min_bytes
-from bench.measure.reference import check, reference, run_and_check
 from bench.model import masks
 from bench.model.case import Case
 from tests.conftest import check_every_variant, eager_flex

@@ -10,7 +10,7 @@ import torch
 
 from bench.cli import main
 from bench.measure.bound import bind_variant
-from bench.measure.reference import check, reference, run_and_check
+from bench.measure.correctness import check, reference, run_and_check
 from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import available

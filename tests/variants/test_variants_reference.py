@@ -7,8 +7,8 @@ import torch
 
 from bench.api import discover
 from bench.case import Case
+from bench.measure.correctness import TOLERANCES, reference, run_and_check
 from bench.measure.inputs import make_grad_out, make_inputs
-from bench.measure.reference import TOLERANCES, reference, run_and_check
 from bench.model import masks
 from bench.registry import available
 
@@ -98,7 +98,7 @@ def test_variant_matches_float64_reference(name, case):
 
 
 def test_an_exact_variant_keeps_the_strict_tolerance_and_an_approximate_one_its_budget():
-    from bench.measure.reference import check
+    from bench.measure.correctness import check
 
     case = Case("cpu", "float32", 1, 2, 2, 32, 32, 16, "causal", None, "fwd")
     q, k, v = make_inputs(case)
@@ -118,7 +118,7 @@ def test_an_exact_variant_keeps_the_strict_tolerance_and_an_approximate_one_its_
 
 def test_reference_is_chunk_independent(monkeypatch):
     """Blocking the reference over queries must not change it."""
-    import bench.measure.reference as ref_mod
+    import bench.measure.correctness as ref_mod
 
     case = Case("cpu", "float32", 2, 4, 2, 70, 50, 16, "window", 8, "fwd+bwd")
     q, k, v = make_inputs(case)
@@ -134,7 +134,7 @@ def test_reference_is_chunk_independent(monkeypatch):
 def test_large_cases_check_an_exact_slice(monkeypatch):
     """Past FULL_CHECK_LIMIT the reference covers batch {0, B-1} x the first KV group; that
     slice equals the same slice of the full reference, and errors there are caught."""
-    import bench.measure.reference as ref_mod
+    import bench.measure.correctness as ref_mod
 
     case = Case("cpu", "float32", 3, 4, 2, 40, 30, 16, "padding", None, "fwd+bwd")
     q, k, v = make_inputs(case)
