@@ -333,3 +333,35 @@ def test_every_subcommand_and_report_section_is_a_declared_feature_s():
     having = {f"reports.{p.stem}" for p in (ROOT / "reports").glob("*.py")
               if "\ndef sections(" in p.read_text(encoding="utf-8")}
     assert having == set(sections)
+
+
+def test_a_file_name_repeated_across_layers_names_one_thing():
+    """A module's name means one thing: where the same file name sits in two folders of bench/ and
+    reports/, the files are one feature's parts in two layers (bench/model/features.py names both:
+    its modules, commands or section) or a plugin API path and the module it re-exports."""
+    from collections import defaultdict
+
+    from bench.model.features import CORE, FEATURES
+
+    def path_of(module: str) -> str:
+        return module.replace(".", "/") + ".py"
+
+    owner = {}
+    for f in (CORE, *FEATURES):
+        for path in (*f.modules, *map(path_of, f.commands), *([path_of(f.section)] if f.section else [])):
+            owner[path] = f.name
+    by_name = defaultdict(list)
+    for path in sorted([*(ROOT / "bench").rglob("*.py"), *(ROOT / "reports").rglob("*.py")]):
+        if path.name != "__init__.py":
+            by_name[path.name].append(path.relative_to(ROOT).as_posix())
+    bad = []
+    for paths in by_name.values():
+        if len(paths) < 2:
+            continue
+        shims = {p for p in paths if p.count("/") == 1 and p.startswith("bench/")
+                 and any(f"from {q[:-3].replace('/', '.')} import" in (ROOT / p).read_text(encoding="utf-8")
+                         for q in paths if q != p)}
+        rest = [p for p in paths if p not in shims]
+        if len({owner.get(p) for p in rest}) != 1 or None in {owner.get(p) for p in rest}:
+            bad.append({p: owner.get(p) for p in rest})
+    assert not bad, f"one file name for different things (or for a part no feature declares): {bad}"

@@ -44,7 +44,8 @@ CORE = Feature(
               "ceiling_s", "timer", "deterministic", "dynamic", "peak_age"),
     groups=("work", "check"), steps=("determinism",),
     commands=("bench.cli.listing", "bench.cli.sweep", "bench.cli.report"),
-    modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/measure/timing.py",
+    modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/model/registry.py",
+             "bench/model/masks.py", "bench/measure/probe.py", "bench/measure/timing.py",
              "bench/measure/stats.py", "bench/measure/correctness.py", "bench/engine/cell.py", "bench/engine/pool.py",
              "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py", "reports/build.py",
              "reports/trust.py"))
