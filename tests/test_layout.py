@@ -365,3 +365,33 @@ def test_a_file_name_repeated_across_layers_names_one_thing():
         if len({owner.get(p) for p in rest}) != 1 or None in {owner.get(p) for p in rest}:
             bad.append({p: owner.get(p) for p in rest})
     assert not bad, f"one file name for different things (or for a part no feature declares): {bad}"
+
+
+PROSE_WORD = re.compile(r"^[A-Za-z][a-z']+[,.:;)]?$")
+MAX_PROSE_WORDS = 5  # a phrase ("report could not be built") names what a line says; a sentence words it
+
+
+def test_no_assertion_compares_a_sentence_of_prose():
+    """An assertion holds a message to its figures, flags and names (tests/support/text.py reads
+    them out), never to its wording: no string in an ``assert`` of the tests has more than
+    MAX_PROSE_WORDS words of prose, so a message reworded moves no test."""
+    import ast
+
+    def prose(text: str) -> int:
+        return sum(bool(PROSE_WORD.match(w)) for w in text.split())
+
+    bad = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Assert):
+                continue
+            for sub in ast.walk(node.test):
+                if isinstance(sub, ast.JoinedStr):
+                    text = " ".join(v.value if isinstance(v, ast.Constant) else "X" for v in sub.values)
+                elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    text = sub.value
+                else:
+                    continue
+                if prose(text) > MAX_PROSE_WORDS:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text[:60]}")
+    assert not bad, bad

@@ -19,6 +19,7 @@ from bench.measure.bound import bind_variant
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 from tests.conftest import ROOT
+from tests.support.text import numbers
 
 # -- a stand-in for torch.cuda: streams, capture and events ------------------------------------------
 
@@ -146,7 +147,7 @@ def test_a_failed_cross_check_is_recorded_and_never_wipes_the_timing(registry):
                                     names_of=lambda call, dev: (["flash_bwd_kernel"], 0.04), graph_timer=Uncapturable)
     row = result.decide(Status.OK).row()
     assert row["median_ms"] == 0.05 and row["graph_median_ms"] is None  # the timing stays
-    assert row["graph_error"].startswith("RuntimeError: operation would make the legacy stream")
+    assert row["graph_error"].startswith("RuntimeError:") and "legacy stream" in row["graph_error"]
     assert row["kernels"] == ["flash_bwd_kernel"] and "kernels_error" not in row
 
     def no_profiler(call, dev):
@@ -285,8 +286,8 @@ def test_throttling_comes_from_nvmls_slowdown_reasons_against_the_application_cl
     idle_then_hot = FakeNvml({"GPU-a": [(345, 0x1), (1500, 0x40), (1500, 0x40), (1500, 0x40)]})
     cols = _turns(idle_then_hot, "GPU-a")  # the first sample idle: a ratio to it would never flag
     assert cols["throttled"] and cols["throttle_reasons"] == "hw thermal slowdown"
-    assert cols["throttled_why"] == ("NVML reports hw thermal slowdown; SM clock down to 1500 MHz, 0.76 of the "
-                                     "1980 MHz application clock")
+    why = cols["throttled_why"]
+    assert "hw thermal slowdown" in why and numbers(why) == [1500, 0.76, 1980]  # the clock, its ratio, the reference
     capped = FakeNvml({"GPU-a": [(1980, 0x0), (1700, 0x4), (1650, 0x4), (1650, 0x4)]})
     cols = _turns(capped, "GPU-a")  # boost at first, then held at its power cap under load: how it runs
     assert not cols["throttled"] and cols["throttle_reasons"] == "sw power cap"

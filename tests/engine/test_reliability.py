@@ -86,7 +86,7 @@ def test_a_killed_sweep_takes_its_worker_with_it_and_a_second_sweep_is_locked_ou
         worker = _wait_for(pidfile)
         second = run_cli("sweep", "--resume", out, *S)
         assert second.returncode == 2
-        assert f"another sweep is writing to this run folder (process {proc.pid})" in second.stderr
+        assert "another sweep is writing" in second.stderr and f"(process {proc.pid})" in second.stderr
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert _gone(worker), "the worker outlived its sweep"
@@ -199,7 +199,8 @@ def test_the_timeout_is_the_cells_own_work_beyond_its_budget(tmp_path, capsys):
     assert proc.returncode == 0, proc.stderr
     assert [r["status"] for r in read_jsonl(tmp_path / "run" / "results.jsonl")] == ["ok"]
     assert main(["sweep", "--timeout", "0.5", "--budget-ms", "1000"]) == 2
-    assert "--timeout 0.5 s is shorter than the timing budget" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--timeout 0.5 s" in err and "budget" in err
 
 
 @pytest.mark.slow
@@ -240,7 +241,7 @@ def test_a_report_that_fails_fails_the_sweep_and_keeps_its_rows(tmp_path, monkey
     assert main(["sweep", "--out", str(tmp_path / "run"), "--variants", "naive", "--seq-lens", "16",
                  *with_report]) == 1
     err = capsys.readouterr().err
-    assert "the report could not be built (ValueError: a chart library bug)" in err
+    assert "report could not be built" in err and "(ValueError: a chart library bug)" in err
     assert len(read_jsonl(tmp_path / "run" / "results.jsonl")) == 1
 
 

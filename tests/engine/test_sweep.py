@@ -15,6 +15,7 @@ from bench.cli import main
 from bench.cli.sweep import timed_share
 from bench.model.parsers import THREADS_PER_CORE, usable_cores
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
+from tests.support.text import count, numbers, value
 
 THREADS_LIMIT = min(4096, THREADS_PER_CORE * usable_cores())  # --threads beyond this is refused here
 
@@ -88,7 +89,9 @@ def test_failing_variants_become_rows_and_the_sweep_goes_on(tmp_path):
     assert env["torch"] and env["threads"] >= 1 and env["peaks_tflops"]["float32"] > 0
     assert "bad.sleeps" in env["spec"]["variants"]
     assert env["colours"]["naive"] == 11 and "bad.sleeps" not in env["colours"]  # the slots variants declare
-    assert "statuses: ok 2, mismatch 1, unsupported 1, error 1, timeout 1, crash 1" in proc.stdout
+    (said,) = [line for line in proc.stdout.splitlines() if line.startswith("statuses:")]
+    statuses = ("ok", "mismatch", "unsupported", "error", "timeout", "crash")
+    assert [value(said, s) for s in statuses] == [2, 1, 1, 1, 1, 1]
 
 
 def _line_count(path):
@@ -259,7 +262,7 @@ def test_cuda_device_refused_without_gpu(capsys):
         pytest.skip("a GPU is present")
     assert main(["sweep", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
-    assert "CUDA is not available on this machine; valid here: cpu" in err and "Traceback" not in err
+    assert "CUDA is not available" in err and err.rstrip().endswith("valid here: cpu") and "Traceback" not in err
 
 
 @pytest.mark.slow
@@ -268,7 +271,7 @@ def test_strict_exits_1_when_a_cell_failed(tmp_path):
     proc = run_cli("sweep", "--plugin", plugin, "--out", tmp_path / "run", "--variants", "naive,bad.raises",
                    "--strict", *SMALL)
     assert proc.returncode == 1
-    assert "strict: 2 failed cell(s), e.g. bad.raises error at n=32" in proc.stderr
+    assert count(proc.stderr, "failed cell(s)") == 2 and "bad.raises error at n=32" in proc.stderr
     fine = run_cli("sweep", "--out", tmp_path / "fine", "--variants", "naive,xformers", "--strict", *SMALL)
     assert fine.returncode == 0, fine.stderr  # unsupported with a reason is not a failure
 
@@ -318,10 +321,10 @@ def test_process_started_counts_the_interpreter_start_up():
 
 def test_timed_share_line():
     line = timed_share(timed_s=12.0, cells_s=20.0, command_s=35.0, report_s=10.0)
-    assert line == ("timed samples: 12 s, 60% of the cells' 20 s wall and 34% of the command's 35 s "
-                    "(start-up, peaks and summary 5 s, report 10 s)")
+    assert line.startswith("timed samples:") and numbers(line) == [12, 60, 20, 34, 35, 5, 10]
     # without a report; a clock that disagrees by a hair never gives a negative rest
-    assert timed_share(1.0, 2.0, 1.999, 0.0).endswith("of the command's 2 s (start-up, peaks and summary 0 s)")
+    short = timed_share(1.0, 2.0, 1.999, 0.0)
+    assert numbers(short)[-2:] == [2, 0] and "report" not in short
 
 
 def test_measure_settings_come_from_the_spec_once_in_one_unit():
@@ -386,9 +389,8 @@ def test_a_cell_that_cannot_run_here_is_a_row_but_not_a_cell_of_the_sweep(tmp_pa
                  "--masks", "none", "--directions", "fwd", "--device", "cpu", "--budget-ms", "3", "--visits", "1",
                  "--no-report", "--quiet", "--out", str(out)]) == 0
     captured = capsys.readouterr()
-    assert "1 cells in 1 cases" in captured.err and "1 more cannot run here: rows in the report, not swept" \
-        in captured.err
-    assert "(1 cells swept in" in captured.out and "; 1 that cannot run here, not swept)" in captured.out
+    assert "1 cells in 1 cases" in captured.err and count(captured.err, "more cannot run here") == 1
+    assert "(1 cells swept in" in captured.out and count(captured.out, "that cannot run here") == 1
     rows = {r["variant"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert rows["xformers"]["status"] == "unsupported" and "cpu" in rows["xformers"]["reason"]
     assert rows["naive"]["status"] == "ok"

@@ -17,6 +17,7 @@ from bench.measure.inputs import make_grad_out, make_inputs
 from bench.measure.settings import MeasureSettings
 from bench.model.row import current_rows
 from bench.registry import Variant
+from tests.support.text import numbers, value
 
 # -- the check's power where values are small: long sequences, bf16, gradients, decode --------
 
@@ -84,7 +85,7 @@ def test_an_approximation_worse_than_zeros_is_a_mismatch(registry):
     result = run_and_check(case, performer.prepare(case).fn, q, k, v, None, None, performer.error_budget,
                            approximate=True)
     assert result.rel_err > 1 and not result.ok
-    assert result.reason.startswith("worse than returning zeros: output relative error")
+    assert "worse than returning zeros" in result.reason and value(result.reason, "relative error") > 1
 
 
 # -- statuses by where the exception was raised ------------------------------------------------
@@ -357,7 +358,8 @@ def test_a_pinned_sdpa_variant_declares_its_backend_and_a_mismatch_is_named(regi
     case = Case("cpu", "float32", 1, 2, 2, 16, 16, 8, "none", None, "fwd")
     assert registry["sdpa.flash"].prepare(case).info["backend"] == "flash"
     assert registry["sdpa.cudnn"].prepare(case).info["backend"] == "cudnn"
-    assert mismatch("flash", "math") == "declared backend flash, but its kernels are math's"
+    said = mismatch("flash", "math")
+    assert "backend flash" in said and "math's" in said
     assert mismatch("flash", "flash") == "" and mismatch(None, "math") == ""
 
 
@@ -366,7 +368,7 @@ def test_the_timers_are_held_against_each_other_and_a_disagreement_is_named():
 
     assert timer_disagreement(0.050, 0.048, 0.047) == ""  # within 10%: nothing to say
     launch_bound = timer_disagreement(0.050, 0.021, 0.020)  # a decode cell that launches more than it computes
-    assert launch_bound.startswith("CUDA-graph time 0.021 ms is 0.42x the event time 0.05 ms")
+    assert numbers(launch_bound)[:3] == [0.021, 0.42, 0.05]  # the graph's time, its ratio, the events'
     assert "profiler kernel sum 0.02 ms is 0.40x" in launch_bound
     assert timer_disagreement(0.050, None, None) == "" and timer_disagreement(None, 0.02, None) == ""
 
@@ -375,7 +377,8 @@ def test_graph_timing_is_refused_on_the_cpu(capsys):
     from bench.cli import main
 
     assert main(["sweep", "--timer", "graph", "--device", "cpu", "--out", "/nonexistent/never"]) == 2
-    assert "--timer graph captures CUDA graphs: it needs --device cuda" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--timer graph" in err and "needs --device cuda" in err
 
 
 # -- the reference as a step of its own ---------------------------------------------------------------
@@ -395,7 +398,7 @@ def test_a_reference_that_cannot_be_computed_leaves_the_cells_timed_unchecked(mo
     rows = {r["variant"]: r for r in rows}
     assert steps[0] == cell.REFERENCE  # its own step, before any variant's: its own deadline in a sweep
     assert rows["plain"]["status"] == "ok" and rows["plain"]["median_ms"] > 0 and rows["plain"]["rel_err"] is None
-    assert rows["plain"]["reference_skipped"] == "the reference raised MemoryError: the float64 scores do not fit"
+    assert "raised MemoryError" in rows["plain"]["reference_skipped"]
     assert rows["wrong"]["status"] == "mismatch" and "output shape" in rows["wrong"]["reason"]  # the form still
 
 
@@ -425,7 +428,7 @@ def test_a_reference_past_its_deadline_is_skipped_and_no_variant_is_blamed(tmp_p
     assert proc.returncode == 0, proc.stderr
     (row,) = read_jsonl(tmp_path / "run" / "results.jsonl")
     assert row["status"] == "ok" and row["median_ms"] > 0
-    assert row["reference_skipped"].startswith("the float64 reference timeout: no result within the cell timeout")
+    assert "reference timeout" in row["reference_skipped"] and "cell timeout" in row["reference_skipped"]
 
 
 @pytest.mark.parametrize("inputs", ["normal", "clustered", "lowrank", "outliers"])

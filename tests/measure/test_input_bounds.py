@@ -14,6 +14,7 @@ from bench.cli import main
 from bench.model import masks, workload
 from bench.model.case import MAX_LEN, Case, CaseError
 from tests.conftest import ROOT, eager_flex, write_plugin
+from tests.support.text import count
 
 SMALL = ["--variants", "naive", "--seq-lens", "64", "--heads", "2", "--head-dims", "16", "--budget-ms", "5",
          "--device", "cpu", "--no-report", "--quiet", "--dry-run"]
@@ -178,12 +179,12 @@ def test_more_threads_than_cores_is_said_and_named_as_the_cause():
 
     cores = len(contention.usable_cpus())
     _, note = auto_threads(Spec(device="cpu", threads=cores + 997))
-    assert note.startswith(f"warning: --threads {cores + 997} is more than the {cores} cores")
+    assert note.startswith(f"warning: --threads {cores + 997} ") and count(note, "cores") == cores
     assert f"--threads {cores} or fewer" in note
     assert auto_threads(Spec(device="cpu", threads=cores))[1] == ""
     row = contention.verdict(cpu_util=0.002, other_cpu=1.9, threads=999, cpu_count=2)
-    assert row["contended"] and row["contended_why"] == ("999 threads on 2 cores: the threads waited for one "
-                                                        "another (--threads 2 or fewer)")
+    why = row["contended_why"]
+    assert row["contended"] and (count(why, "threads"), count(why, "cores")) == (999, 2) and "--threads 2 or" in why
     assert "other processes" not in row["contended_why"]  # the load is the sweep's own threads
 
 
@@ -243,7 +244,7 @@ def test_a_variant_that_leaves_a_busy_thread_is_marked_and_nothing_is_timed_besi
     summary = run_sweep(build_spec(values, discover([str(plugin)])), tmp_path / "run")
     rows = {r["variant"]: r for r in summary.rows}
     spin = rows["spinner"]
-    assert spin["status"] == "error" and "left work running after its setup and check" in spin["reason"]
+    assert spin["status"] == "error" and "left work running" in spin["reason"]
     # the spinning thread, counted by its own CPU time (beside other processes' load, a pool thread still
     # spinning down from the first call can be counted with it: the test's own sweep runs beside others)
     m = re.search(r"(\d+) busy thread\(s\) in the worker using (\d\.\d+) cores", spin["reason"])
@@ -286,7 +287,7 @@ def test_the_leftover_check_reports_a_busy_thread_and_forgets_an_idle_one(monkey
     proc.start("102", busy=True)
     proc.start("103")  # an idle one started beside it is not counted
     said = guard.check()
-    assert said == "1 busy thread(s) in the worker using 1.00 cores", said
+    assert (count(said, "busy thread(s)"), count(said, "cores")) == (1, 1.0), said
     proc.busy.clear()  # it stopped: the next check takes the threads as they are
     assert guard.check() == "" and guard.threads == 4
 
@@ -309,7 +310,7 @@ def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one(monkeypa
     guard = leftovers.Leftovers(sleep=sleep, cpu=lambda: now["cpu"], clock=lambda: now["t"])
     now["threads"] = 5  # one new thread, so the check looks
     said = guard.check()
-    assert said.startswith("1 busy thread(s) in the worker using 0.60 cores"), said
+    assert (count(said, "busy thread(s)"), count(said, "cores")) == (1, 0.6), said
     assert now["t"] == pytest.approx(leftovers.SETTLE_S + sum(leftovers.WINDOWS_S))
     # idle in both looks: the threads are the new normal, and the next check does not look at all
     shares = iter([0.0, 0.0])

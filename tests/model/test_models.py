@@ -79,8 +79,10 @@ def test_a_model_sweep_runs_and_its_report_names_the_model(tmp_path):
                    "--heads", "4", "--kv-heads", "2", "--head-dims", "16", "--directions", "fwd", "--budget-ms", "5",
                    "--out", out)
     assert proc.returncode == 0, proc.stderr
-    assert ("model gpt-oss-20b: query heads 4 (the model's: 64); KV heads 2 (the model's: 8); head dims 16 (the "
-            "model's: 64); masks window:128+learned_sink,causal+learned_sink; dtype bfloat16") in proc.stderr
+    (said,) = [line for line in proc.stderr.splitlines() if line.startswith("model gpt-oss-20b:")]
+    given = dict(part.split(" (the model's: ") for part in said.split(": ", 1)[1].split("); ")[:3])
+    assert given == {"query heads 4": "64", "KV heads 2": "8", "head dims 16": "64"}  # each given beside the model's
+    assert "masks window:128+learned_sink,causal+learned_sink" in said and "dtype bfloat16" in said
     rows = read_jsonl(out / "results.jsonl")
     assert {(r["variant"], r["mask"], r["status"]) for r in rows} == {
         ("naive", "window:128+learned_sink:0", "ok"), ("naive", "causal+learned_sink:0", "ok"),

@@ -18,6 +18,7 @@ from tests.conftest import run_cli
 from tests.support.browser import open_in_browser
 from tests.support.runs import run_folder as _run_folder
 from tests.support.runs import timed_rows as _timed_rows
+from tests.support.text import count, value
 
 
 @pytest.fixture(scope="module")
@@ -278,8 +279,10 @@ def test_pct_peak_above_100_is_marked_and_the_trust_line_counts_shaky_cells(tmp_
     rows[0]["noisy"] = True
     run = _run_folder(tmp_path / "peak", rows)
     html = build_report([run]).read_text()
-    assert "6 ok cells, 5 clean, 0 with too few samples for an interval, 1 noisy, 1 contended" in html  # noisy: clean
-    assert "the matmul peak is unreliable for float32" in html
+    counts = html[html.index("ok cells") - 3:]
+    counts = counts[:counts.index("contended") + len("contended")]
+    assert [count(counts, k) for k in ("ok cells", "clean", "with too few", "noisy", "contended")] == [6, 5, 0, 1, 1]
+    assert "matmul peak is unreliable for float32" in html  # noisy counts as clean; contended does not
     pct = pd.read_csv(run / "report" / "tables.csv")
     pct = pct[pct["metric"] == "pct_peak"].set_index("variant")
     assert pct.loc["sdpa.flash", "n=1024"] == "250.0*†"  # shaky and above the peak
@@ -322,7 +325,7 @@ def test_reports_of_runs_with_no_good_rows_list_the_failures(tmp_path):
     assert "n=64-1024 (5)" in failures  # where the group's cells are
     listed = pd.read_csv(tmp_path / "failed" / "report" / "failures.csv")
     assert len(listed) == 10  # every failed cell its line in the CSV
-    assert "0 ok cells" in html and "class='trust bad'" in html and "Do not use: no cell was measured ok" in html
+    assert "0 ok cells" in html and "class='trust bad'" in html and "Do not use: no cell" in html
 
 
 def test_compare_says_when_nothing_matches_and_reads_a_rule(tmp_path, capsys, calibrated):
@@ -335,9 +338,12 @@ def test_compare_says_when_nothing_matches_and_reads_a_rule(tmp_path, capsys, ca
     c = _run_folder(tmp_path / "c", _timed_rows("naive", 1.2, 0.03))
     assert main(["compare", str(a), str(c), "--fail-on-regression", "median:5%"]) == 1
     out = capsys.readouterr()
-    assert "Better 0, Same 0, Worse 3, Unsure 0, Shaky 0 (of 3 matching cells" in out.out
-    assert "3 cell(s) slower by more than 5% beyond noise (median):" in out.err
-    assert "  naive float32 none fwd n=256: slower, B/A 1.2 (quartiles: A 0.6" in out.err  # each cell, its evidence
+    assert [value(out.out, k) for k in ("Better", "Same", "Worse", "Unsure", "Shaky")] == [0, 0, 3, 0, 0]
+    assert count(out.err, "cell(s) slower") == 3 and value(out.err, "slower by more than") == 5
+    assert "(median)" in out.err
+    (cell,) = [line for line in out.err.splitlines() if line.startswith("  naive float32 none fwd n=256:")]
+    a_q1 = 0.97 * 1e-5 * 256**2  # A's first quartile at n=256 (_timed_rows: spread 3%)
+    assert value(cell, "B/A") == 1.2 and value(cell, "quartiles: A") == pytest.approx(a_q1, rel=1e-3)  # its evidence
     assert main(["compare", str(a), str(c), "--fail-on-regression", "min:25%"]) == 0
 
 
@@ -612,9 +618,9 @@ def test_compare_explains_a_cell_with_its_samples_and_the_commands_to_measure_it
                                           "median_ms": r["median_ms"] * 1.3} for r in rows])
     assert main(["compare", str(a), str(b), "--explain", "v1 n=64"]) == 0
     out = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("trust ")]
-    assert out[0].startswith("v1 float32 none fwd n=64: slower, B/A 1.3 (95% interval")
+    assert out[0].startswith("v1 float32 none fwd n=64: slower") and value(out[0], "B/A") == 1.3
     assert out[1].startswith("A samples (ms): ") and out[3].startswith("B samples (ms): ")
-    assert out[2].startswith("measure it again in A's conditions: python -m bench sweep --variants v1")
+    assert "python -m bench sweep --variants v1" in out[2] and "A's conditions" in out[2]
     assert main(["compare", str(a), str(b), "--explain", "n=64"]) == 2  # three cells answer: it says so
     assert "3 matching cells answer to it" in capsys.readouterr().err
 

@@ -69,7 +69,7 @@ def test_a_kernel_scaled_by_the_value_dim_fails(registry):
 def test_a_variant_that_does_not_declare_it_says_why(registry):
     case = _case("window", window=8, q_len=40, align="top-left")
     why = registry["window.chunked"].static_reason(case)
-    assert why.startswith("a value head dim apart from the query/key one (--head-dims 24/16")
+    assert "value head dim" in why and "(--head-dims 24/16" in why
     assert registry["window.chunked"].static_reason(case.replace(head_dim_v=None)) is None
 
 
