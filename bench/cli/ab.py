@@ -29,8 +29,6 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    from tabulate import tabulate
-
     from bench.engine import ab, judge, store
     from bench.engine.discovery import discover
     from bench.model.parsers import number
@@ -64,16 +62,7 @@ def command(args) -> int:
         return 1
     table = ab.analyse(cells, margin, fdr)
     store.write_json(out, "ab.json", table, indent=2)
-    print(tabulate([[r["variant"], r["dtype"], r["mask"], r["direction"], r["q_len"], r["a_ms"], r["b_ms"], r["ratio"],
-                     r["ratio_lo"], r["ratio_hi"], r["q"], r["verdict"]] for r in table],
-                   headers=["variant", "dtype", "mask", "dir", "n", "A ms", "B ms", "B/A", "95% lo", "95% hi", "q",
-                            "verdict"], floatfmt=".4g"))
-    counts = {v: sum(r["verdict"] == v for r in table) for v in ("faster", "same", "slower", "unsure")}
-    print(f"Better {counts['faster']}, Same {counts['same']}, Worse {counts['slower']}, Unsure {counts['unsure']} "
-          f"(of {len(table)} cells; B/A per "
-          + (f"visit, {ab.TOGETHER_VISITS} in each of {repeats} repeats" if ab.together(sides) else
-             f"repeat, {repeats} repeats") + "; faster or slower: a change beyond "
-          f"{100 * margin:g}% at a false-discovery rate of {100 * fdr:g}%; {out / 'ab.json'})")
+    counts = _print_verdicts(table, ab.together(sides), repeats, margin, fdr, out)
     if same:  # an A/A: what one run's figures drift by here, for compare of two separate runs
         from bench.engine import drift
 
@@ -83,13 +72,36 @@ def command(args) -> int:
         print(f"A/A: {counts['faster'] + counts['slower']} of {len(table)} cells called changed (false discoveries); "
               f"from one run to the next here, a run as a whole shifts by {100 * run:.1f}% and each cell by "
               f"{100 * cell:.1f}% more (one sd): compare of two runs on this machine now uses it")
-    if gate is not None:
-        worse = [r for r in table if r["verdict"] == "slower" and r["ratio_lo"] - 1.0 > gate]
-        if worse:
-            print(f"{len(worse)} cell(s) slower in B by more than {100 * gate:g}% beyond their interval:",
-                  file=sys.stderr)
-            for r in worse:
-                print(f"  {r['variant']} {r['mask']} {r['direction']} n={r['q_len']}: B/A {r['ratio']:.3g} "
-                      f"(95% {r['ratio_lo']:.3g}-{r['ratio_hi']:.3g}, q {r['q']:.2g})", file=sys.stderr)
-            return 1
-    return 0
+    return _gate(table, gate)
+
+
+def _print_verdicts(table: list[dict], together: bool, repeats: int, margin: float, fdr: float, out: Path) -> dict:
+    """Each cell's B/A and verdict, and the counts of the verdicts (returned)."""
+    from tabulate import tabulate
+
+    from bench.engine import ab
+
+    print(tabulate([[r["variant"], r["dtype"], r["mask"], r["direction"], r["q_len"], r["a_ms"], r["b_ms"], r["ratio"],
+                     r["ratio_lo"], r["ratio_hi"], r["q"], r["verdict"]] for r in table],
+                   headers=["variant", "dtype", "mask", "dir", "n", "A ms", "B ms", "B/A", "95% lo", "95% hi", "q",
+                            "verdict"], floatfmt=".4g"))
+    counts = {v: sum(r["verdict"] == v for r in table) for v in ("faster", "same", "slower", "unsure")}
+    print(f"Better {counts['faster']}, Same {counts['same']}, Worse {counts['slower']}, Unsure {counts['unsure']} "
+          f"(of {len(table)} cells; B/A per "
+          + (f"visit, {ab.TOGETHER_VISITS} in each of {repeats} repeats" if together else
+             f"repeat, {repeats} repeats") + "; faster or slower: a change beyond "
+          f"{100 * margin:g}% at a false-discovery rate of {100 * fdr:g}%; {out / 'ab.json'})")
+    return counts
+
+
+def _gate(table: list[dict], gate: float | None) -> int:
+    """--fail-on-regression: 1, naming them, when cells are slower in B beyond their interval by
+    more than the gate; else 0."""
+    worse = [r for r in table if gate is not None and r["verdict"] == "slower" and r["ratio_lo"] - 1.0 > gate]
+    if not worse:
+        return 0
+    print(f"{len(worse)} cell(s) slower in B by more than {100 * gate:g}% beyond their interval:", file=sys.stderr)
+    for r in worse:
+        print(f"  {r['variant']} {r['mask']} {r['direction']} n={r['q_len']}: B/A {r['ratio']:.3g} "
+              f"(95% {r['ratio_lo']:.3g}-{r['ratio_hi']:.3g}, q {r['q']:.2g})", file=sys.stderr)
+    return 1

@@ -39,8 +39,6 @@ def parse_regression(text: str | None) -> tuple[str, float] | None:
 
 
 def command(args):
-    from tabulate import tabulate
-
     from bench.engine.store import require_run, writable_dir
     from reports.compare import compare_runs
 
@@ -63,6 +61,20 @@ def command(args):
         return 3 if rule else 0
     if args.explain is not None:
         return _explain(m, args)
+    shaky, other = _print_verdicts(m, args, chart)
+    _print_drift(m)
+    if other:
+        pairs = sorted({f"{a} in A, {b} in B" for a, b in zip(m["timer_a"], m["timer_b"]) if a != b})
+        print(f"warning: {other} matching cell(s) were timed with different timers ({'; '.join(pairs)}): their "
+              f"times measure different things and are not judged", file=sys.stderr)
+    return _gate(regressions, rule, shaky, args.strict_trust)
+
+
+def _print_verdicts(m, args, chart) -> tuple[int, int]:
+    """Each matching cell's line and the counts of the verdicts; returns the shaky cells and those
+    timed with another timer."""
+    from tabulate import tabulate
+
     cols = ["variant", "dtype", "mask", "direction", "q_len", "median_ms_a", "median_ms_b", "ratio", "ratio_lo",
             "ratio_hi", "q", "verdict"]
     print(tabulate(m[cols], headers=["variant", "dtype", "mask", "dir", "n", "A ms", "B ms", "B/A", "95% lo",
@@ -74,6 +86,12 @@ def command(args):
     print(f"Better {counts.get('faster', 0)}, Same {counts.get('same', 0)}, Worse {counts.get('slower', 0)}, "
           f"Unsure {counts.get('unsure', 0)}, Shaky {shaky}{apart} (of {len(m)} matching cells; faster or slower: a "
           f"change beyond {100 * args.margin:g}% at a false-discovery rate of {100 * args.fdr:g}%; chart: {chart})")
+    return shaky, other
+
+
+def _print_drift(m) -> None:
+    """What the cells were judged against: each run's visits, or this machine's calibrated
+    between-run drift and the run's own shift, or nothing (uncalibrated: no cell is called)."""
     known = m.attrs.get("drift")
     visited = m.attrs.get("visited", 0)
     if visited:
@@ -84,26 +102,28 @@ def command(args):
               + (f". {unsure} unsure: a change inside the runs' intervals; `python -m bench ab A_TREE B_TREE <the "
                  f"sweep's flags>` measures both builds in turns and finds smaller changes" if unsure else ""),
               file=sys.stderr)
-    if visited < len(m) and known is None:  # cells timed in one process per run: a calibration decides
+    if visited == len(m):
+        return
+    if known is None:  # cells timed in one process per run: a calibration decides
         print("note: two separate runs differ by what changed between them (the process, the minute, the "
               "machine's load) as well as by the build; this machine's between-run drift is not calibrated, so no "
               "cell is called faster or slower. To tell: `python -m bench ab A_TREE B_TREE <the sweep's flags>` "
               "measures both builds in turns; `python -m bench ab . . <flags>` (an A/A) calibrates compare here.",
               file=sys.stderr)
-    elif visited < len(m):
-        shift = m.attrs.get("shift")
-        print(f"note: between-run drift on this machine (an A/A ab of {known['cells']} cells x {known['repeats']} "
-              f"repeats): {100 * known['run']:.1f}% for a run as a whole, {100 * known['cell']:.1f}% more for each "
-              f"cell; each cell is judged against the run's own shift", file=sys.stderr)
-        if shift:
-            print(f"the run as a whole: B/A {shift['ratio']:.3g} over {shift['cells']} cells (within 3 sd of the "
-                  f"run-level drift: {shift['lo']:.3g}-{shift['hi']:.3g}): {shift['verdict']}"
-                  + (" (the machine's state between the runs can explain it)" if shift["verdict"] == "unsure" else ""))
-    if other:
-        pairs = sorted({f"{a} in A, {b} in B" for a, b in zip(m["timer_a"], m["timer_b"]) if a != b})
-        print(f"warning: {other} matching cell(s) were timed with different timers ({'; '.join(pairs)}): their "
-              f"times measure different things and are not judged", file=sys.stderr)
-    if shaky and args.strict_trust:
+        return
+    shift = m.attrs.get("shift")
+    print(f"note: between-run drift on this machine (an A/A ab of {known['cells']} cells x {known['repeats']} "
+          f"repeats): {100 * known['run']:.1f}% for a run as a whole, {100 * known['cell']:.1f}% more for each "
+          f"cell; each cell is judged against the run's own shift", file=sys.stderr)
+    if shift:
+        print(f"the run as a whole: B/A {shift['ratio']:.3g} over {shift['cells']} cells (within 3 sd of the "
+              f"run-level drift: {shift['lo']:.3g}-{shift['hi']:.3g}): {shift['verdict']}"
+              + (" (the machine's state between the runs can explain it)" if shift["verdict"] == "unsure" else ""))
+
+
+def _gate(regressions, rule, shaky: int, strict_trust: bool) -> int:
+    """The exit code: 1 for shaky cells under --strict-trust or a regression past the rule, else 0."""
+    if shaky and strict_trust:
         print(f"strict trust: {shaky} matching cell(s) are shaky (short of samples, contended or throttled) in A or "
               f"B; re-measure them (sweep --resume RUN --retry shaky) before comparing", file=sys.stderr)
         return 1
@@ -119,7 +139,6 @@ def command(args):
             print(f"  {evidence_line(r)}", file=sys.stderr)
         return 1
     return 0
-
 
 def _explain(m, args) -> int:
     """``--explain CELL``: one cell's evidence, and the commands that measure it again in A and B."""

@@ -354,10 +354,6 @@ def dry_run(registry, device: str, extra: bool) -> int:
 
 def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     """The device acceptance check (module doc); returns the exit code."""
-    from bench.measure.profiler import profile_case
-    from bench.measure.selfcheck import check_cell
-    from bench.model.registry import available
-
     q = QUICK[device]
     out, registry = _start(out, device, "gpu-check --quick")
     common = quick_common(device)
@@ -382,39 +378,9 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
     checks.add(*acceptance.sdpa_verdict(peak_rows, peak, relaxed, shares))
     checks.add(*acceptance.kernel_verdict(peak_rows, device))
 
-    # 3. memory exponents of a causal scaling sweep
-    scaling = rows("scaling")
-    for name in (n for n in registry.names() if registry[n].traits.memory_exponent(device)):
-        lo, hi = registry[name].traits.memory_exponent(device)
-        mine = [r for r in scaling if r["variant"] == name and r["status"] == "ok" and r.get("peak_mem_bytes")]
-        exp = _fit([r["q_len"] for r in mine], [r["peak_mem_bytes"] for r in mine])
-        checks.add(f"3 memory exponent {name} in [{lo}, {hi}]", lo <= exp <= hi,
-                   f"{exp:.2f} over n={','.join(str(r['q_len']) for r in mine)}")
-
-    # 4. the harness's median against do_bench (torch.utils.benchmark on the CPU)
-    t = q["timer"]
-    for name in taking(registry, "timer"):
-        case = Case(device, q["dtype"], kv_heads=t["heads"], mask="none", **t)
-        if not available(registry[name], case)[0]:
-            checks.add(f"4 timer agreement {name}", False, "not available here")
-            continue
-        row = check_cell(registry[name], case, 300.0 if device == "cuda" else 60.0)
-        tool = "do_bench" if "ratio_do_bench" in row else "tub"
-        ratio = row[f"ratio_{tool}"]
-        tol = acceptance.threshold("timer agreement", device)
-        checks.add(f"4 timer agreement {name} within {100 * tol:g}% of {tool}", abs(ratio - 1) <= tol,
-                   f"harness {row['harness_ms']:.4g} ms, {tool} {row[f'{tool}_ms']:.4g} ms, ratio {ratio:.3f} "
-                   f"(rounds {row[f'ratio_{tool}_lo']:.3f}-{row[f'ratio_{tool}_hi']:.3f})")
-
-    # 5. a profiler trace with device kernels
-    case = Case(device, q["dtype"], 1, 8, 8, q["n"], q["n"], 64, "causal", None, "fwd")
-    fused_first = sorted(taking(registry, "trace"), key=lambda n: registry[n].traits.peak_share is None)
-    name = next((n for n in fused_first if available(registry[n], case)[0]), registry.names()[0])
-    res = profile_case(registry[name], case, out)
-    events = json.loads(Path(res["trace"]).read_text()).get("traceEvents", [])
-    want = "kernel" if device == "cuda" else "cpu_op"
-    n_events = sum(1 for e in events if e.get("cat") == want)
-    checks.add(f"5 profiler trace has {want} events", n_events > 0, f"{n_events} in {Path(res['trace']).name}")
+    _memory_exponents(checks, registry, rows("scaling"), device)  # 3
+    _timer_agreement(checks, registry, device)  # 4
+    _trace_check(checks, registry, device, out)  # 5
 
     # 6. a sub-0.1 ms cell: NVML's clocks, power and energy, and its time again as a CUDA graph
     tiny, tiny_graph = rows("tiny"), rows("tiny-graph")
@@ -431,6 +397,53 @@ def run_quick_check(out: Path | None, device: str = "cuda") -> int:
         checks.add(*acceptance.matrix_verdict(f"1 {', '.join(compiled)} x mask x fwd/bwd: ok or unsupported with a "
                                               f"reason", rows("matrix-compiled")))
     return _exit_code(checks.items)
+
+
+def _memory_exponents(checks, registry, scaling: list[dict], device: str) -> None:
+    """3. The memory exponent of each variant that declares one, over the causal scaling sweep."""
+    for name in (n for n in registry.names() if registry[n].traits.memory_exponent(device)):
+        lo, hi = registry[name].traits.memory_exponent(device)
+        mine = [r for r in scaling if r["variant"] == name and r["status"] == "ok" and r.get("peak_mem_bytes")]
+        exp = _fit([r["q_len"] for r in mine], [r["peak_mem_bytes"] for r in mine])
+        checks.add(f"3 memory exponent {name} in [{lo}, {hi}]", lo <= exp <= hi,
+                   f"{exp:.2f} over n={','.join(str(r['q_len']) for r in mine)}")
+
+
+def _timer_agreement(checks, registry, device: str) -> None:
+    """4. The harness's median against do_bench (torch.utils.benchmark on the CPU)."""
+    from bench.measure.selfcheck import check_cell
+    from bench.model.registry import available
+
+    q = QUICK[device]
+    t = q["timer"]
+    for name in taking(registry, "timer"):
+        case = Case(device, q["dtype"], kv_heads=t["heads"], mask="none", **t)
+        if not available(registry[name], case)[0]:
+            checks.add(f"4 timer agreement {name}", False, "not available here")
+            continue
+        row = check_cell(registry[name], case, 300.0 if device == "cuda" else 60.0)
+        tool = "do_bench" if "ratio_do_bench" in row else "tub"
+        ratio = row[f"ratio_{tool}"]
+        tol = acceptance.threshold("timer agreement", device)
+        checks.add(f"4 timer agreement {name} within {100 * tol:g}% of {tool}", abs(ratio - 1) <= tol,
+                   f"harness {row['harness_ms']:.4g} ms, {tool} {row[f'{tool}_ms']:.4g} ms, ratio {ratio:.3f} "
+                   f"(rounds {row[f'ratio_{tool}_lo']:.3f}-{row[f'ratio_{tool}_hi']:.3f})")
+
+
+def _trace_check(checks, registry, device: str, out: Path) -> None:
+    """5. A profiler trace with device kernels (CPU ops on the CPU), of a fused variant first."""
+    from bench.measure.profiler import profile_case
+    from bench.model.registry import available
+
+    q = QUICK[device]
+    case = Case(device, q["dtype"], 1, 8, 8, q["n"], q["n"], 64, "causal", None, "fwd")
+    fused_first = sorted(taking(registry, "trace"), key=lambda n: registry[n].traits.peak_share is None)
+    name = next((n for n in fused_first if available(registry[n], case)[0]), registry.names()[0])
+    res = profile_case(registry[name], case, out)
+    events = json.loads(Path(res["trace"]).read_text()).get("traceEvents", [])
+    want = "kernel" if device == "cuda" else "cpu_op"
+    n_events = sum(1 for e in events if e.get("cat") == want)
+    checks.add(f"5 profiler trace has {want} events", n_events > 0, f"{n_events} in {Path(res['trace']).name}")
 
 
 QUICK_LIMIT_S = 360.0  # the quick check must fit six minutes on an H200, by its own projection

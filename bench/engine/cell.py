@@ -314,30 +314,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
     gpu = _nvml() if case.device == "cuda" else None  # clocks, power, energy around each turn
     states = {name: nvml.Cell() for name in by_name}
 
-    @contextlib.contextmanager
-    def enter(key):
-        name = _owner(key)
-        at(name)
-        item = by_name[name]
-        if key != name:  # a layer's part: its turn in the same rounds, nothing sampled around it
-            with item.bound.scope():
-                yield
-            return
-        with item.bound.scope():
-            if per_turn:
-                item.timer.call = item.bound.timed()  # the forward runs here, outside the timed turn
-            before = (_gpu_sample(gpu), _calls(item.timer), _flushes(item.timer), time.perf_counter()) if gpu \
-                else None
-            try:
-                yield
-            finally:
-                if before:
-                    end = _gpu_sample(gpu)
-                    states[name].turn(before[0], end, _calls(item.timer) - before[1], _flushes(item.timer) - before[2],
-                                      seconds=time.perf_counter() - before[3])
-                if per_turn:
-                    item.timer.call = None  # its graph goes with it
-
+    enter = _turns(by_name, per_turn, gpu, states, at)
     failed = set()
 
     def on_error(key, exc):
@@ -371,6 +348,37 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
                     memory)
             emit(item.result.row())
     return not any(item.result.contention.get("contended") for item in live)
+
+
+def _turns(by_name: dict, per_turn: bool, gpu, states: dict, at):
+    """What surrounds each turn of the rounds (``interleave``'s ``enter``): the variant's scope;
+    for a whole call (not a layer's part) its forward built here when each turn builds its own,
+    and on a GPU the clocks, power and energy sampled around it."""
+    @contextlib.contextmanager
+    def enter(key):
+        name = _owner(key)
+        at(name)
+        item = by_name[name]
+        if key != name:  # a layer's part: its turn in the same rounds, nothing sampled around it
+            with item.bound.scope():
+                yield
+            return
+        with item.bound.scope():
+            if per_turn:
+                item.timer.call = item.bound.timed()  # the forward runs here, outside the timed turn
+            before = (_gpu_sample(gpu), _calls(item.timer), _flushes(item.timer), time.perf_counter()) if gpu \
+                else None
+            try:
+                yield
+            finally:
+                if before:
+                    end = _gpu_sample(gpu)
+                    states[name].turn(before[0], end, _calls(item.timer) - before[1], _flushes(item.timer) - before[2],
+                                      seconds=time.perf_counter() - before[3])
+                if per_turn:
+                    item.timer.call = None  # its graph goes with it
+
+    return enter
 
 
 HOLD_CASES = 8  # contended cases a worker keeps set up for a re-timing; the oldest goes beyond
@@ -643,18 +651,7 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
                                     "pid": os.getpid()}  # the process of this visit
             try:
                 at(var.name)
-                with spans.span(f"visit: setup ({var.name})"):
-                    bound = bind_variant(var, case, inputs)
-                with bound.scope(), spans.span("visit: warm-up"):
-                    start, calls, warm = time.perf_counter(), 0, bound.timed("fwd")
-                    warm_s = WARM_S if _WARMED else FIRST_WARM_S
-                    while calls < WARM_CALLS or time.perf_counter() - start < warm_s:
-                        warm()
-                        calls += 1
-                    _WARMED.append(True)
-                    call = bound.timed()
-                timers[var.name] = (bound, make_timer(case.device, call, settings.budget_ms / rounds,
-                                                      settings.precision, settings.timer, make_call=bound.timed))
+                timers[var.name] = _visit_timer(var, case, inputs, settings, rounds)
             except Exception as exc:
                 row.update(status=Status.ERROR.value, reason=f"{type(exc).__name__}: {first_line(exc)}"[:300])
 
@@ -675,18 +672,8 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
             spans.absorb(_timed_parts({n: t for n, (_, t) in timers.items()}, "visit: "))
         other_cpu = window.stop() if case.device == "cpu" else None
         for name, (_, timer) in timers.items():
-            row = rows[name]
-            if row["status"] != Status.OK.value:
-                continue
-            t = timer.result()
-            if not t.samples_ms:
-                row.update(status=Status.ERROR.value, reason="no sample was taken")
-                continue
-            summary = t.summary()
-            row.update(median_ms=summary.median_ms, samples=summary.samples, samples_ms=list(summary.samples_ms),
-                       timed_s=summary.timed_s, number=summary.number)
-            if case.device == "cpu":
-                row.update(contention.verdict(summary.cpu_util, other_cpu, summary.threads, summary.samples_ms))
+            if rows[name]["status"] == Status.OK.value:
+                rows[name].update(_visit_figures(timer.result(), case.device, other_cpu))
     except Exception as exc:  # the inputs themselves: every variant's visit fails with it
         for var in variants:
             rows.setdefault(var.name, {"variant": var.name, **case.to_dict()}).update(
@@ -698,6 +685,36 @@ def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings,
             _free(case.device)
     for row in rows.values():
         emit(row)
+
+
+def _visit_timer(var: Variant, case: Case, inputs, settings: MeasureSettings, rounds: int):
+    """A visit's variant set up on the case's inputs, warmed (longer in a worker's first visit),
+    and its timer for one round of the first visit's: (the bound variant, the timer)."""
+    with spans.span(f"visit: setup ({var.name})"):
+        bound = bind_variant(var, case, inputs)
+    with bound.scope(), spans.span("visit: warm-up"):
+        start, calls, warm = time.perf_counter(), 0, bound.timed("fwd")
+        warm_s = WARM_S if _WARMED else FIRST_WARM_S
+        while calls < WARM_CALLS or time.perf_counter() - start < warm_s:
+            warm()
+            calls += 1
+        _WARMED.append(True)
+        call = bound.timed()
+    return bound, make_timer(case.device, call, settings.budget_ms / rounds, settings.precision, settings.timer,
+                             make_call=bound.timed)
+
+
+def _visit_figures(t, device: str, other_cpu) -> dict:
+    """A visit row's figures from its timing: its samples and median, and on the CPU the load
+    around them; an error where no sample was taken."""
+    if not t.samples_ms:
+        return {"status": Status.ERROR.value, "reason": "no sample was taken"}
+    summary = t.summary()
+    out = dict(median_ms=summary.median_ms, samples=summary.samples, samples_ms=list(summary.samples_ms),
+               timed_s=summary.timed_s, number=summary.number)
+    if device == "cpu":
+        out.update(contention.verdict(summary.cpu_util, other_cpu, summary.threads, summary.samples_ms))
+    return out
 
 
 def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None],

@@ -125,14 +125,8 @@ def search(variant: str, axis: str, make_case: Callable[[int], Case], measure: C
         guess = _prediction(res, measured, axis, make_case, top)
         if res.predicted is None:
             res.predicted = guess
-        if hi is not None and (hi <= lo * (1 + precision) or hi == lo + 1):
-            res.stop = f"bracketed within {100 * precision:g}%" if hi <= lo * (1 + precision) else "adjacent sizes"
-            return res
-        if lo >= top:
-            res.stop = f"the largest size a case takes ({top})"
-            return res
-        if len(tried) >= max_cells:
-            res.stop = f"{max_cells} cells"
+        res.stop = _settled(lo, hi, precision, top, len(tried), max_cells)
+        if res.stop:
             return res
         size = _next_size(lo, hi, guess, precision, top, tried)
         last = tried[lo]
@@ -141,20 +135,38 @@ def search(variant: str, axis: str, make_case: Callable[[int], Case], measure: C
             res.stop = (f"the next cell ({axis}={size}) would take about {last.wall_s * scale:.0f} s, past the "
                         f"timeout of {timeout_s:g} s")
             return res
-        if res.model and limit is not None:
-            a, b, c = res.model
-            need = memmodel.input_bytes(make_case(size)) + max(0.0, a * size * size + b * size + c)
-            if need > limit:  # not run: it could take the machine down, not just this cell
-                tried[size] = Cell(size, "skipped", need, None, 0.0, False,
-                                   f"not run: predicted {gib(need)}, beyond the {gib(limit)} this machine can spare")
-                res.cells.append(tried[size])
-                log(f"{variant} {axis}={size}: {tried[size].why}")
-                continue
+        need = _predicted_bytes(res.model, make_case, size)
+        if need is not None and limit is not None and need > limit:  # it could take the machine down, not one cell
+            tried[size] = Cell(size, "skipped", need, None, 0.0, False,
+                               f"not run: predicted {gib(need)}, beyond the {gib(limit)} this machine can spare")
+            res.cells.append(tried[size])
+            log(f"{variant} {axis}={size}: {tried[size].why}")
+            continue
         cell = run(size)
         if cell.status == "timeout":
             res.stop = f"{axis}={size} timed out"
             res.largest, res.smallest_over, res.over_why = lo, size, cell.why
             return res
+
+
+def _settled(lo: int, hi: int | None, precision: float, top: int, tried: int, max_cells: int) -> str:
+    """Why the search stops with ``lo`` fitting and ``hi`` not ('' to go on): bracketed within
+    the precision, adjacent sizes, the largest size a case takes, or the cells it may run."""
+    if hi is not None and (hi <= lo * (1 + precision) or hi == lo + 1):
+        return f"bracketed within {100 * precision:g}%" if hi <= lo * (1 + precision) else "adjacent sizes"
+    if lo >= top:
+        return f"the largest size a case takes ({top})"
+    if tried >= max_cells:
+        return f"{max_cells} cells"
+    return ""
+
+
+def _predicted_bytes(model, make_case, size: int) -> float | None:
+    """The memory model's footprint at ``size``, its inputs included (None without a model)."""
+    if not model:
+        return None
+    a, b, c = model
+    return memmodel.input_bytes(make_case(size)) + max(0.0, a * size * size + b * size + c)
 
 
 def _prediction(res: Result, measured, axis: str, make_case, top: int) -> int | None:

@@ -74,18 +74,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
         done = store.done_keys(store.read_rows(run_dir, repair=True), options.retry)
         cells = [(name, case) for name, case in (spec_cells(spec, registry) if cells is None else cells)
                  if store.cell_key(name, case) not in done]
-        where = f"{len(slots)} workers ({', '.join(s.label for s in slots)})" if len(slots) > 1 else \
-            f"{env['threads']} threads"
-        shard = f"; shard {spec.shard} of sweep {env['sweep_id']}" if spec.shard else ""
-        log.info("run folder: %s  (%d cells to run, %d already there; device %s, %s%s)", run_dir, len(cells),
-                 len(done), spec.device, where, shard)
-        if spec.model:
-            from bench.model.models import model
-
-            log.info(model(spec.model).summary(spec))
-        if len(slots) > 1 and spec.device == "cpu":
-            log.info("note: the workers have cores of their own but share the memory bandwidth and the caches: a "
-                     "memory-bound cell can run slower beside another than alone")
+        _say_plan(run_dir, spec, env, slots, len(cells), len(done))
         t0 = time.perf_counter()
         pool = WorkerPool(run_dir, spec, registry, slots, bars=options.bars if options.progress else events.silent,
                           keep_workers=options.keep_workers)
@@ -116,6 +105,23 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
             runfolder.close_run(run_dir, spec, rows, pool.devices, measured)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s + again_s,
                       notes, idle)
+
+
+def _say_plan(run_dir: Path, spec: Spec, env: dict, slots: list, todo: int, done: int) -> None:
+    """The notes a sweep starts with: the folder, the cells to run and already there, where they
+    run, the model's shapes, and on several CPU workers what they share."""
+    where = f"{len(slots)} workers ({', '.join(s.label for s in slots)})" if len(slots) > 1 else \
+        f"{env['threads']} threads"
+    shard = f"; shard {spec.shard} of sweep {env['sweep_id']}" if spec.shard else ""
+    log.info("run folder: %s  (%d cells to run, %d already there; device %s, %s%s)", run_dir, todo,
+             done, spec.device, where, shard)
+    if spec.model:
+        from bench.model.models import model
+
+        log.info(model(spec.model).summary(spec))
+    if len(slots) > 1 and spec.device == "cpu":
+        log.info("note: the workers have cores of their own but share the memory bandwidth and the caches: a "
+                 "memory-bound cell can run slower beside another than alone")
 
 
 def spec_cells(spec: Spec, registry) -> list:

@@ -192,23 +192,7 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
         merged = _anchored(merged, values, here)
     if any(str(m).startswith("@") for m in merged.get("batch_mix") or []):
         merged["batch_mix"] = _traced(merged["batch_mix"], merged.get("trace_mixes") or 4)
-    if merged.get("batch_mix"):  # first: a mix replaces the lengths the other checks would speak of
-        clash = [flag(k) for k in ("batch", "seq_lens", "kv_lens", "lengths", "align", "total_tokens") if k in values]
-        if clash:
-            raise UsageError(f"--batch-mix gives each mix its own sequences, lengths and alignment (bottom-right "
-                             f"within each sequence); give it or {', '.join(clash)}, not both")
-    elif merged.get("total_tokens"):
-        if "batch" in values:
-            raise UsageError("--total-tokens sets the batch at each length (T // n); give it or --batch, not both")
-        total, longest = merged["total_tokens"], max(merged["seq_lens"])
-        if total < longest:
-            raise UsageError(f"--total-tokens {total} is below the longest length {longest}: "
-                             f"every length needs at least one sequence (T >= {longest})")
-        ragged = [x for x in merged.get("lengths") or [] if str(x).split(":")[0] not in ("fixed",)]
-        if ragged and total < 2 * longest:
-            raise UsageError(f"--total-tokens {total} gives one sequence at n={longest} (T // n), and --lengths "
-                             f"{ragged[0]} needs a batch of 2 or more: give --total-tokens {2 * longest} or more, or "
-                             f"shorter --seq-lens")
+    _check_batches(merged, values)
     if merged["variants"] is None:
         merged["variants"] = registry.names()
     choices("variant", registry.names())(merged["variants"], "--variants")
@@ -226,3 +210,25 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
                          f"could finish; give a timeout of at least {math.ceil(budget / 1e3)} s")
     merged["plugins"] = list(merged["plugins"] or [])
     return Spec(**merged)
+
+
+def _check_batches(merged: dict, values: dict) -> None:
+    """The settings that shape a batch, held against each other: a mix gives its own sequences,
+    lengths and alignment; a token budget sets the batch and needs a sequence at every length."""
+    if merged.get("batch_mix"):  # first: a mix replaces the lengths the other checks would speak of
+        clash = [flag(k) for k in ("batch", "seq_lens", "kv_lens", "lengths", "align", "total_tokens") if k in values]
+        if clash:
+            raise UsageError(f"--batch-mix gives each mix its own sequences, lengths and alignment (bottom-right "
+                             f"within each sequence); give it or {', '.join(clash)}, not both")
+    elif merged.get("total_tokens"):
+        if "batch" in values:
+            raise UsageError("--total-tokens sets the batch at each length (T // n); give it or --batch, not both")
+        total, longest = merged["total_tokens"], max(merged["seq_lens"])
+        if total < longest:
+            raise UsageError(f"--total-tokens {total} is below the longest length {longest}: "
+                             f"every length needs at least one sequence (T >= {longest})")
+        ragged = [x for x in merged.get("lengths") or [] if str(x).split(":")[0] not in ("fixed",)]
+        if ragged and total < 2 * longest:
+            raise UsageError(f"--total-tokens {total} gives one sequence at n={longest} (T // n), and --lengths "
+                             f"{ragged[0]} needs a batch of 2 or more: give --total-tokens {2 * longest} or more, or "
+                             f"shorter --seq-lens")
