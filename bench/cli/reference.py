@@ -106,9 +106,10 @@ def _features() -> list[str]:
 
     lines = ["### The core and its features", "",
              "Each is declared once in `bench/model/features.py`: the settings it adds, its groups of the stored "
-             "row, its steps in a timed cell's life (`bench/engine/cell.py`'s `AFTER_TIMING`), its part of the "
-             "report, its command and the modules that hold its code.", "",
-             "| feature | what it adds | settings | row groups | cell steps | report | command | modules |",
+             "row, its steps in a timed cell's life (`bench/engine/cell.py`'s `AFTER_TIMING`), its section of the "
+             "report (a module whose `sections(ctx)` the report calls, `reports/sections.py`), its commands (modules "
+             "whose `add_parser` the command line calls) and the modules that hold its code.", "",
+             "| feature | what it adds | settings | row groups | cell steps | report section | commands | modules |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     from bench.cli import build_parser
 
