@@ -317,12 +317,12 @@ def test_every_subcommand_and_report_section_is_a_declared_feature_s():
     and every declared section has it (reports.sections's protocol), so none is built unrendered."""
     import importlib
 
-    from bench.cli import SUBCOMMANDS
+    from bench.cli import subcommands
     from bench.model.features import CORE, FEATURES
 
     declared = [m for f in (CORE, *FEATURES) for m in f.commands]
     assert len(declared) == len(set(declared))
-    assert [m.__name__ for m in SUBCOMMANDS] == declared
+    assert [m.__name__ for m in subcommands()] == declared
     cli = {f"bench.cli.{p.stem}" for p in (ROOT / "bench" / "cli").glob("*.py")
            if "def add_parser(" in p.read_text(encoding="utf-8")}
     assert cli == set(declared)

@@ -14,18 +14,21 @@ from importlib import import_module
 
 from bench.cli.common import Parser, listen
 from bench.errors import UsageError
+from bench.model import features
 from bench.model.case import CaseError
-from bench.model.features import CORE, FEATURES
 from bench.model.registry import RegistryError
 
-# the core's commands, then each feature's (bench.model.features), in their declared order
-SUBCOMMANDS = tuple(import_module(name) for f in (CORE, *FEATURES) for name in f.commands)
+
+def subcommands() -> list:
+    """The modules of the core's commands, then each feature's (bench.model.features), in their
+    declared order."""
+    return [import_module(name) for f in (features.CORE, *features.FEATURES) for name in f.commands]
 
 
 def build_parser() -> Parser:
     p = Parser(prog="python -m bench", description="Benchmark and profile attention variants.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module in SUBCOMMANDS:
+    for module in subcommands():
         module.add_parser(sub)
     return p
 
