@@ -236,8 +236,6 @@ def minor_label(y, _pos) -> str:
     return f"{y:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
 
 
-
-
 ROTATE_AT = 8  # lengths on one axis from which their labels are turned 45 degrees
 
 

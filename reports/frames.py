@@ -158,6 +158,7 @@ def paired_ratio(a, b) -> tuple[float, float, float, bool]:
         ratios = sorted(y / x for x, y in zip(ra, rb) if x > 0)
         if ratios:
             return float(np.median(ratios)), ratios[0], ratios[-1], True
+
     def q(row, key):
         x = row.get(key)
         return row["median_ms"] if x is None or pd.isna(x) else x
@@ -179,6 +180,7 @@ def speedups(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     fields = ["median_ms", "q1_ms", "q3_ms", "round_medians_ms", "interleave_id"]
     base = ok[ok["variant"] == baseline]
     # one comparable key per row (window and head_dim_v are NaN for most rows)
+
     def keys(frame):
         return list(zip(*(frame[c].astype(object).where(frame[c].notna(), None) for c in key)))
 

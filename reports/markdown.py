@@ -34,6 +34,7 @@ def _section_md(part: Section) -> list[str]:
         lines += [f"![{part.caption}](charts/{chart.name})", ""]
     return lines + [_md(part.table, index=False), ""]
 
+
 def write_markdown(r: ReportParts) -> Path:
     from reports.groups import overview_display
 

@@ -116,6 +116,7 @@ def _section_html(part: Section) -> list[str]:
               for chart in part.charts]
     return parts + [_table_html(part.table, index=False)]
 
+
 def _trust_html(df, envs, said=None) -> str:
     state, heading, why = trust_state(df, envs, said)
     return (f"<p class='trust {state}'><b>{heading}: {html.escape(why)}.</b><br>"

@@ -140,6 +140,7 @@ def _gate(regressions, rule, shaky: int, strict_trust: bool) -> int:
         return 1
     return 0
 
+
 def _explain(m, args) -> int:
     """``--explain CELL``: one cell's evidence, and the commands that measure it again in A and B."""
     from bench.engine import repro, store

@@ -46,6 +46,8 @@ def taking(registry, step: str, names=None) -> list[str]:
     assert step in CHECKS, step
     return [n for n in (registry.names() if names is None else names)
             if n in registry and step in registry[n].traits.checks]
+
+
 GPU_TIMEOUT_S = 300.0  # a cold flex forward+backward compile takes 20-35 s on its own
 
 QUICK = {  # the quick check's sizes per device (its thresholds are bench.engine.judge's)

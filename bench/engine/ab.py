@@ -276,7 +276,6 @@ def analyse(cells: dict, margin: float, fdr: float) -> list[dict]:
     return out
 
 
-
 def aa_drift(cells: dict) -> tuple[float, float]:
     """An A/A's between-run drift per run, (each cell's own, a run's common shift): per repeat the
     median log(B / A) over the cells is the repeats' shift; the sd of the shifts, and the median over

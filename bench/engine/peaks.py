@@ -34,8 +34,6 @@ def key(fp: dict, kind: str, dtype: str, threads, run_ms: float) -> str:
     return "|".join(str(p) for p in parts)
 
 
-
-
 class PeakCache:
     def __init__(self, max_age_h: float | None = DEFAULT_MAX_AGE_H, path: Path | None = None,
                  clock=time.time):

@@ -49,8 +49,6 @@ def done_keys(rows, retry=frozenset()) -> set:
     return {cell_key(r["variant"], r) for r in rows_of.current_rows(rows) if not wants_retry(r, retry)}
 
 
-
-
 def new_run_dir(device: str, root: Path = DEFAULT_ROOT, link_latest: bool = True) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = root / f"{stamp}-{device}"

@@ -23,6 +23,8 @@ from bench.measure.timing import CpuTimer, CudaTimer, interleave
 from bench.model.case import Case
 
 ROUNDS = 3
+
+
 def default_cases(registry, device: str) -> list[tuple[str, Case]]:
     """The cells selfcheck times when none is named: each variant's own (``variant(..., selfcheck=)``)."""
     dtype = "float32" if device == "cpu" else "bfloat16"

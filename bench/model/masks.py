@@ -62,6 +62,7 @@ ADDITIVE = "additive"  # a variant's score_mods= value: every mod that only adds
 
 # -- a mask bound to a case ------------------------------------------------------------------
 
+
 def _on(value, device):
     return value.to(device) if isinstance(value, torch.Tensor) else value
 

@@ -265,8 +265,6 @@ def paths(raw, name: str) -> list[str]:
     return list(dict.fromkeys(str(Path(p).expanduser().resolve()) for p in raw))
 
 
-
-
 def yes_no(raw, name: str) -> bool:
     """A yes/no setting: true or false in TOML; the flag alone on the command line."""
     if isinstance(raw, bool):

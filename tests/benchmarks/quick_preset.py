@@ -182,6 +182,7 @@ def main() -> None:
             results.append(res)
             if name == REFERENCE:
                 quiet = res
+
     def reference(res):  # the quiet run of the same thread count
         threads = {r.get("threads") for r in res["ok"]}
         return next((q for q in results if q["name"].startswith("quiet") and q is not res

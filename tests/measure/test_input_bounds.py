@@ -291,6 +291,7 @@ def test_the_leftover_check_reports_a_busy_thread_and_forgets_an_idle_one(monkey
     proc.busy.clear()  # it stopped: the next check takes the threads as they are
     assert guard.check() == "" and guard.threads == 4
 
+
 def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one(monkeypatch):
     """On a loaded machine a spinning thread can get under a quarter of a core in 50 ms: the check
     looks again, longer, before it takes a new thread as the new normal (fake clocks and thread

@@ -306,7 +306,6 @@ def test_an_approximations_exact_equivalent_rate_does_not_mark_the_peak(tmp_path
     assert pct.loc["performer", ["n=256", "n=512", "n=1024"]].isna().all()  # and no % of peak for it
 
 
-
 def test_reports_of_runs_with_no_good_rows_list_the_failures(tmp_path):
     empty = _run_folder(tmp_path / "empty", [])
     assert build_report([empty]).exists()
