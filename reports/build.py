@@ -11,10 +11,10 @@ from reports.frames import load_runs, speedups, with_peaks
 from reports.groups import Group, not_run, overview, split
 from reports.markdown import write_markdown
 from reports.mask_section import density_chart, mask_table, pattern_chart, pictures, with_labels
-from reports.mixes import is_mix_frame, mix_jobs
 from reports.page import ReportParts, write_page
 from reports.scaling import crossovers, scaling_table
 from reports.sections import SectionInput, feature_sections
+from reports.sections.mixes import is_mix_frame, mix_jobs
 from reports.tables import facet_tables, failed_rows, failures, status_counts, with_metrics, write_csvs
 
 
@@ -28,7 +28,7 @@ class GroupPart:
 
 
 def group_chart_jobs(frame, folder: Path, style: dict, baseline, peaks, bandwidth=None) -> list:
-    """A group's charts as drawing jobs: serving mixes as bar groups (reports.mixes), every other
+    """A group's charts as drawing jobs: serving mixes as bar groups (reports.sections.mixes), every other
     group as lines over n (reports.charts)."""
     if is_mix_frame(frame):  # a mix is one batch, not a length that scales
         return mix_jobs(frame, folder, style)

@@ -330,7 +330,7 @@ def test_every_subcommand_and_report_section_is_a_declared_feature_s():
     assert len(sections) == len(set(sections))
     for name in sections:
         assert callable(getattr(importlib.import_module(name), "sections", None)), name
-    having = {f"reports.{p.stem}" for p in (ROOT / "reports").glob("*.py")
+    having = {p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".") for p in (ROOT / "reports").rglob("*.py")
               if "\ndef sections(" in p.read_text(encoding="utf-8")}
     assert having == set(sections)
 

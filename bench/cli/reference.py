@@ -107,7 +107,7 @@ def _features() -> list[str]:
     lines = ["### The core and its features", "",
              "Each is declared once in `bench/model/features.py`: the settings it adds, its groups of the stored "
              "row, its steps in a timed cell's life (`bench/engine/cell.py`'s `AFTER_TIMING`), its section of the "
-             "report (a module whose `sections(ctx)` the report calls, `reports/sections.py`), its commands (modules "
+             "report (a module whose `sections(ctx)` the report calls, `reports/sections/`), its commands (modules "
              "whose `add_parser` the command line calls) and the modules that hold its code.", "",
              "| feature | what it adds | settings | row groups | cell steps | report section | commands | modules |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]

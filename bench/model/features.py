@@ -7,7 +7,7 @@ sweep, the run folder and the judge.  A feature adds to it through five hooks, e
 - ``settings``: the ``Spec`` fields it adds (bench.model.spec);
 - ``groups``: its namespaced groups of the stored row (bench.model.row.GROUPS);
 - ``steps``: its steps in a timed cell's life (bench.engine.cell.AFTER_TIMING, by name);
-- ``section``: its part of the report, a module of ``reports/`` whose ``sections(ctx)`` returns
+- ``section``: its part of the report, a module of ``reports/sections/`` whose ``sections(ctx)`` returns
   its parts of the page (the protocol is ``reports.sections``); the report calls each in this
   file's order;
 - ``commands``: its subcommands, modules of ``bench/cli/`` with ``add_parser(sub)``;
@@ -66,20 +66,20 @@ FEATURES: tuple[Feature, ...] = (
             groups=("memory",), steps=("memory pass",),
             modules=("bench/measure/memory.py", "bench/engine/memcache.py", "bench/engine/memmodel.py")),
     Feature("frontier", "the largest n that fits in memory and a time budget",
-            section="reports.frontier_section", commands=("bench.cli.frontier",),
+            section="reports.sections.frontier", commands=("bench.cli.frontier",),
             modules=("bench/engine/frontier_search.py",)),
     Feature("layer scope", "the core inside the seeds' multi-head block, encoder and decoder layers",
-            settings=("scope", "ffn_mult", "ffn"), steps=("layer parts",), section="reports.layer_section",
+            settings=("scope", "ffn_mult", "ffn"), steps=("layer parts",), section="reports.sections.layer",
             modules=("bench/model/layer.py", "bench/measure/layer.py")),
     Feature("anchors", "the shapes of published figures, measured against them",
-            settings=("anchors",), section="reports.anchors_section",
+            settings=("anchors",), section="reports.sections.anchors",
             modules=("bench/model/anchors.py",)),
     Feature("steps", "what a training or serving step costs beyond the kernel",
-            settings=("steps",), steps=("steps",), section="reports.steps",
+            settings=("steps",), steps=("steps",), section="reports.sections.steps",
             modules=("bench/measure/steps.py",)),
     Feature("workloads", "ragged batches, structured inputs, a paged KV cache, alignment, serving mixes, models",
             settings=("lengths", "inputs", "kv_layout", "align", "batch_mix", "trace_mixes", "total_tokens", "model"),
-            section="reports.mixes",
+            section="reports.sections.mixes",
             modules=("bench/model/workload.py", "bench/model/trace.py", "bench/model/models.py",
                      "bench/measure/inputs.py")),
     Feature("shards, jobs and merge", "workers side by side, shards, cluster jobs, merged run folders",

@@ -46,7 +46,7 @@ def test_the_memory_model_predicts_a_held_out_peak_within_ten_percent(registry, 
     next_n, next_peak = model.next_doubling()
     assert next_n == 2048 and next_peak > 3.5 * rows[-1]["peak_mem_bytes"]
     # the report's table: the predicted largest n is the model's, at the machine's memory less 10 %
-    table, budget = __import__("reports.frontier_section", fromlist=["memory_table"]).memory_table(
+    table, budget = __import__("reports.sections.frontier", fromlist=["memory_table"]).memory_table(
         pd.DataFrame(rows), [{"device": "cpu", "memory_bytes": 2**30}])
     assert budget == 0.9 * 2**30 and table["largest"].iloc[0] == model.largest_n(budget)
     assert model.footprint(model.largest_n(budget)) <= budget < model.footprint(model.largest_n(budget) + 1)

@@ -196,7 +196,7 @@ def _rows(variant, core_per_n2, rest_per_n, ns, approximate=False):
 
 
 def test_the_crossover_is_where_the_core_takes_as_long_as_the_rest():
-    from reports.layer_section import crossover_table, layer_frame, saved_table
+    from reports.sections.layer import crossover_table, layer_frame, saved_table
 
     # naive: core = rest at n = 1e-3 / 1e-6 = 1000; fast: at 4000, beyond the lengths swept (extrapolated)
     df = pd.DataFrame(_rows("naive", 1e-6, 1e-3, [256, 512, 2048]) + _rows("fast", 0.25e-6, 1e-3, [256, 512, 2048]))
@@ -220,7 +220,7 @@ def test_the_crossover_is_where_the_core_takes_as_long_as_the_rest():
 
 
 def test_a_ratio_that_never_rises_has_no_crossover():
-    from reports.layer_section import crossing
+    from reports.sections.layer import crossing
 
     assert crossing([256, 512, 1024], [0.5, 0.5, 0.5]) == (None, False)
     n, extrapolated = crossing([256, 512], [0.25, 0.5])
@@ -241,7 +241,7 @@ def test_an_approximation_in_a_layer_reports_its_error_and_steps_stay_the_cores(
 
 
 def test_every_series_is_drawn_in_charts_of_at_most_twelve_panels(tmp_path):
-    from reports.layer_section import MAX_PANELS, layer_frame, share_charts
+    from reports.sections.layer import MAX_PANELS, layer_frame, share_charts
 
     rows = []
     for heads in range(1, MAX_PANELS + 2):  # one series more than a chart holds

@@ -1,4 +1,4 @@
-"""Published anchors (bench.model.anchors, reports.anchors_section): each figure's implied time
+"""Published anchors (bench.model.anchors, reports.sections.anchors): each figure's implied time
 against the times its source quotes beside it, the preset's cases, its refusal off the GPU, and
 the report's table from rows as a GPU sweep records them."""
 

@@ -56,7 +56,7 @@ def test_serving_mixes_are_bar_groups_with_phase_shares_and_the_summary_has_a_co
     from reports.build import group_chart_jobs
     from reports.charts import chart, variant_style
     from reports.frames import load_runs
-    from reports.mixes import mix_chart, phase_shares
+    from reports.sections.mixes import mix_chart, phase_shares
     from reports.tables import summary_table, with_metrics
 
     out = tmp_path / "run"

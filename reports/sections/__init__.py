@@ -1,6 +1,6 @@
-"""A feature's part of the report: the protocol a report section follows.
+"""The features' parts of the report, one module each, and the protocol they follow.
 
-A feature (bench.model.features) that adds to the report names a module of ``reports/`` as its
+A feature (bench.model.features) that adds to the report names a module of this package as its
 ``section``.  That module has ``sections(ctx: SectionInput) -> list[Section]``: it writes its
 CSV files into ``ctx.folder``, draws its charts under ``ctx.charts_dir``, and returns its parts of
 the page.  ``reports.build`` calls every declared section in the features' order; index.html and
