@@ -1,6 +1,7 @@
 """The code's shape, for a before/after of a redesign: lines per folder, modules, the row's
 columns (declared, stored at a record's top level, and on the quick preset's widest record),
-the ten largest functions and the READMEs' lines.
+the ten largest functions, the READMEs' lines, and where the core imports a feature's module
+directly rather than through its declaration (bench/model/features.py).
 
     python tests/benchmarks/layout_metrics.py [CHECKOUT] [--run RUN_FOLDER]
 
@@ -56,6 +57,36 @@ def row_columns(root: Path) -> str:
     return f"{declared} declared; at most {top} at a record's top level (the groups and extra counted as one each)"
 
 
+def core_to_feature_imports(root: Path) -> str:
+    """The imports (local ones counted) from the core's modules and commands into a feature's
+    modules, commands or section, each (importer, imported) pair once."""
+    code = ("import ast, json, pathlib\n"
+            "from bench.model.features import CORE, FEATURES\n"
+            "def path(m): return m if m.endswith('.py') else m.replace('.', '/') + '.py'\n"
+            "def commands(f):  # an older declaration named one command, as its bench/cli module\n"
+            "    old = getattr(f, 'command', None)\n"
+            "    return getattr(f, 'commands', None) or (('bench.cli.' + old,) if old else ())\n"
+            "owner = {p[:-3].replace('/', '.'): f.name for f in FEATURES\n"
+            "         for p in (*f.modules, *map(path, commands(f)), *([path(f.section)] if f.section else []))}\n"
+            "pairs = set()\n"
+            "for m in [p[:-3].replace('/', '.') for p in CORE.modules] + list(commands(CORE)):\n"
+            "    for node in ast.walk(ast.parse(pathlib.Path(path(m)).read_text())):\n"
+            "        if isinstance(node, ast.ImportFrom) and node.module:\n"
+            "            names = [node.module] + [node.module + '.' + a.name for a in node.names]\n"
+            "        elif isinstance(node, ast.Import):\n"
+            "            names = [a.name for a in node.names]\n"
+            "        else:\n"
+            "            continue\n"
+            "        pairs |= {(m, n) for n in names if n in owner}\n"
+            "print(json.dumps(sorted(pairs)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    if out.returncode:
+        return "- (no bench/model/features.py here)"
+    pairs = json.loads(out.stdout)
+    importers = sorted({a for a, _ in pairs})
+    return f"{len(pairs)} (from {len(importers)} core modules: {', '.join(importers)})"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", nargs="?", default=str(Path(__file__).resolve().parents[2]))
@@ -74,6 +105,7 @@ def main(argv=None) -> None:
     if args.run:
         widest = max(len(json.loads(x)) for x in (Path(args.run) / "results.jsonl").read_text().splitlines() if x)
         print(f"  the widest line of {args.run}/results.jsonl: {widest} top-level keys")
+    print(f"core imports of a feature's module: {core_to_feature_imports(root)}")
     print("ten largest functions (lines):")
     for size, name in largest_functions(root):
         print(f"  {size:>4}  {name}")
