@@ -6,6 +6,7 @@ bench/engine (discovery, cells, worker, sweep, run folder) <- reports <- bench/c
 """
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def test_no_import_cycle():
 
 def test_the_scan_sees_local_imports():
     """The scan is not blind: a function-local import is found (the checks above rely on it)."""
-    assert "bench.measure.profiler" in _graph()["bench.engine.cell"]
+    assert "bench.model.features" in _graph()["bench.engine.cell"]
 
 
 def test_every_module_has_a_layer():
@@ -296,12 +297,11 @@ def test_every_setting_row_group_and_cell_step_has_one_owner_and_every_named_mod
     """bench/model/features.py: the core or exactly one feature owns each setting of the spec, each
     group of the stored row and each step of a timed cell's life; a feature's step, section,
     command and modules exist."""
-    from bench.engine.cell import AFTER_TIMING
     from bench.model.features import CORE, FEATURES, owner_of
     from bench.model.row import GROUPS
     from bench.model.spec import SETTINGS
 
-    for kind, names in (("settings", SETTINGS), ("groups", GROUPS), ("steps", [s.name for s in AFTER_TIMING])):
+    for kind, names in (("settings", SETTINGS), ("groups", GROUPS)):
         owners = {name: owner_of(kind, name) for name in names}
         assert {n: o for n, o in owners.items() if len(o) != 1} == {}, kind
         declared = {n for f in (CORE, *FEATURES) for n in getattr(f, kind)}
@@ -309,6 +309,35 @@ def test_every_setting_row_group_and_cell_step_has_one_owner_and_every_named_mod
     for f in (CORE, *FEATURES):
         for path in f.modules:
             assert (ROOT / path).is_file(), (f.name, path)
+
+
+def test_the_cell_runs_exactly_the_declared_steps():
+    """Every module-level Step in bench/ is declared by the core or one feature, once, and sits in one
+    of that feature's modules; the cell's steps are the declared ones, each with a name and an order
+    of its own (no two steps' order left to the declarations')."""
+    from bench.engine.cell import after_timing
+    from bench.measure.cellsteps import Step
+    from bench.model.features import CORE, FEATURES
+
+    declared = {}
+    for f in (CORE, *FEATURES):
+        for ref in f.steps:
+            module, _, name = ref.partition(":")
+            assert module.replace(".", "/") + ".py" in f.modules, (f.name, ref)
+            assert isinstance(getattr(importlib.import_module(module), name), Step), ref
+            declared.setdefault(ref, []).append(f.name)
+    assert {r: o for r, o in declared.items() if len(o) != 1} == {}
+    defined = set()
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for node in ast.parse(path.read_text()).body:
+            call = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Step":
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined |= {f"{module}:{t.id}" for t in targets}
+    assert defined == set(declared)
+    steps = after_timing()
+    assert len({s.name for s in steps}) == len({s.order for s in steps}) == len(steps) == len(declared)
 
 
 def test_every_subcommand_and_report_section_is_a_declared_feature_s():

@@ -1,9 +1,9 @@
 """The cells of one case, executed inside the worker: setup and reference check per
 variant, then timing of every variant that passed in interleaved rounds (A B C A B C ...),
-then each one's memory pass.  ``retime_group`` is a later visit to a case (``--visits``): its
-variants timed again, one interleaved round, in another worker, and nothing else.
-``profile_group`` is the profiled pass of ``sweep --profile``, which the sweep runs after every
-cell is timed, so that the profiler cannot touch a timing.
+then the steps after the timing that the core and the features declare (bench.measure.cellsteps).
+A worker's other jobs live with their features: a later visit to a case (``--visits``,
+bench.engine.revisit.visit_group), the re-timing in place of contended cases
+(bench.engine.retime.Held) and the profiled pass (bench.measure.profiler.profile_group).
 
 Every path ends in a row with a status and a reason; nothing here raises.
 """
@@ -11,9 +11,9 @@ Every path ends in a row with a status and a reason; nothing here raises.
 from __future__ import annotations
 
 import contextlib
-import gc
+import functools
+import importlib
 import os
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,78 +21,20 @@ from dataclasses import dataclass, field
 import torch
 
 from bench.engine import spans
-from bench.engine.memcache import MemoryCache
 from bench.engine.result import CellResult
 from bench.errors import first_line
-from bench.measure import contention, kernels, nvml
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
+from bench.measure.cellsteps import Step, Timed
+from bench.measure.cellsteps import free_device_memory as _free
 from bench.measure.correctness import check_form, determinism, reference, run_and_check, same_bits
-from bench.measure.layer import in_call_figures, layer_figures
-from bench.measure.leftovers import Leftovers
-from bench.measure.memory import peak_bytes
 from bench.measure.settings import MeasureSettings
-from bench.measure.steps import run_steps
-from bench.measure.timing import (
-    GRAPH_CHECK_MS,
-    GraphTimer,
-    interleave,
-    make_timer,
-    release_flush_buffer,
-    timer_disagreement,
-)
+from bench.measure.timing import interleave, make_timer, release_flush_buffer
 from bench.model.case import Case
 from bench.model.registry import Variant, compile_dynamic, probe_reason
 from bench.model.row import ReasonKind, Status
 
-__all__ = ["REFERENCE", "ReferenceCache", "WorkerTainted", "cuda_broken", "profile_group", "retime_group", "run_group"]
-
-
-_NVML: dict = {}  # this worker's NVML handle, its GPU's steady clock and power limit, and one L2 flush's energy
-
-
-def _nvml():
-    """NVML for this worker's GPU (opened once, by the UUID of the device PyTorch uses), or
-    None without nvidia-ml-py or a driver."""
-    if "handle" not in _NVML:
-        handle = nvml.open_nvml(uuid=nvml.device_uuid())
-        _NVML["handle"] = handle
-        _NVML["device"] = nvml.device_info(handle) if handle else None
-        _NVML["flush_mj"] = None
-        if handle:
-            from bench.measure.timing import flush_buffer
-
-            cache = flush_buffer()
-            _NVML["flush_mj"] = nvml.flush_energy_mj(handle, cache.zero_, torch.cuda.synchronize)
-    return _NVML["handle"]
-
-
-def _calls(timer) -> int:
-    """Calls a timer has made so far, warm-up included (the energy of a turn is over all of them)."""
-    return timer.warmup_calls + sum(len(r) for r in timer.rounds) * getattr(timer, "number", 1)
-
-
-def _flushes(timer) -> int:
-    """L2 flushes a timer has made so far (the CUDA-event timer flushes before each timed call)."""
-    return getattr(timer, "flushes", 0)
-
-
-def _gpu_sample(gpu):
-    """An NVML sample after the queued work has finished (a turn's counters hold its kernels only)."""
-    torch.cuda.synchronize()
-    return nvml.sample(gpu)
-
-
-def _free(device: str) -> None:
-    """Return memory between cases.  Only CUDA needs a collection (cached blocks go back to
-    the driver); on the CPU reference counting frees tensors, and a full collection over
-    torch's heap costs ~100 ms a time."""
-    if device == "cuda":
-        gc.collect()
-        try:
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-        except Exception:  # a sticky CUDA error: the row already has it; the worker restarts
-            pass
+__all__ = ["REFERENCE", "ReferenceCache", "WorkerTainted", "after_timing", "builds_per_turn", "cuda_broken", "nowhere",
+           "run_group", "timed_span"]
 
 
 def cuda_broken() -> bool:
@@ -150,11 +92,10 @@ class _Live:
     checked: tuple | None = None  # on the CPU: the checked call's outputs, held against the timer's own calls
 
 
-def _nowhere(name: str) -> None:
+def nowhere(name: str) -> None:
     pass
 
 
-IN_CALL_CALLS = 20  # GPU layer cells, forward: whole calls timed with events around each part (after the timing)
 REFERENCE = "(reference)"  # what ``at`` names while the float64 reference is computed: its own step
 
 
@@ -169,7 +110,7 @@ class WorkerTainted(Exception):
 DETERMINISTIC_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
-def _timed_parts(timers: dict, prefix: str = "") -> dict:
+def timed_span(timers: dict, prefix: str = "") -> dict:
     """The timers' timed samples, as a span inside the rounds (bench.engine.spans)."""
     return {prefix + "timed samples": (sum(getattr(t, "timed_s", 0.0) for t in timers.values()), len(timers))}
 
@@ -180,21 +121,20 @@ def deterministic_env(deterministic: bool) -> dict:
 
 
 def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
-              cache: ReferenceCache | None = None, at: Callable[[str], None] = _nowhere,
-              skip_reference: str = "", leftovers: Leftovers | None = None, held: Held | None = None,
-              memory: MemoryCache | None = None) -> None:
+              cache: ReferenceCache | None = None, at: Callable[[str], None] = nowhere,
+              skip_reference: str = "", leftovers=None, held=None, memory=None) -> None:
     """Measure ``variants`` on ``case``; ``emit(row)`` for each as soon as its row is final
     (failures at once, timed rows after the rounds).  ``at(name)`` is called whenever a
     variant's own code is about to run, so that a crash or a hang is put on the right one;
     the float64 reference is a step of its own before them (``at(REFERENCE)``: its own
     deadline in the sweep, and no variant's).  With ``skip_reference`` (the reason it could
     not be computed) or when it raises here, the variants are timed unchecked: their rows
-    say ``reference_skipped`` with the reason.  With ``leftovers``, a variant that leaves busy
+    say ``reference_skipped`` with the reason.  With ``leftovers`` (bench.measure.leftovers), a variant that leaves busy
     threads or processes behind after its setup and check is an ``error`` with what it left, and
     WorkerTainted is raised before any other variant runs beside it.  With ``held``, a case whose
-    timing was contended is kept set up, and timed again once a later case's was not (Held).  With
-    ``memory``, a cell's memory peak comes from the machine's record of the same cell
-    (bench.engine.memcache)."""
+    timing was contended is kept set up, and timed again once a later case's was not
+    (bench.engine.retime.Held).  With ``memory``, a cell's memory peak comes from the machine's
+    record of the same cell (bench.engine.memcache)."""
     cache = cache or ReferenceCache()
     deterministic = bool(getattr(settings, "deterministic", False))  # --deterministic
     os.environ.update({k: v for k, v in deterministic_env(deterministic).items() if k not in os.environ})
@@ -296,25 +236,22 @@ def _owner(key) -> str:
     return key[0] if isinstance(key, tuple) else key
 
 
-def _per_turn(case: Case, variants: int, settings: MeasureSettings) -> bool:
+def builds_per_turn(case: Case, variants: int, settings: MeasureSettings) -> bool:
     """Whether each variant's turn builds its own forward (a backward beside other variants: one
     graph alive at a time), which a held case cannot keep."""
     return case.direction == "bwd" and variants > 1 and settings.timer != "graph" and case.scope == "core"
 
 
-def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at,
-              memory: MemoryCache | None = None) -> bool:
-    """Time ``live`` together in interleaved rounds and emit their rows; whether none of them was
-    contended."""
+def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at, memory=None) -> bool:
+    """Time ``live`` together in interleaved rounds, each step's watch around them (after_timing),
+    and emit their rows; whether none of them was contended."""
     by_name = {item.variant.name: item for item in live}
     # a bwd call holds its forward's graph; built at each variant's turn and dropped after it, so
     # one variant's graph is alive at a time, not every variant's of the case (a later one's oom)
-    per_turn = _per_turn(case, len(live), settings)
+    per_turn = builds_per_turn(case, len(live), settings)
     # (a graph keeps its call; a layer's parts hold their graphs beside the whole's)
-    gpu = _nvml() if case.device == "cuda" else None  # clocks, power, energy around each turn
-    states = {name: nvml.Cell() for name in by_name}
-
-    enter = _turns(by_name, per_turn, gpu, states, at)
+    watched = {s.name: w for s in after_timing() if s.watch and (w := s.watch(case, settings)) is not None}
+    enter = _turns(by_name, per_turn, [w.turn for w in watched.values() if hasattr(w, "turn")], at)
     failed = set()
 
     def on_error(key, exc):
@@ -335,53 +272,51 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
             timers[item.variant.name] = item.timer
             timers |= {(item.variant.name, part): t for part, t in item.parts.items()}
     together = uuid.uuid4().hex[:12]  # the rows timed in these rounds: their round medians pair by index
-    window = contention.LoadWindow().start()
+    for watch in watched.values():
+        watch.start()
     with spans.span("timing rounds: warm-up, calibration, between samples"):
         interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=on_error,
                    ceiling_ms=getattr(settings, "ceiling_ms", None))
-        spans.absorb(_timed_parts(timers))
-    other_cpu = window.stop() if case.device == "cpu" else None
+        spans.absorb(timed_span(timers))
+    for watch in watched.values():
+        watch.stop()
     release_flush_buffer()
     for item in live:
         if item.result.status is None and item.variant.name not in failed:  # not failed in the rounds
-            _finish(item, case, settings, together, other_cpu, states[item.variant.name] if gpu else None, at,
-                    memory)
+            _finish(item, case, settings, together, watched, at, memory)
             emit(item.result.row())
     return not any(item.result.contention.get("contended") for item in live)
 
 
-def _turns(by_name: dict, per_turn: bool, gpu, states: dict, at):
+def _turns(by_name: dict, per_turn: bool, watches: list, at):
     """What surrounds each turn of the rounds (``interleave``'s ``enter``): the variant's scope;
     for a whole call (not a layer's part) its forward built here when each turn builds its own,
-    and on a GPU the clocks, power and energy sampled around it."""
+    and the steps' watches of a turn (on a GPU, the clocks, power and energy sampled around it)."""
     @contextlib.contextmanager
     def enter(key):
         name = _owner(key)
         at(name)
         item = by_name[name]
-        if key != name:  # a layer's part: its turn in the same rounds, nothing sampled around it
+        if key != name:  # a layer's part: its turn in the same rounds, nothing watched around it
             with item.bound.scope():
                 yield
             return
         with item.bound.scope():
             if per_turn:
                 item.timer.call = item.bound.timed()  # the forward runs here, outside the timed turn
-            before = (_gpu_sample(gpu), _calls(item.timer), _flushes(item.timer), time.perf_counter()) if gpu \
-                else None
             try:
-                yield
+                if not watches:  # on the CPU: nothing around a turn
+                    yield
+                else:
+                    with contextlib.ExitStack() as stack:
+                        for turn in watches:
+                            stack.enter_context(turn(name, item.timer))
+                        yield
             finally:
-                if before:
-                    end = _gpu_sample(gpu)
-                    states[name].turn(before[0], end, _calls(item.timer) - before[1], _flushes(item.timer) - before[2],
-                                      seconds=time.perf_counter() - before[3])
                 if per_turn:
                     item.timer.call = None  # its graph goes with it
 
     return enter
-
-
-HOLD_CASES = 8  # contended cases a worker keeps set up for a re-timing; the oldest goes beyond
 
 
 def _make_timers(item: _Live, case: Case, settings: MeasureSettings, per_turn: bool) -> None:
@@ -402,184 +337,34 @@ def _make_timers(item: _Live, case: Case, settings: MeasureSettings, per_turn: b
         item.result.bwd_forward = "per turn"
 
 
-class Held:
-    """Contended cases kept set up in the worker and timed again in place (``--remeasure``): once
-    a later case's own timing was quiet, or when the sweep asks at the end of its pass.  A
-    re-timing times only: the variants' calls on the inputs they were checked on, in the same
-    interleaved rounds, budget and ceiling; no new inputs, reference, setup, check or memory pass.
-    Each variant's row is sent again with its new timing and load verdict, and ``retimed`` saying
-    why the first was contended (the newest row of a cell counts; the first stays in the file).
-    Kept: CPU cases of the core scope; not a backward's several variants (each turn builds its own
-    forward) nor a layer's parts."""
-
-    def __init__(self, limit: int = HOLD_CASES):
-        self.limit = limit
-        self.cases: list = []  # (case, settings, the items timed ok), oldest first; beyond the limit the oldest goes
-
-    def keep(self, case: Case, settings: MeasureSettings, live: list) -> None:
-        ok = [i for i in live if i.result.status is Status.OK and i.bound is not None]
-        if case.device != "cpu" or case.scope != "core" or not ok or _per_turn(case, len(ok), settings):
-            return
-        self.cases.append((case, settings, ok))
-        del self.cases[:-self.limit]
-
-    def retime(self, emit, at=_nowhere) -> None:
-        """Time every held case again, oldest first, and let them go.  A re-timing that raises
-        leaves the case's first rows as they are (the worker goes on)."""
-        cases, self.cases = self.cases, []
-        for case, settings, items in cases:
-            try:
-                _retime(case, settings, items, emit, at)
-            except Exception:  # noqa: BLE001  (a second try at a timing: its first rows stand)
-                pass
-            finally:
-                for item in items:
-                    item.bound = item.call = item.timer = None
-                _free(case.device)
-
-
-def _retime(case: Case, settings: MeasureSettings, items: list, emit, at) -> None:
-    by_name, timers, failed = {i.variant.name: i for i in items}, {}, set()
-    for item in items:
-        at(item.variant.name)
-        with item.bound.scope():
-            timers[item.variant.name] = make_timer(case.device, item.bound.timed(), settings.budget_ms,
-                                                   settings.precision, settings.timer, make_call=item.bound.timed)
-
-    @contextlib.contextmanager
-    def enter(name):
-        at(name)
-        with by_name[name].bound.scope():
-            yield
-
-    window = contention.LoadWindow().start()
-    interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=lambda name, exc: failed.add(name),
-               ceiling_ms=getattr(settings, "ceiling_ms", None))
-    spans.absorb(_timed_parts(timers))
-    other_cpu = window.stop()
-    together = uuid.uuid4().hex[:12]
-    for name, timer in timers.items():
-        if name in failed:  # its first row stands
-            continue
-        result = by_name[name].result
-        timing = timer.result().summary()
-        first = result.contention.get("contended_why")
-        result.timing, result.interleave_id = timing, together
-        result.contention = contention.verdict(timing.cpu_util, other_cpu, timing.threads, timing.samples_ms)
-        result.retimed = (f"in place; its first timing: {first}" if first else
-                          "in place, with its case (another variant's first timing was contended)")[:300]
-        emit(result.row())
-
-
-@dataclass
-class _Timed:
-    """A timed cell as its steps after the timing see it: its item, its case and settings, its
-    timing, the load and the GPU's state around its turns, the machine's memory record."""
-    item: _Live
-    case: Case
-    settings: MeasureSettings
-    timing: object  # TimingSummary
-    other_cpu: float | None
-    state: object  # nvml.Cell, on a GPU
-    memory: MemoryCache | None
-
-    @property
-    def result(self) -> CellResult:
-        return self.item.result
-
-
-def _determinism(t: _Timed) -> None:
+def _determinism(t: Timed) -> None:
     """The timer's first and latest calls against the checked one (on the CPU)."""
     item = t.item
-    with spans.span("determinism: the timer's calls compared"):
-        same, diff = same_bits(t.case, item.checked, (item.timer.first_out, item.timer.last_out))
+    same, diff = same_bits(t.case, item.checked, (item.timer.first_out, item.timer.last_out))
     t.result.deterministic, t.result.nondeterminism = same, None if same else diff
     item.checked = item.timer.first_out = item.timer.last_out = None
 
 
-def _layer_parts(t: _Timed) -> None:
-    """A layer's parts (``--scope``), and on a GPU, forward, the parts inside whole calls."""
-    item, case, result = t.item, t.case, t.result
-    result.layer = layer_figures(case, t.timing, {p: tm.result().summary() for p, tm in item.parts.items()})
-    if case.device == "cuda" and case.direction == "fwd":
-        try:
-            with item.bound.scope():
-                result.layer["in_call"] = in_call_figures(item.bound.in_call_parts(IN_CALL_CALLS))
-        except Exception as exc:  # a check after the timing: the timing stays, the row says why
-            result.layer["in_call_error"] = f"{type(exc).__name__}: {exc}"[:300]
+DETERMINISM = Step("determinism", 10, lambda t: t.item.checked is not None, _determinism)
 
 
-def _contention(t: _Timed) -> None:
-    """The CPU's verdict on the load around the cell's turns (bench.measure.contention)."""
-    tm = t.timing
-    t.result.contention = contention.verdict(tm.cpu_util, t.other_cpu, tm.threads, tm.samples_ms)
+@functools.cache
+def after_timing() -> tuple[Step, ...]:
+    """The steps of a timed cell's life after its timing: the core's and each feature's, as
+    bench/model/features.py declares them (``module:NAME``), in their ``order``
+    (bench.measure.cellsteps has the protocol)."""
+    from bench.model.features import CORE, FEATURES
+
+    steps = []
+    for ref in (ref for f in (CORE, *FEATURES) for ref in f.steps):
+        module, _, name = ref.partition(":")
+        steps.append(getattr(importlib.import_module(module), name))
+    return tuple(sorted(steps, key=lambda step: step.order))
 
 
-def _gpu_state(t: _Timed) -> None:
-    """The GPU's clocks, power and energy around the cell's turns (NVML)."""
-    t.result.gpu_state = t.state.columns(_NVML["device"], t.case.batch * t.case.q_len, _NVML["flush_mj"])
-
-
-def _memory(t: _Timed) -> None:
-    """The peak of the whole step, from the machine's record or a memory pass."""
-    item, case, result = t.item, t.case, t.result
-    item.call = None  # the retained graph of a bwd call goes before the memory pass
-    item.parts = {}  # and a layer's parts' graphs
-    with spans.span("memory freed after a case"):
-        _free(case.device)
-    key = t.memory.key(item.variant, case, t.settings.threads) if t.memory is not None else None
-    cached = t.memory.get(key, getattr(t.settings, "peak_age_h", 0.0)) if key else None
-    if cached is not None:
-        result.peak_mem_bytes, result.peak_mem_cached = cached, True
-        return
-    with item.bound.scope(), spans.span("memory pass"):  # the whole step: forward and, with one, backward
-        result.peak_mem_bytes = peak_bytes(case.device, item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
-    if key:
-        t.memory.put(key, result.peak_mem_bytes)
-        result.peak_mem_cached = False
-
-
-def _gpu_checks(t: _Timed) -> None:
-    """The kernels that ran, the backend they belong to, and a second timer (a CUDA graph)."""
-    with spans.span("GPU checks (kernel names, graph)"):
-        t.result.gpu_checks = gpu_check_columns(t.item.bound, t.timing.median_ms, t.settings)
-
-
-def _steps(t: _Timed) -> None:
-    """--steps: what a step costs beyond the kernel; the cell's timing stays when they fail."""
-    try:
-        t.result.extra.update(run_steps(t.item.variant, t.case, t.settings.steps))
-    except Exception as exc:
-        t.result.extra["steps_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a timed cell's life after its timing: its name (bench.model.features names a
-    feature's), when it applies, what it does, and what a failure in it names (None: the pass
-    before it; a step that must not fail its cell, such as --steps, catches its own errors)."""
-    name: str
-    applies: Callable[[_Timed], bool]
-    run: Callable[[_Timed], None]
-    during: Callable[[_Timed], str] | None = None
-
-
-AFTER_TIMING: tuple[Step, ...] = (
-    Step("determinism", lambda t: t.item.checked is not None, _determinism),
-    Step("layer parts", lambda t: bool(t.item.parts), _layer_parts),
-    Step("contention", lambda t: t.case.device == "cpu", _contention),
-    Step("gpu state", lambda t: t.state is not None, _gpu_state),
-    Step("memory pass", lambda t: True, _memory,
-         lambda t: f"memory pass (after a timing of median {t.timing.median_ms:.4g} ms, not kept)"),
-    Step("gpu checks", lambda t: t.case.device == "cuda", _gpu_checks,
-         lambda t: "kernel names (a profiled call after the timing)"),
-    Step("steps", lambda t: bool(getattr(t.settings, "steps", 0)), _steps),
-)
-
-
-def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, other_cpu, state, at,
-            memory: MemoryCache | None = None) -> None:
-    """A timed cell's result: its timing, then each step of ``AFTER_TIMING`` that applies; a step
+def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, watched: dict, at,
+            memory=None) -> None:
+    """A timed cell's result: its timing, then each step of ``after_timing()`` that applies; a step
     that raises ends the cell there, with what it held before."""
     result = item.result
     during = "timing"
@@ -587,153 +372,12 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, o
         at(item.variant.name)
         result.timing = item.timer.result().summary()
         result.interleave_id = together
-        timed = _Timed(item, case, settings, result.timing, other_cpu, state, memory)
-        for step in AFTER_TIMING:
+        timed = Timed(item, case, settings, result.timing, watched, memory)
+        for step in after_timing():
             if step.applies(timed):
                 during = step.during(timed) if step.during else during
-                step.run(timed)
+                with spans.span(step.name):
+                    step.run(timed)
         result.decide(Status.OK)
     except Exception as exc:
         result.fail(exc, during)
-
-
-def gpu_check_columns(bound: BoundVariant, median_ms: float, settings: MeasureSettings,
-                names_of=kernels.names_of_one_call, graph_timer=GraphTimer) -> dict:
-    """A GPU cell's kernel names and backend (a profiled call), and, under GRAPH_CHECK_MS with
-    the event timer, its time as a CUDA graph: its columns keep every figure and flag a
-    disagreement beyond AGREE between them (``timer_mismatch``).  Each check has its own
-    ``try``: one that fails is recorded (``kernels_error``, ``graph_error``) and never takes
-    the cell's timing with it."""
-    names, kernel_ms, graph_ms, errors = [], None, None, {}
-    with bound.scope():
-        try:
-            names, kernel_ms = names_of(bound.timed(), "cuda")
-        except Exception as exc:
-            errors["kernels_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
-        if settings.timer == "events" and median_ms < GRAPH_CHECK_MS:
-            try:
-                graph = graph_timer(bound.timed)  # a bwd call's forward runs on the capturing stream
-                graph.run_round(min(settings.budget_ms, 50.0))
-                graph_ms = graph.result().stats.median
-            except Exception as exc:
-                errors["graph_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
-    ran = kernels.backend_of(names) if names else None
-    return errors | dict(
-        kernels=names or None, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
-        kernel_mismatch=(kernels.mismatch(bound.prepared.info.get("backend"), ran) or None) if names else None,
-        timer_mismatch=timer_disagreement(median_ms, graph_ms, kernel_ms) or None)
-
-
-WARM_CALLS, WARM_S = 1, 0.0  # a later visit's calls before its timer's own warm-up: one, as a first visit's
-# checked call warms its variant (the determinism check takes the timer's own calls)
-FIRST_WARM_S = 0.1  # the first variant a fresh worker times: its threads start and its heap grows
-# (tests/benchmarks/quick_preset.py's visits column: a visit's first case against its first visit)
-_WARMED: list = []  # this worker process has warmed up once (a later visit's worker is a fresh process)
-
-
-def retime_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
-                 at: Callable[[str], None] = _nowhere) -> None:
-    """A later visit to a case (``--visits``): ``variants`` (each measured ok at the first visit)
-    set up on fresh inputs and timed again in one interleaved round of the first visit's (its
-    share of the budget, the ceiling and the samples), with no reference, check, determinism or
-    memory pass.  ``emit`` gets one
-    visit row per variant: its samples, their median, the load around them, or why it failed."""
-    if settings.threads is None:
-        settings = settings.replace(threads=torch.get_num_threads())
-    compile_dynamic(bool(getattr(settings, "dynamic", False)))
-    rounds = max(1, settings.rounds)
-    timers, rows = {}, {}
-    try:
-        with spans.span("visit: inputs"):
-            inputs = case_inputs(case) if case.scope == "core" else None  # a layer makes its own
-        for var in variants:
-            rows[var.name] = row = {"variant": var.name, **case.to_dict(), "status": Status.OK.value,
-                                    "pid": os.getpid()}  # the process of this visit
-            try:
-                at(var.name)
-                timers[var.name] = _visit_timer(var, case, inputs, settings, rounds)
-            except Exception as exc:
-                row.update(status=Status.ERROR.value, reason=f"{type(exc).__name__}: {first_line(exc)}"[:300])
-
-        @contextlib.contextmanager
-        def enter(name):
-            at(name)
-            with timers[name][0].scope():
-                yield
-
-        def on_error(name, exc):
-            rows[name].update(status=Status.ERROR.value, reason=f"{type(exc).__name__}: {first_line(exc)}"[:300])
-
-        window = contention.LoadWindow().start()
-        ceiling = getattr(settings, "ceiling_ms", None)
-        with spans.span("visit: timing round, less its samples"):
-            interleave({n: t for n, (_, t) in timers.items()}, 1, settings.budget_ms, enter=enter, on_error=on_error,
-                       ceiling_ms=ceiling, of_rounds=rounds)  # one round of the first visit's: its share of everything
-            spans.absorb(_timed_parts({n: t for n, (_, t) in timers.items()}, "visit: "))
-        other_cpu = window.stop() if case.device == "cpu" else None
-        for name, (_, timer) in timers.items():
-            if rows[name]["status"] == Status.OK.value:
-                rows[name].update(_visit_figures(timer.result(), case.device, other_cpu))
-    except Exception as exc:  # the inputs themselves: every variant's visit fails with it
-        for var in variants:
-            rows.setdefault(var.name, {"variant": var.name, **case.to_dict()}).update(
-                status=Status.ERROR.value, reason=f"{type(exc).__name__}: {first_line(exc)}"[:300])
-    finally:
-        timers.clear()
-        with spans.span("memory freed after a case"):
-            release_flush_buffer()
-            _free(case.device)
-    for row in rows.values():
-        emit(row)
-
-
-def _visit_timer(var: Variant, case: Case, inputs, settings: MeasureSettings, rounds: int):
-    """A visit's variant set up on the case's inputs, warmed (longer in a worker's first visit),
-    and its timer for one round of the first visit's: (the bound variant, the timer)."""
-    with spans.span(f"visit: setup ({var.name})"):
-        bound = bind_variant(var, case, inputs)
-    with bound.scope(), spans.span("visit: warm-up"):
-        start, calls, warm = time.perf_counter(), 0, bound.timed("fwd")
-        warm_s = WARM_S if _WARMED else FIRST_WARM_S
-        while calls < WARM_CALLS or time.perf_counter() - start < warm_s:
-            warm()
-            calls += 1
-        _WARMED.append(True)
-        call = bound.timed()
-    return bound, make_timer(case.device, call, settings.budget_ms / rounds, settings.precision, settings.timer,
-                             make_call=bound.timed)
-
-
-def _visit_figures(t, device: str, other_cpu) -> dict:
-    """A visit row's figures from its timing: its samples and median, and on the CPU the load
-    around them; an error where no sample was taken."""
-    if not t.samples_ms:
-        return {"status": Status.ERROR.value, "reason": "no sample was taken"}
-    summary = t.summary()
-    out = dict(median_ms=summary.median_ms, samples=summary.samples, samples_ms=list(summary.samples_ms),
-               timed_s=summary.timed_s, number=summary.number)
-    if device == "cpu":
-        out.update(contention.verdict(summary.cpu_util, other_cpu, summary.threads, summary.samples_ms))
-    return out
-
-
-def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None],
-                  at: Callable[[str], None] = _nowhere) -> None:
-    """The profiled pass: category shares of profiled self time per variant, as a row keyed
-    like the cell's (``variant`` and the case fields); a failure is ``profile_error``."""
-    from bench.measure.profiler import category_shares
-
-    try:
-        inputs = case_inputs(case)
-        for var in variants:
-            at(var.name)
-            row = {"variant": var.name, **case.to_dict()}
-            try:
-                bound = bind_variant(var, case, inputs)
-                with bound.scope():
-                    row.update(category_shares(bound))
-            except Exception as exc:
-                row["profile_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
-            emit(row)
-    finally:
-        _free(case.device)

@@ -77,9 +77,9 @@ GROUP_OVERHEAD_S = 0.05  # inputs, IPC, bookkeeping per case
 MIN_TIMING_S = 0.01  # a cell's timing never costs less than this
 SAMPLES_WANTED = 200  # calls a timer takes when the budget allows many (it stops at its precision)
 WORKER_START_S = {"cpu": 3.0, "cuda": 10.0}  # the interpreter, torch and the first worker (a one-cell sweep: 3 s)
-VISIT_WARM_S = 0.005  # a later visit's call before its timing, per variant (bench.engine.cell.WARM_CALLS)
+VISIT_WARM_S = 0.005  # a later visit's call before its timing, per variant (bench.engine.revisit.WARM_CALLS)
 VISIT_START_S = {"cpu": 0.4, "cuda": 10.0}  # a later visit's fresh worker: on the CPU forked from the fork server
-# (its imports done: 0.1-0.2 s) and its first variant warmed (bench.engine.cell.FIRST_WARM_S); a GPU's starts anew
+# (its imports done: 0.1-0.2 s) and its first variant warmed (bench.engine.revisit.FIRST_WARM_S); a GPU's starts anew
 VISIT_COMPILE_FIRST_S = {"cpu": 0.7, "cuda": 20.0}  # its first compile beyond a warm case's (--trace-spans, quick
 # preset: a visit's 8 flex setups took 3.0 s, 0.3 s a warm case)
 PEAK_MEASURE_S = 1.5  # per dtype, at the start and at the end

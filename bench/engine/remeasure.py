@@ -1,6 +1,7 @@
 """Numbers measured again rather than only flagged: ``--threads auto`` (the free cores at the
-start), the end-of-sweep re-measurement of contended cells once the load has dropped, and
-an end-of-sweep matmul peak measured again when it ran under load.  Each measures the load
+start), a contended case timed again in place by its worker (bench.engine.retime.Held), the end-of-sweep
+re-measurement of contended cells once the load has dropped, and an end-of-sweep matmul peak
+measured again when it ran under load.  Each measures the load
 as the contention check does (``bench.measure.contention``: this process's CPUs)."""
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from bench.measure import contention
 QUIET_LOOK_S = 0.5  # the end-of-sweep re-measurement's one look at the load: it does not wait for it to drop
 
 
-def auto_threads(spec, others: float | None = None) -> tuple[int | None, str]:
+def auto_threads(spec, others: float | None = None, wait_workers=lambda: None) -> tuple[int | None, str]:
     """``--threads auto`` (the default) on the CPU: when other processes leave fewer cores free
     than the sweep would use, the free ones (at least 1), and a note that says so; else
     (None, ''): one thread per core.  ``others``: the cores' worth other processes used, as the
     caller measured it already (the plan's probe: the load is probed once per sweep); without it,
-    measured here once the workers started ahead have done their imports, as the contention
-    check measures (bench.measure.contention)."""
-    from bench.engine.runner import wait_prestarted
-
+    measured here once ``wait_workers()`` returns (the workers started ahead have done their
+    imports: bench.engine.runner.wait_prestarted), as the contention check measures
+    (bench.measure.contention)."""
     if spec.threads is not None and spec.device == "cpu":
         cores = len(contention.usable_cpus())
         if spec.threads * (spec.workers or 1) > cores:
@@ -36,7 +36,7 @@ def auto_threads(spec, others: float | None = None) -> tuple[int | None, str]:
     if others is not None:
         free = max(0.0, cores - others)
     else:
-        wait_prestarted()
+        wait_workers()
         free = contention.free_cores()
     if free is None or free > cores - 0.5:
         return None, ""
@@ -65,7 +65,7 @@ def wait_for_quiet(threads: int, limit_s: float = 0.0, step_s: float = QUIET_LOO
 
 def remeasure(cells, run_dir: Path, spec, threads: int | None, measure, retimed: tuple[int, int] = (0, 0)
               ) -> tuple[list[str], float]:
-    """The cells still contended once the workers re-timed theirs in place (bench.engine.cell.Held;
+    """The cells still contended once the workers re-timed theirs in place (bench.engine.retime.Held;
     ``retimed``: how many rows they timed again, and how many came out clean): up to
     ``spec.remeasure`` passes at the end of the sweep, each only when the load has dropped by then
     (one look, QUIET_LOOK_S: no idle wait), ``measure(cells)`` (the sweep's own cell runner,

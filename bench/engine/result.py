@@ -68,7 +68,7 @@ class CellResult:
     peak_mem_bytes: int | None = None  # the memory pass: the whole step's peak
     peak_mem_cached: bool | None = None  # True: taken from the machine's record (bench.engine.memcache)
     gpu_checks: dict = field(default_factory=dict)  # the kernels that ran, their backend, the graph timer
-    retimed: str | None = None  # timed again in place (bench.engine.cell.Held): why the first timing was contended
+    retimed: str | None = None  # timed again in place (bench.engine.retime.Held): why the first timing was contended
 
     def decide(self, status: Status, reason: str = "", kind: ReasonKind | str | None = None) -> CellResult:
         self.status, self.reason = status, reason[:REASON_CHARS]

@@ -36,7 +36,8 @@ class WorkerSettings:
 # a second instead of the ~5 s of CPU those imports take (a second worker, and every restart after a
 # crash or a timeout, no longer pays them).  Where a GPU may be used: spawned, a fresh interpreter
 # with no CUDA state inherited from anyone.
-FORKSERVER_PRELOAD = ("torch", "torch._dynamo", "bench.engine.cell", "bench.engine.discovery",
+FORKSERVER_PRELOAD = ("torch", "torch._dynamo", "bench.engine.cell", "bench.engine.retime", "bench.engine.revisit",
+                      "bench.engine.discovery",
                       "bench.engine.forkserver")  # the last: its exit skips the interpreter's teardown
 GPU_DRIVER_FILES = ("/dev/nvidiactl", "/dev/kfd", "/proc/driver/nvidia")
 
@@ -133,7 +134,7 @@ class Job:
     log_path: str | None = None
     visit: int = 0
     trace: bool = False  # --trace-spans: the job's spans come back with Done
-    flush: bool = False  # no case: time again the contended cases the worker holds (bench.engine.cell.Held)
+    flush: bool = False  # no case: time again the contended cases the worker holds (bench.engine.retime.Held)
 
 
 @dataclass(frozen=True)
@@ -221,9 +222,10 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
 
     import torch
 
-    from bench.engine.cell import Held, ReferenceCache, WorkerTainted, cuda_broken
+    from bench.engine.cell import ReferenceCache, WorkerTainted, cuda_broken
     from bench.engine.discovery import discover
     from bench.engine.memcache import MemoryCache
+    from bench.engine.retime import Held
     from bench.measure.leftovers import Leftovers, warm
 
     if settings.measure.threads:
@@ -309,7 +311,7 @@ def _enter(conn, settings: WorkerSettings | None, environ: dict | None, lifeline
 def _run_job(conn, job, registry, cell_settings, kept: dict) -> None:
     """One job: its case's cells (their rows sent as each finishes), a later visit's timing, the
     profiled pass, or the re-timing in place of the contended cases held (a flush)."""
-    from bench.engine.cell import profile_group, retime_group, run_group
+    from bench.engine.cell import run_group
 
     def emit(row):
         conn.send(Emitted(row))
@@ -322,9 +324,13 @@ def _run_job(conn, job, registry, cell_settings, kept: dict) -> None:
             kept["held"].retime(emit, at)
         return
     if job.profile:
+        from bench.measure.profiler import profile_group
+
         run = profile_group
     elif job.visit:
-        run = functools.partial(retime_group, settings=cell_settings)
+        from bench.engine.revisit import visit_group
+
+        run = functools.partial(visit_group, settings=cell_settings)
     else:
         run = functools.partial(run_group, settings=cell_settings, cache=kept["cache"], memory=kept["memory"],
                                 skip_reference=job.skip_reference, leftovers=kept["leftovers"],
@@ -566,7 +572,7 @@ class Worker:
             return self._run_group(names, case, timeout_s, on_row, profile, skip_reference, visit)
 
     def flush(self, timeout_s: float, on_row) -> tuple[str, str]:
-        """Time again the contended cases this worker holds (bench.engine.cell.Held), if it is alive;
+        """Time again the contended cases this worker holds (bench.engine.retime.Held), if it is alive;
         ``on_row`` for each new row."""
         if not self.alive:
             return "done", ""

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import compiled, events, judge, runfolder, spans, store, visits
+from bench.engine import compiled, events, judge, runfolder, runner, spans, store, visits
 from bench.engine import remeasure as again
 from bench.engine.pool import WorkerPool
 from bench.measure import contention
@@ -64,7 +64,8 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
         registry = discover(spec.plugins)
     run_dir = store.writable_dir(run_dir)
     with store.locked(run_dir), spans.span("sweep: run folder opened, cells read"):
-        auto, note = again.auto_threads(spec, options.others_cores_start)  # the plan's probe, when it made one
+        # the plan's probe, when it made one
+        auto, note = again.auto_threads(spec, options.others_cores_start, runner.wait_prestarted)
         if note:
             log.info(note)
         saved, spec = spec, spec.replace(threads=spec.threads or auto)  # the folder keeps 'auto'; cells run with it

@@ -19,8 +19,8 @@ its row to results.jsonl.  Visits 2..V come after every cell has had its first: 
 worker is replaced by a fresh process for each, the cases are taken in the opposite order at
 every other visit (so that a cell's visits are spread over the sweep's minutes), and each case's
 variants measured ok are set up on fresh inputs and timed again in one interleaved round
-(bench.engine.cell.retime_group).  A visit's row goes to visits.jsonl, tied to its cell's row by
-``of`` (the row's ``interleave_id``); nothing in results.jsonl is rewritten.
+(bench.engine.revisit.visit_group, in the worker).  A visit's row goes to visits.jsonl, tied to
+its cell's row by ``of`` (the row's ``interleave_id``); nothing in results.jsonl is rewritten.
 
 On read (``merge``), a row with later visits takes as its estimate the geometric mean of the
 visits' medians (``median_ms``; ``visit_medians_ms`` keeps each visit's figure and ``visit_ids``

@@ -25,6 +25,8 @@ from __future__ import annotations
 import os
 import time
 
+from bench.measure.cellsteps import Step, Timed
+
 CPU_UTIL_MIN = 0.65  # several threads: parallel regions wait for each other even on a quiet machine
 CPU_UTIL_MIN_SINGLE = 0.9  # one thread has nothing to wait for: below this it waited for a core
 OTHER_CPU_MARGIN = 0.5
@@ -190,6 +192,33 @@ def verdict(cpu_util: float | None, other_cpu: float | None, threads: int,
         why.append(f"samples on {q:g} ms scheduler slices")
     return {"cpu_util": cpu_util, "other_cpu": other_cpu, "quantum_ms": q, "contended": bool(why),
             "contended_why": "; ".join(why)}
+
+
+class RoundsLoad:
+    """The step's watch: the cores' worth other processes used over a CPU cell's rounds."""
+
+    def __init__(self):
+        self.window = LoadWindow()
+        self.other_cpu: float | None = None
+
+    def start(self) -> None:
+        self.window.start()
+
+    def stop(self) -> None:
+        self.other_cpu = self.window.stop()
+
+
+def _watch(case, settings) -> RoundsLoad | None:
+    return RoundsLoad() if case.device == "cpu" else None
+
+
+def _contention(t: Timed) -> None:
+    """The CPU's verdict on the load around the cell's turns."""
+    tm = t.timing
+    t.result.contention = verdict(tm.cpu_util, t.watched["contention"].other_cpu, tm.threads, tm.samples_ms)
+
+
+STEP = Step("contention", 30, lambda t: "contention" in t.watched, _contention, watch=_watch)
 
 
 def severity(row: dict) -> float:

@@ -19,6 +19,10 @@ carry "flash" in their names too, so it is tested first):
 
 from __future__ import annotations
 
+from bench.errors import first_line
+from bench.measure.cellsteps import Step, Timed
+from bench.measure.timing import GRAPH_CHECK_MS, GraphTimer, timer_disagreement
+
 PATTERNS = (  # backend: substrings of a kernel name, lower-cased
     ("cudnn", ("cudnn",)),
     ("flash", ("flash_fwd", "flash_bwd", "pytorch_flash::", "flash_attn")),
@@ -69,3 +73,38 @@ def names_of_one_call(call, device: str) -> tuple[list[str], float | None]:
             totals[e.key] = totals.get(e.key, 0) + us
     names = [k for k, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]]
     return names, sum(totals.values()) / 1e3 if totals else None
+
+
+def gpu_check_columns(bound, median_ms: float, settings, names_of=names_of_one_call, graph_timer=GraphTimer) -> dict:
+    """A GPU cell's kernel names and backend (a profiled call), and, under GRAPH_CHECK_MS with
+    the event timer, its time as a CUDA graph: its columns keep every figure and flag a
+    disagreement beyond AGREE between them (``timer_mismatch``).  Each check has its own
+    ``try``: one that fails is recorded (``kernels_error``, ``graph_error``) and never takes
+    the cell's timing with it."""
+    names, kernel_ms, graph_ms, errors = [], None, None, {}
+    with bound.scope():
+        try:
+            names, kernel_ms = names_of(bound.timed(), "cuda")
+        except Exception as exc:
+            errors["kernels_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+        if settings.timer == "events" and median_ms < GRAPH_CHECK_MS:
+            try:
+                graph = graph_timer(bound.timed)  # a bwd call's forward runs on the capturing stream
+                graph.run_round(min(settings.budget_ms, 50.0))
+                graph_ms = graph.result().stats.median
+            except Exception as exc:
+                errors["graph_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    ran = backend_of(names) if names else None
+    return errors | dict(
+        kernels=names or None, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
+        kernel_mismatch=(mismatch(bound.prepared.info.get("backend"), ran) or None) if names else None,
+        timer_mismatch=timer_disagreement(median_ms, graph_ms, kernel_ms) or None)
+
+
+def _gpu_checks(t: Timed) -> None:
+    """The kernels that ran, the backend they belong to, and a second timer (a CUDA graph)."""
+    t.result.gpu_checks = gpu_check_columns(t.item.bound, t.timing.median_ms, t.settings)
+
+
+STEP = Step("gpu checks", 60, lambda t: t.case.device == "cuda", _gpu_checks,
+            lambda t: "kernel names (a profiled call after the timing)")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from bench.measure.cellsteps import Step, Timed
 from bench.measure.correctness import CheckResult, relative_errors
 from bench.measure.stats import median_ci, quantile
 from bench.measure.timing import direction_call
@@ -430,3 +431,21 @@ def bind_layer(variant: Variant, case: Case) -> LayerBound:
 
 
 __all__ = ["LAYER_TOLERANCES", "Layer", "LayerBound", "bind_layer", "exact_core", "layer_inputs", "weights"]
+
+
+IN_CALL_CALLS = 20  # GPU layer cells, forward: whole calls timed with events around each part (after the timing)
+
+
+def _layer_parts(t: Timed) -> None:
+    """A layer's parts (``--scope``), and on a GPU, forward, the parts inside whole calls."""
+    item, case, result = t.item, t.case, t.result
+    result.layer = layer_figures(case, t.timing, {p: tm.result().summary() for p, tm in item.parts.items()})
+    if case.device == "cuda" and case.direction == "fwd":
+        try:
+            with item.bound.scope():
+                result.layer["in_call"] = in_call_figures(item.bound.in_call_parts(IN_CALL_CALLS))
+        except Exception as exc:  # a check after the timing: the timing stays, the row says why
+            result.layer["in_call_error"] = f"{type(exc).__name__}: {exc}"[:300]
+
+
+STEP = Step("layer parts", 20, lambda t: bool(t.item.parts), _layer_parts)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 import torch
 
+from bench.measure.cellsteps import Step, Timed, free_device_memory
+
 
 @contextlib.contextmanager
 def quiet_stderr():
@@ -74,3 +76,25 @@ def peak_cpu(call: Callable) -> int | None:
 
 def peak_bytes(device: str, call: Callable) -> int | None:
     return peak_cuda(call) if device == "cuda" else peak_cpu(call)
+
+
+def _memory(t: Timed) -> None:
+    """The peak of the whole step, from the machine's record or a memory pass."""
+    item, case, result = t.item, t.case, t.result
+    item.call = None  # the retained graph of a bwd call goes before the memory pass
+    item.parts = {}  # and a layer's parts' graphs
+    free_device_memory(case.device)
+    key = t.memory.key(item.variant, case, t.settings.threads) if t.memory is not None else None
+    cached = t.memory.get(key, getattr(t.settings, "peak_age_h", 0.0)) if key else None
+    if cached is not None:
+        result.peak_mem_bytes, result.peak_mem_cached = cached, True
+        return
+    with item.bound.scope():  # the whole step: forward and, with one, backward
+        result.peak_mem_bytes = peak_bytes(case.device, item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
+    if key:
+        t.memory.put(key, result.peak_mem_bytes)
+        result.peak_mem_cached = False
+
+
+STEP = Step("memory pass", 50, lambda t: True, _memory,
+            lambda t: f"memory pass (after a timing of median {t.timing.median_ms:.4g} ms, not kept)")

@@ -29,9 +29,12 @@ tested on the CPU with a fake NVML module.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from bench.measure.cellsteps import Step, Timed
 
 CLOCK_MIN = 0.9  # of the reference clock: below it, the reason says by how much (context for a slowdown)
 # nvmlClocksEventReasons / nvmlClocksThrottleReasons bits, as NVML names them
@@ -226,3 +229,82 @@ class Cell:
                      f"application clock" if ratio is not None and ratio < CLOCK_MIN else "")
             out["throttled_why"] = f"NVML reports {', '.join(slowdown)}{clock}"
         return out
+
+
+_WORKER: dict = {}  # this worker's NVML handle, its GPU's steady clock and power limit, and one L2 flush's energy
+
+
+def worker_gpu():
+    """NVML for this worker's GPU (opened once per process, by the UUID of the device PyTorch
+    uses), or None without nvidia-ml-py or a driver."""
+    if "handle" not in _WORKER:
+        handle = open_nvml(uuid=device_uuid())
+        _WORKER["handle"] = handle
+        _WORKER["device"] = device_info(handle) if handle else None
+        _WORKER["flush_mj"] = None
+        if handle:
+            import torch
+
+            from bench.measure.timing import flush_buffer
+
+            cache = flush_buffer()
+            _WORKER["flush_mj"] = flush_energy_mj(handle, cache.zero_, torch.cuda.synchronize)
+    return _WORKER["handle"]
+
+
+def _calls(timer) -> int:
+    """Calls a timer has made so far, warm-up included (the energy of a turn is over all of them)."""
+    return timer.warmup_calls + sum(len(r) for r in timer.rounds) * getattr(timer, "number", 1)
+
+
+def _flushes(timer) -> int:
+    """L2 flushes a timer has made so far (the CUDA-event timer flushes before each timed call)."""
+    return getattr(timer, "flushes", 0)
+
+
+class Turns:
+    """The step's watch on a GPU cell: the GPU sampled at the start and end of each variant's turn,
+    after a synchronize (a turn's counters hold its kernels only), into one ``Cell`` per variant."""
+
+    def __init__(self, nvml):
+        self.nvml = nvml
+        self.cells: dict[str, Cell] = {}
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def _sample(self) -> Sample:
+        import torch
+
+        torch.cuda.synchronize()
+        return sample(self.nvml)
+
+    @contextlib.contextmanager
+    def turn(self, name: str, timer):
+        before = self._sample(), _calls(timer), _flushes(timer), time.perf_counter()
+        try:
+            yield
+        finally:
+            end = self._sample()
+            self.cells.setdefault(name, Cell()).turn(before[0], end, _calls(timer) - before[1],
+                                                     _flushes(timer) - before[2],
+                                                     seconds=time.perf_counter() - before[3])
+
+
+def _watch(case, settings) -> Turns | None:
+    if case.device != "cuda":
+        return None
+    handle = worker_gpu()
+    return Turns(handle) if handle else None
+
+
+def _gpu_state(t: Timed) -> None:
+    """The GPU's clocks, power and energy around the cell's turns."""
+    cell = t.watched["gpu state"].cells.get(t.item.variant.name, Cell())
+    t.result.gpu_state = cell.columns(_WORKER["device"], t.case.batch * t.case.q_len, _WORKER["flush_mj"])
+
+
+STEP = Step("gpu state", 40, lambda t: "gpu state" in t.watched, _gpu_state, watch=_watch)

@@ -11,13 +11,18 @@ their cells.
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from bench.errors import first_line
+from bench.measure.bound import bind_variant, case_inputs
+from bench.measure.cellsteps import free_device_memory
 from bench.measure.memory import quiet_stderr
 from bench.model.case import Case
+from bench.model.registry import Variant
 
 CATEGORIES = ("matmul", "softmax", "mask/elementwise", "copy", "fused attention", "other")
 SCHEDULE = dict(wait=1, warmup=2, active=3)
@@ -145,3 +150,23 @@ def profile_case(variant, case: Case, out_dir: Path, top: int = 15) -> dict:
         w.writerows(rows)
     return {"rows": rows, "top": rows[:top], "categories": shares_by_category(rows), "trace": trace,
             "csv": csv_path, "active_steps": SCHEDULE["active"]}
+
+
+def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None],
+                  at: Callable[[str], None] = lambda name: None) -> None:
+    """The profiled pass: category shares of profiled self time per variant, as a row keyed
+    like the cell's (``variant`` and the case fields); a failure is ``profile_error``."""
+    try:
+        inputs = case_inputs(case)
+        for var in variants:
+            at(var.name)
+            row = {"variant": var.name, **case.to_dict()}
+            try:
+                bound = bind_variant(var, case, inputs)
+                with bound.scope():
+                    row.update(category_shares(bound))
+            except Exception as exc:
+                row["profile_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+            emit(row)
+    finally:
+        free_device_memory(case.device)

@@ -22,6 +22,8 @@ import time
 
 import torch
 
+from bench.errors import first_line
+from bench.measure.cellsteps import Step, Timed
 from bench.measure.inputs import make_grad_out, make_inputs
 from bench.model.case import Case
 from bench.model.registry import Variant
@@ -91,3 +93,14 @@ def _warm_compile(variant: Variant, case: Case) -> float | None:
     torch._dynamo.reset()
     prepared = variant.prepare(case)
     return prepared.info.get("compile_ms")
+
+
+def _steps(t: Timed) -> None:
+    """--steps: what a step costs beyond the kernel; the cell's timing stays when they fail."""
+    try:
+        t.result.extra.update(run_steps(t.item.variant, t.case, t.settings.steps))
+    except Exception as exc:
+        t.result.extra["steps_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+
+
+STEP = Step("steps", 70, lambda t: bool(getattr(t.settings, "steps", 0)), _steps)

@@ -6,7 +6,8 @@ sweep, the run folder and the judge.  A feature adds to it through five hooks, e
 
 - ``settings``: the ``Spec`` fields it adds (bench.model.spec);
 - ``groups``: its namespaced groups of the stored row (bench.model.row.GROUPS);
-- ``steps``: its steps in a timed cell's life (bench.engine.cell.AFTER_TIMING, by name);
+- ``steps``: its steps in a timed cell's life, as ``"module:NAME"`` of a ``Step`` (the protocol is
+  bench.measure.cellsteps); the cell runs the declared steps and knows none by name;
 - ``section``: its part of the report, a module of ``reports/sections/`` whose ``sections(ctx)`` returns
   its parts of the page (the protocol is ``reports.sections``); the report calls each in this
   file's order;
@@ -42,11 +43,12 @@ CORE = Feature(
     settings=("variants", "seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes", "masks", "window",
               "directions", "device", "preset", "timeout", "budget_ms", "plugins", "threads", "precision", "rounds",
               "ceiling_s", "timer", "deterministic", "dynamic", "peak_age"),
-    groups=("work", "check"), steps=("determinism",),
+    groups=("work", "check"), steps=("bench.engine.cell:DETERMINISM",),
     commands=("bench.cli.listing", "bench.cli.sweep", "bench.cli.report"),
     modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/model/registry.py",
              "bench/model/masks.py", "bench/measure/probe.py", "bench/measure/timing.py",
-             "bench/measure/stats.py", "bench/measure/correctness.py", "bench/engine/cell.py", "bench/engine/pool.py",
+             "bench/measure/stats.py", "bench/measure/correctness.py", "bench/measure/cellsteps.py",
+             "bench/engine/cell.py", "bench/engine/pool.py",
              "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py", "reports/build.py",
              "reports/trust.py"))
 
@@ -55,27 +57,29 @@ FEATURES: tuple[Feature, ...] = (
             commands=("bench.cli.compare", "bench.cli.ab"),
             modules=("bench/engine/ab.py", "reports/compare.py")),
     Feature("contention and leftovers", "the load around each cell, contended cells timed again",
-            settings=("remeasure",), groups=("load",), steps=("contention",),
-            modules=("bench/measure/contention.py", "bench/measure/leftovers.py", "bench/engine/remeasure.py")),
+            settings=("remeasure",), groups=("load",), steps=("bench.measure.contention:STEP",),
+            modules=("bench/measure/contention.py", "bench/measure/leftovers.py", "bench/engine/remeasure.py",
+                     "bench/engine/retime.py")),
     Feature("visits", "each cell in fresh worker processes, its figure over the visits",
-            settings=("visits",), modules=("bench/engine/visits.py",)),
+            settings=("visits",), modules=("bench/engine/visits.py", "bench/engine/revisit.py")),
     Feature("GPU state", "NVML clocks, power and energy; the kernels that ran; a CUDA-graph timer",
-            groups=("gpu", "kernels"), steps=("gpu state", "gpu checks"),
+            groups=("gpu", "kernels"), steps=("bench.measure.nvml:STEP", "bench.measure.kernels:STEP"),
             modules=("bench/measure/nvml.py", "bench/measure/kernels.py")),
     Feature("memory", "each cell's peak, recorded per machine; the memory model",
-            groups=("memory",), steps=("memory pass",),
+            groups=("memory",), steps=("bench.measure.memory:STEP",),
             modules=("bench/measure/memory.py", "bench/engine/memcache.py", "bench/engine/memmodel.py")),
     Feature("frontier", "the largest n that fits in memory and a time budget",
             section="reports.sections.frontier", commands=("bench.cli.frontier",),
             modules=("bench/engine/frontier_search.py",)),
     Feature("layer scope", "the core inside the seeds' multi-head block, encoder and decoder layers",
-            settings=("scope", "ffn_mult", "ffn"), steps=("layer parts",), section="reports.sections.layer",
+            settings=("scope", "ffn_mult", "ffn"), steps=("bench.measure.layer:STEP",),
+            section="reports.sections.layer",
             modules=("bench/model/layer.py", "bench/measure/layer.py")),
     Feature("anchors", "the shapes of published figures, measured against them",
             settings=("anchors",), section="reports.sections.anchors",
             modules=("bench/model/anchors.py",)),
     Feature("steps", "what a training or serving step costs beyond the kernel",
-            settings=("steps",), steps=("steps",), section="reports.sections.steps",
+            settings=("steps",), steps=("bench.measure.steps:STEP",), section="reports.sections.steps",
             modules=("bench/measure/steps.py",)),
     Feature("workloads", "ragged batches, structured inputs, a paged KV cache, alignment, serving mixes, models",
             settings=("lengths", "inputs", "kv_layout", "align", "batch_mix", "trace_mixes", "total_tokens", "model"),

@@ -87,7 +87,7 @@ TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples
 # interleave_id: the rows timed together in interleaved rounds (only they pair round by round)
 SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time and its spread (compare's verdict)
 CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why", "retimed")
-# retimed: a contended cell timed again in place, and why its first timing was contended (bench.engine.cell)
+# retimed: a contended cell timed again in place, and why its first timing was contended (bench.engine.retime.Held)
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
             "grad_cosine", "max_logit", "deterministic", "nondeterminism", "reference_skipped")
 # reference_skipped: why the cell is timed unchecked; deterministic: the timer's calls (the CPU) or two more

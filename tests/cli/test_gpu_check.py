@@ -72,6 +72,7 @@ def test_gpu_check_quick_rehearsal_on_cpu(tmp_path):
 def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
     import bench.engine.cell as cell
     from bench.engine.result import CellResult
+    from bench.measure.cellsteps import free_device_memory
     from bench.measure.settings import MeasureSettings
     from bench.model.case import Case
 
@@ -80,7 +81,7 @@ def test_a_sticky_cuda_error_neither_masks_the_row_nor_raises(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "synchronize", broken)
     monkeypatch.setattr(torch.cuda, "empty_cache", broken)
-    cell._free("cuda")  # the error is already in the row; freeing must not raise again
+    free_device_memory("cuda")  # the error is already in the row; freeing must not raise again
     result = CellResult("sdpa.cudnn", Case(device="cuda"), MeasureSettings())
     row = result.fail(RuntimeError("cuDNN Frontend error: No execution plans support the graph")).row()
     assert row["status"] == "unsupported"

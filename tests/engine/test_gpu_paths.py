@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import types
 
 import pandas as pd
 import pytest
@@ -131,7 +132,7 @@ def _timed(registry, case):
 
 
 def test_a_failed_cross_check_is_recorded_and_never_wipes_the_timing(registry):
-    from bench.engine.cell import gpu_check_columns
+    from bench.measure.kernels import gpu_check_columns
     from bench.model.row import Status
 
     class Uncapturable:
@@ -312,6 +313,29 @@ def test_energy_per_call_leaves_out_the_l2_flushes():
     cols = cell.columns(nvml.device_info(gpu), tokens=4, flush_mj=per_flush)
     assert cols["energy_j_per_call"] == pytest.approx(0.002) and cols["energy_j_per_token"] == pytest.approx(0.0005)
     assert "energy_j_per_call" not in cell.columns(None, tokens=4)  # flushed turns, no flush figure: no guess
+
+
+def test_the_gpu_state_step_counts_each_turns_calls_and_flushes_between_its_samples(monkeypatch):
+    """nvml.Turns, the step's watch: samples after a synchronize at each turn's start and end, and
+    the calls and flushes the timer made inside the turn (warm-up included), per variant."""
+    fake = FakeNvml({"GPU-a": [(1980, 0)]}, mj_per_read=0.0)
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: syncs.append(1))
+    clock = iter(range(0, 100, 3))  # each turn lasts 3 s on a fake clock
+    monkeypatch.setattr(nvml.time, "perf_counter", lambda: next(clock) / 5)  # 0.6 s per turn
+    watch = nvml.Turns(nvml.open_nvml(fake, "GPU-a"))
+    timer = types.SimpleNamespace(warmup_calls=0, rounds=[], number=1, flushes=0)
+    for round_calls in (3, 5):
+        with watch.turn("sdpa", timer):
+            timer.warmup_calls += 1
+            timer.rounds.append([0.1] * round_calls)
+            timer.flushes += round_calls
+            fake.energy["GPU-a"] += 7.0 * (round_calls + 1)  # 7 mJ per call
+    cell = watch.cells["sdpa"]
+    assert (cell.calls, cell.flushes, len(syncs)) == (10, 8, 4)
+    cols = cell.columns(nvml.Device(None, None), tokens=1, flush_mj=0.0)
+    assert cols["energy_j_per_call"] == pytest.approx(0.007)  # 70 mJ over 10 calls, in 1.2 s of turns
+    assert list(watch.cells) == ["sdpa"]
 
 
 def test_a_throttled_row_is_shaky(tmp_path):

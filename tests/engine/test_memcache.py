@@ -9,9 +9,9 @@ import time
 import pytest
 import torch.nn.functional as F
 
-from bench.engine import cell
 from bench.engine.cell import run_group
 from bench.engine.memcache import MemoryCache
+from bench.measure import memory as memory_pass
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 from bench.registry import Variant
@@ -32,8 +32,8 @@ CASE = Case("cpu", "float32", 1, 2, 2, 64, 64, 16, "none", None, "fwd")
 def passes(monkeypatch):
     """The memory passes that really ran."""
     calls = []
-    real = cell.peak_bytes
-    monkeypatch.setattr(cell, "peak_bytes", lambda device, call: calls.append(device) or real(device, call))
+    real = memory_pass.peak_bytes
+    monkeypatch.setattr(memory_pass, "peak_bytes", lambda device, call: calls.append(device) or real(device, call))
     return calls
 
 

@@ -1,11 +1,12 @@
-"""A contended case is timed again in place (bench.engine.cell.Held): kept set up in the worker,
+"""A contended case is timed again in place (bench.engine.retime.Held): kept set up in the worker,
 timed again after the next case whose own timing was quiet or when the sweep flushes it, with no
 new inputs, reference, setup or check; its rows come again with the new timing and say why."""
 
 import torch.nn.functional as F
 
 from bench.engine import cell
-from bench.engine.cell import Held, run_group
+from bench.engine.cell import run_group
+from bench.engine.retime import Held
 from bench.measure import contention
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
@@ -40,7 +41,7 @@ def _scripted_load(monkeypatch, busy: list):
             out.update(contended=True, other_cpu=1.5, contended_why="other processes used 1.50 cores (free: 0)")
         return out
 
-    monkeypatch.setattr(cell.contention, "verdict", verdict)
+    monkeypatch.setattr(contention, "verdict", verdict)
 
 
 def test_a_contended_case_is_timed_again_after_the_next_quiet_case_and_only_timed(monkeypatch):

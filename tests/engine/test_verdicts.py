@@ -169,12 +169,12 @@ def test_a_probe_does_not_take_the_variants_own_bug_for_a_refusal(tmp_path):
 
 
 def test_a_failed_memory_pass_keeps_no_timing_figures(monkeypatch):
-    import bench.engine.cell as cell
+    from bench.measure import memory
 
     def no_memory(*a, **k):
         raise MemoryError("the memory pass ran out")
 
-    monkeypatch.setattr(cell, "peak_bytes", no_memory)
+    monkeypatch.setattr(memory, "peak_bytes", no_memory)
     naive = Variant(name="plain", factory=lambda case: F.scaled_dot_product_attention, description="sdpa")
     row = _rows([naive], SMALL)["plain"]
     assert row["status"] == "oom" and row["reason"].startswith("memory pass (after a timing of median")
