@@ -13,8 +13,7 @@ from reports.markdown import write_markdown
 from reports.mask_section import density_chart, mask_table, pattern_chart, pictures, with_labels
 from reports.page import ReportParts, write_page
 from reports.scaling import crossovers, scaling_table
-from reports.sections import SectionInput, feature_sections
-from reports.sections.mixes import is_mix_frame, mix_jobs
+from reports.sections import SectionInput, feature_group_charts, feature_sections
 from reports.tables import facet_tables, failed_rows, failures, status_counts, with_metrics, write_csvs
 
 
@@ -28,11 +27,11 @@ class GroupPart:
 
 
 def group_chart_jobs(frame, folder: Path, style: dict, baseline, peaks, bandwidth=None) -> list:
-    """A group's charts as drawing jobs: serving mixes as bar groups (reports.sections.mixes), every other
-    group as lines over n (reports.charts)."""
-    if is_mix_frame(frame):  # a mix is one batch, not a length that scales
-        return mix_jobs(frame, folder, style)
-    return chart_jobs(frame, folder, style, baseline, peaks, bandwidth)
+    """A group's charts as drawing jobs: a declared section's own where one claims the group (the serving
+    mixes' bar groups: reports.sections.feature_group_charts), every other group as lines over n
+    (reports.charts)."""
+    jobs = feature_group_charts(frame, folder, style)
+    return jobs if jobs is not None else chart_jobs(frame, folder, style, baseline, peaks, bandwidth)
 
 
 def _group_jobs(g: Group, charts_dir: Path, style: dict, baseline, peaks, bandwidth) -> list:

@@ -183,6 +183,9 @@ class WorkerPool:
             self._raised.append(exc)
 
 
+PROFILE_TASK = "bench.measure.profiler:profile_group"  # the worker's part of the profiled pass (runner.Job.task)
+
+
 def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, bars: events.Bars) -> None:
     """sweep --profile: every cell measured ok, profiled again after all the timing (a
     profiler must not run just before a timed loop), into profile.jsonl."""
@@ -191,7 +194,7 @@ def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, bars: e
     try:
         for case, names in measured.items():
             bar.describe(f"profiling {case.label()}")
-            tag, why = worker.run_group(names, case, timeout, writer.write, profile=True)
+            tag, why = worker.run_group(names, case, timeout, writer.write, task=PROFILE_TASK)
             if tag != "done":
                 log.warning("the profiled pass of %s ended early: %s", case.label(), why)
             bar.update(1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import multiprocessing as mp
 import os
 import signal
@@ -121,18 +122,18 @@ def _device_name() -> str:
 
 @dataclass(frozen=True)
 class Job:
-    """sweep -> worker: measure the variants ``names`` on ``case`` (a Case as a dict); ``profile``:
-    the profiled pass instead; ``skip_reference``: why the float64 reference cannot be had (the
-    variants are then timed unchecked); ``measure`` and ``log_path``: the sweep's, for a worker
-    kept from an earlier sweep of this process (``park``); ``visit``: a later visit (``--visits``),
-    which only times them again."""
+    """sweep -> worker: measure the variants ``names`` on ``case`` (a Case as a dict); ``task``: a
+    feature's job instead, ``"module:function"`` called as ``function(variants, case, settings=,
+    emit=, at=)`` (a later visit, bench.engine.revisit.visit_group; the profiled pass,
+    bench.measure.profiler.profile_group); ``skip_reference``: why the float64 reference cannot
+    be had (the variants are then timed unchecked); ``measure`` and ``log_path``: the sweep's, for
+    a worker kept from an earlier sweep of this process (``park``)."""
     names: tuple
     case: dict
-    profile: bool = False
+    task: str = ""
     skip_reference: str = ""
     measure: MeasureSettings | None = None
     log_path: str | None = None
-    visit: int = 0
     trace: bool = False  # --trace-spans: the job's spans come back with Done
     flush: bool = False  # no case: time again the contended cases the worker holds (bench.engine.retime.Held)
 
@@ -309,8 +310,8 @@ def _enter(conn, settings: WorkerSettings | None, environ: dict | None, lifeline
 
 
 def _run_job(conn, job, registry, cell_settings, kept: dict) -> None:
-    """One job: its case's cells (their rows sent as each finishes), a later visit's timing, the
-    profiled pass, or the re-timing in place of the contended cases held (a flush)."""
+    """One job: its case's cells (their rows sent as each finishes), a feature's task (``Job.task``),
+    or the re-timing in place of the contended cases held (a flush)."""
     from bench.engine.cell import run_group
 
     def emit(row):
@@ -323,14 +324,9 @@ def _run_job(conn, job, registry, cell_settings, kept: dict) -> None:
         with spans.span("re-timing in place"):
             kept["held"].retime(emit, at)
         return
-    if job.profile:
-        from bench.measure.profiler import profile_group
-
-        run = profile_group
-    elif job.visit:
-        from bench.engine.revisit import visit_group
-
-        run = functools.partial(visit_group, settings=cell_settings)
+    if job.task:
+        module, _, name = job.task.partition(":")
+        run = functools.partial(getattr(importlib.import_module(module), name), settings=cell_settings)
     else:
         run = functools.partial(run_group, settings=cell_settings, cache=kept["cache"], memory=kept["memory"],
                                 skip_reference=job.skip_reference, leftovers=kept["leftovers"],
@@ -559,8 +555,8 @@ class Worker:
             raise RuntimeError(f"the worker said {ready!r} where it reports ready")
         self.device_name = ready.device
 
-    def run_group(self, names: list[str], case: Case, timeout_s: float, on_row, profile: bool = False,
-                  skip_reference: str = "", visit: int = 0) -> tuple[str, str]:
+    def run_group(self, names: list[str], case: Case, timeout_s: float, on_row, task: str = "",
+                  skip_reference: str = "") -> tuple[str, str]:
         """Run the variants ``names`` on ``case``; ``on_row(row)`` for each row as it arrives.
         Returns ('done', '') or ('timeout' | 'crash' | 'oom', reason) when a variant's step
         (its check, a timing turn, its memory pass) overran ``timeout_s`` beyond the timing
@@ -569,7 +565,7 @@ class Worker:
         stopped, and the variants without a row run on a fresh one.
         The rows already passed on stay."""
         with spans.span("sweep: waiting on a worker (messages, gaps)"):
-            return self._run_group(names, case, timeout_s, on_row, profile, skip_reference, visit)
+            return self._run_group(names, case, timeout_s, on_row, task, skip_reference)
 
     def flush(self, timeout_s: float, on_row) -> tuple[str, str]:
         """Time again the contended cases this worker holds (bench.engine.retime.Held), if it is alive;
@@ -577,10 +573,9 @@ class Worker:
         if not self.alive:
             return "done", ""
         with spans.span("sweep: waiting on a worker (messages, gaps)"):
-            return self._run_group((), None, timeout_s, on_row, False, "", 0, flush=True)
+            return self._run_group((), None, timeout_s, on_row, "", "", flush=True)
 
-    def _run_group(self, names, case, timeout_s, on_row, profile, skip_reference, visit,
-                   flush: bool = False) -> tuple[str, str]:
+    def _run_group(self, names, case, timeout_s, on_row, task, skip_reference, flush: bool = False) -> tuple[str, str]:
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1
@@ -589,8 +584,8 @@ class Worker:
                     self._start()
             except RuntimeError as exc:
                 return "crash", str(exc)
-        self._conn.send(Job(tuple(names), case.to_dict() if case is not None else {}, profile, skip_reference,
-                            self.settings.measure, self.settings.log_path, visit, spans.enabled(), flush))
+        self._conn.send(Job(tuple(names), case.to_dict() if case is not None else {}, task, skip_reference,
+                            self.settings.measure, self.settings.log_path, spans.enabled(), flush))
         self.last_started = None
         kills_before = oom_kills()
         # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget

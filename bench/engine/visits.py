@@ -52,6 +52,7 @@ import threading
 from bench.engine import spans
 
 VISITS = "visits.jsonl"  # the later visits' rows
+VISIT_TASK = "bench.engine.revisit:visit_group"  # the worker's part of a visit (bench.engine.runner.Job.task)
 RATES = ("tflops", "gbps", "pct_peak")  # figures that follow the time: rescaled with the estimate
 SPREAD = ("q1_ms", "q3_ms", "iqr_ms")  # the first visit's quartiles, carried to the estimate (the charts' band)
 POOL_DOF = 2  # a cell's visit variance is moderated towards its run's, as if that were 2 more visits' worth
@@ -97,7 +98,7 @@ def run_visits(pool, visits: int, open_writer) -> float:
                             timed[0] += row.get("timed_s") or 0.0
                             bar.update(1)
 
-                    worker.run_group(names, case, pool.spec.timeout, on_row, visit=k)
+                    worker.run_group(names, case, pool.spec.timeout, on_row, task=VISIT_TASK)
 
             if len(pool.workers) == 1:  # here: what it waits on is this thread's (bench.engine.spans)
                 serve(pool.workers[0], pool.slots[0].label)

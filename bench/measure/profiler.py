@@ -153,7 +153,7 @@ def profile_case(variant, case: Case, out_dir: Path, top: int = 15) -> dict:
 
 
 def profile_group(variants: list[Variant], case: Case, emit: Callable[[dict], None],
-                  at: Callable[[str], None] = lambda name: None) -> None:
+                  at: Callable[[str], None] = lambda name: None, settings=None) -> None:
     """The profiled pass: category shares of profiled self time per variant, as a row keyed
     like the cell's (``variant`` and the case fields); a failure is ``profile_error``."""
     try:

@@ -48,7 +48,7 @@ CORE = Feature(
     modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/model/registry.py",
              "bench/model/masks.py", "bench/measure/probe.py", "bench/measure/timing.py",
              "bench/measure/stats.py", "bench/measure/correctness.py", "bench/measure/cellsteps.py",
-             "bench/engine/cell.py", "bench/engine/pool.py",
+             "bench/engine/runner.py", "bench/engine/cell.py", "bench/engine/pool.py",
              "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py", "reports/build.py",
              "reports/trust.py"))
 

@@ -6,6 +6,11 @@ CSV files into ``ctx.folder``, draws its charts under ``ctx.charts_dir``, and re
 the page.  ``reports.build`` calls every declared section in the features' order; index.html and
 report.md render each the same way (its title, note, charts and table), and a section with an
 empty table is left out.
+
+A section module may also draw a group of the report its own way: ``group_charts(frame, folder,
+style)`` returns the drawing jobs of a group whose rows it claims (as reports.charts.chart_jobs
+gives a scaling group's), or None; the first declared section that claims a group draws it (the
+serving mixes' bar groups, reports.sections.mixes), and every other group is drawn as lines over n.
 """
 
 from __future__ import annotations
@@ -48,3 +53,16 @@ def feature_sections(ctx: SectionInput) -> list[Section]:
         if feature.section:
             out += [s for s in import_module(feature.section).sections(ctx) if not s.table.empty]
     return out
+
+
+def feature_group_charts(frame, folder: Path, style: dict) -> list | None:
+    """The drawing jobs of a group that a declared section draws its own way (``group_charts``), or
+    None: the first that claims it, in the features' order."""
+    from bench.model.features import FEATURES
+
+    for feature in FEATURES:
+        draw = getattr(import_module(feature.section), "group_charts", None) if feature.section else None
+        jobs = draw(frame, folder, style) if draw else None
+        if jobs is not None:
+            return jobs
+    return None

@@ -33,6 +33,12 @@ def is_mix_frame(df: pd.DataFrame) -> bool:
     return "mix" in df and not df.empty and bool((df["mix"].astype(str) != "none").all())
 
 
+def group_charts(df: pd.DataFrame, folder: Path, style: dict) -> list | None:
+    """A group of serving mixes is drawn as bar groups (a mix is one batch, not a length that scales);
+    None for any other group (reports.sections's protocol)."""
+    return mix_jobs(df, folder, style) if is_mix_frame(df) else None
+
+
 def phase_shares(phases) -> dict:
     """{(what, phase): share} of one mix's phases dict (FLOPs, query tokens, KV bytes)."""
     from bench.model.workload import PHASES

@@ -54,3 +54,30 @@ def test_a_declared_feature_adds_its_command_and_its_report_section(tmp_path, mo
     assert page.index("<h3 id=toy>") > page.index("<h2 id=scaling>")  # among the sections, after the scaling
     worst = pd.read_csv(run / "report" / "toy.csv").set_index("variant")["worst"]
     assert worst.to_dict() == {"naive": 1e-5 * 1024**2, "sdpa": 0.5e-5 * 1024**2}
+
+
+def test_a_declared_section_draws_the_groups_it_claims_and_only_those(monkeypatch, tmp_path):
+    """reports.sections's ``group_charts``: a toy section claims the groups of one variant; the other
+    groups are drawn as lines over n."""
+    from reports.build import group_chart_jobs
+    from reports.charts import chart
+    from reports.frames import load_runs
+    from reports.tables import with_metrics
+
+    section = types.ModuleType("toy_groups")
+
+    def toy_chart(*a, **k):
+        return None
+
+    section.sections = lambda ctx: []
+    section.group_charts = lambda frame, folder, style: (
+        [("toy", toy_chart, frame, {"out": folder / "toy"})] if set(frame["variant"]) == {"naive"} else None)
+    monkeypatch.setitem(sys.modules, "toy_groups", section)
+    monkeypatch.setattr(features, "FEATURES", (features.Feature("toy", "a toy", section="toy_groups"),
+                                               *features.FEATURES))
+    run = run_folder(tmp_path / "run", timed_rows("naive", 1.0, 0.02) + timed_rows("sdpa", 0.5, 0.02))
+    df = with_metrics(load_runs([run])[0], None)
+    claimed = group_chart_jobs(df[df["variant"] == "naive"], tmp_path / "charts", {}, None, {})
+    assert [(name, fn) for name, fn, _, _ in claimed] == [("toy", toy_chart)]
+    others = group_chart_jobs(df, tmp_path / "charts", {}, None, {})
+    assert chart in {fn for _, fn, _, _ in others} and toy_chart not in {fn for _, fn, _, _ in others}
