@@ -311,33 +311,49 @@ def test_every_setting_row_group_and_cell_step_has_one_owner_and_every_named_mod
             assert (ROOT / path).is_file(), (f.name, path)
 
 
-def test_the_cell_runs_exactly_the_declared_steps():
-    """Every module-level Step in bench/ is declared by the core or one feature, once, and sits in one
-    of that feature's modules; the cell's steps are the declared ones, each with a name and an order
-    of its own (no two steps' order left to the declarations')."""
-    from bench.engine.cell import after_timing
-    from bench.measure.cellsteps import Step
+def _declared_hooks(kind: str, cls) -> dict:
+    """``"module:NAME"`` -> the features declaring it among their ``kind``; each must be a ``cls`` in
+    one of the declaring feature's modules."""
     from bench.model.features import CORE, FEATURES
 
     declared = {}
     for f in (CORE, *FEATURES):
-        for ref in f.steps:
+        for ref in getattr(f, kind):
             module, _, name = ref.partition(":")
             assert module.replace(".", "/") + ".py" in f.modules, (f.name, ref)
-            assert isinstance(getattr(importlib.import_module(module), name), Step), ref
+            assert isinstance(getattr(importlib.import_module(module), name), cls), ref
             declared.setdefault(ref, []).append(f.name)
-    assert {r: o for r, o in declared.items() if len(o) != 1} == {}
+    return declared
+
+
+def _defined(cls_name: str) -> set:
+    """Every module-level ``NAME = cls_name(...)`` in bench/, as ``"module:NAME"``."""
     defined = set()
     for path in sorted((ROOT / "bench").rglob("*.py")):
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         for node in ast.parse(path.read_text()).body:
             call = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Step":
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == cls_name:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 defined |= {f"{module}:{t.id}" for t in targets}
-    assert defined == set(declared)
-    steps = after_timing()
-    assert len({s.name for s in steps}) == len({s.order for s in steps}) == len(steps) == len(declared)
+    return defined
+
+
+def test_the_cell_and_the_sweep_run_exactly_the_declared_steps_and_passes():
+    """Every module-level Step (a cell's life) and Pass (a sweep's, after its first) in bench/ is
+    declared by the core or one feature, once, and sits in one of that feature's modules; the cell
+    runs the declared steps and the sweep the declared passes, each with a name and an order of its
+    own (no two left to the declarations' order)."""
+    from bench.engine.cell import after_timing
+    from bench.engine.passes import Pass, sweep_passes
+    from bench.measure.cellsteps import Step
+
+    for kind, cls, run in (("steps", Step, after_timing), ("passes", Pass, sweep_passes)):
+        declared = _declared_hooks(kind, cls)
+        assert {r: o for r, o in declared.items() if len(o) != 1} == {}, kind
+        assert _defined(cls.__name__) == set(declared), kind
+        hooks = run()
+        assert len({h.name for h in hooks}) == len({h.order for h in hooks}) == len(hooks) == len(declared), kind
 
 
 def test_every_subcommand_and_report_section_is_a_declared_feature_s():

@@ -108,22 +108,26 @@ def _features() -> list[str]:
     lines = ["### The core and its features", "",
              "Each is declared once in `bench/model/features.py`: the settings it adds, its groups of the stored "
              "row, its steps in a timed cell's life (each a `Step` of the protocol in `bench/measure/cellsteps.py`, "
-             "named here), its section of the report (a module whose `sections(ctx)` the report calls, "
+             "named here), its passes of a sweep after the first (each a `Pass` of `bench/engine/passes.py`), "
+             "its section of the report (a module whose `sections(ctx)` the report calls, "
              "`reports/sections/`), its commands (modules whose `add_parser` the command line calls) and the modules "
              "that hold its code.", "",
-             "| feature | what it adds | settings | row groups | cell steps | report section | commands | modules |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| feature | what it adds | settings | row groups | cell steps | sweep passes | report section | commands "
+             "| modules |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     from bench.cli import build_parser
 
     # a subcommand's module is its handler's
     names = {p.get_default("func").__module__: name for name, (p, _) in _subcommands(build_parser()).items()}
+
     def step_names(refs) -> list[str]:
         return [getattr(importlib.import_module(m), n).name for m, _, n in (r.partition(":") for r in refs)]
 
     for f in (CORE, *FEATURES):
         settings = "the axes and timing settings above not named here" if f is CORE else code(f.settings)
         commands = code(names[m] for m in f.commands)
-        lines.append(f"| {f.name} | {_cell(f.what)} | {settings} | {code(f.groups)} | {code(step_names(f.steps))} | "
+        hooks = f"{code(f.groups)} | {code(step_names(f.steps))} | {code(step_names(f.passes))}"
+        lines.append(f"| {f.name} | {_cell(f.what)} | {settings} | {hooks} | "
                      f"{code([f.section] if f.section else [])} | {commands} | {code(f.modules)} |")
     return lines
 

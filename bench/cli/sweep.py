@@ -249,7 +249,7 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
         print("statuses: " + ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v)
               + f"  ({summary.cells - summary.idle} cells swept in {summary.elapsed_s:.0f} s"
               + (f"; {summary.idle} that cannot run here, not swept" if summary.idle else "") + ")")
-        print(shaky_count(rows, frozenset({"contended"}) if summary.remeasured else frozenset(), run_dir))
+        print(shaky_count(rows, summary.settled, run_dir))
         warning = contention_warning(rows, spec)
     if warning:
         print(warning, file=sys.stderr)

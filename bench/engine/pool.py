@@ -1,6 +1,7 @@
 """The sweep's workers and what they have done: cases dealt out to the workers, each cell's row
-appended as soon as it is known, a group re-run one variant at a time after a crash, and the
-profiled pass after the timing."""
+appended as soon as it is known, and a group re-run one variant at a time after a crash.  The
+passes after the first (re-measurement, later visits, the profiled pass) are the features'
+(bench.engine.passes), run on this pool's workers."""
 
 from __future__ import annotations
 
@@ -91,11 +92,6 @@ class WorkerPool:
             self._writer.close()
         return self.timed_s - before
 
-    def profile(self) -> None:
-        """sweep --profile: every cell measured ok, profiled again after all the timing."""
-        if self.measured:
-            _profile_pass(self.workers[0], self.run_dir, self.measured, self.spec.timeout, self.bars)
-
     def close(self) -> None:
         if not self.keep_workers:
             for w in self.workers:  # all at once: each takes a moment to exit
@@ -181,26 +177,6 @@ class WorkerPool:
             worker.flush(self.spec.timeout, lambda row: self._record(row, label))
         except BaseException as exc:
             self._raised.append(exc)
-
-
-PROFILE_TASK = "bench.measure.profiler:profile_group"  # the worker's part of the profiled pass (runner.Job.task)
-
-
-def _profile_pass(worker, run_dir: Path, measured: dict, timeout: float, bars: events.Bars) -> None:
-    """sweep --profile: every cell measured ok, profiled again after all the timing (a
-    profiler must not run just before a timed loop), into profile.jsonl."""
-    writer = store.ResultWriter(run_dir, store.PROFILE)
-    bar = bars(total=len(measured), unit="case", desc="profile")
-    try:
-        for case, names in measured.items():
-            bar.describe(f"profiling {case.label()}")
-            tag, why = worker.run_group(names, case, timeout, writer.write, task=PROFILE_TASK)
-            if tag != "done":
-                log.warning("the profiled pass of %s ended early: %s", case.label(), why)
-            bar.update(1)
-    finally:
-        bar.close()
-        writer.close()
 
 
 def _by_case(cells):

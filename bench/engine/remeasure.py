@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from bench.engine import judge, spans, store
+from bench.engine.passes import Pass, PassResult, SweepSoFar
 from bench.measure import contention
 
 QUIET_LOOK_S = 0.5  # the end-of-sweep re-measurement's one look at the load: it does not wait for it to drop
@@ -116,3 +117,12 @@ def unloaded_peak(spec, dtype: str, threads) -> tuple[float, str]:
         if quiet:  # measured again once the load has dropped; else kept as under load (no idle wait)
             value, loaded = measure()
     return value, loaded
+
+
+def _pass(s: SweepSoFar) -> PassResult:
+    """The end-of-sweep re-measurement, with what the workers re-timed in place said first."""
+    notes, timed = remeasure(s.cells, s.run_dir, s.spec, s.threads, s.pool.run, (s.pool.retimed, s.pool.retimed_clean))
+    return PassResult(timed, tuple(notes), frozenset({"contended"}) if notes else frozenset())
+
+
+PASS = Pass("re-measure", 10, _pass)

@@ -10,8 +10,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import compiled, events, judge, runfolder, runner, spans, store, visits
+from bench.engine import compiled, events, judge, runfolder, runner, spans, store
 from bench.engine import remeasure as again
+from bench.engine.passes import SweepSoFar, sweep_passes
 from bench.engine.pool import WorkerPool
 from bench.measure import contention
 from bench.model.row import current_rows
@@ -46,8 +47,9 @@ class RunSummary:
     already: int  # cells the folder had before
     elapsed_s: float
     timed_s: float  # of elapsed_s, in timed samples
-    remeasured: list = field(default_factory=list)  # what the end-of-sweep re-measurement did, in words
+    remeasured: list = field(default_factory=list)  # what the passes after the first did, in words (engine.passes)
     idle: int = 0  # of ``cells``, those that cannot run here by their variant's declaration: rows, never swept
+    settled: frozenset = frozenset()  # shaky flags the passes tried to settle (contended, after a re-measurement)
 
 
 def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(), registry=None,
@@ -84,14 +86,13 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
                 timed_s = pool.run(cells)
             idle = pool.idle
             counts = dict(pool.counts)  # this invocation's cells; a re-measured cell is counted once
-            with spans.span("sweep: re-measure, the rest"):
-                notes, again_s = again.remeasure(cells, run_dir, spec, slots[0].threads, pool.run,
-                                                 (pool.retimed, pool.retimed_clean))
-            with spans.span("sweep: later visits, the rest"):
-                again_s += visits.run_visits(pool, spec.visits, lambda: store.ResultWriter(run_dir, visits.VISITS))
-            if options.profile:
-                with spans.span("sweep: profiled pass, the rest"):
-                    pool.profile()
+            so_far = SweepSoFar(cells, run_dir, spec, slots[0].threads, pool, options,
+                                lambda name: store.ResultWriter(run_dir, name))
+            notes, settled, again_s = [], frozenset(), 0.0
+            for p in sweep_passes():  # the features' passes after the first (bench.engine.passes)
+                with spans.span(f"sweep: {p.name}, the rest"):
+                    out = p.run(so_far)
+                notes, settled, again_s = notes + list(out.notes), settled | out.settled, again_s + out.timed_s
         finally:
             with spans.span("sweep: workers stopped"):
                 pool.close()
@@ -105,7 +106,7 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
                 if cells else {}
             runfolder.close_run(run_dir, spec, rows, pool.devices, measured)
     return RunSummary(run_dir, rows, counts, len(cells), len(done), time.perf_counter() - t0, timed_s + again_s,
-                      notes, idle)
+                      notes, idle, settled)
 
 
 def _say_plan(run_dir: Path, spec: Spec, env: dict, slots: list, todo: int, done: int) -> None:

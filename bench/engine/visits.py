@@ -50,6 +50,7 @@ import statistics
 import threading
 
 from bench.engine import spans
+from bench.engine.passes import Pass, PassResult, SweepSoFar
 
 VISITS = "visits.jsonl"  # the later visits' rows
 VISIT_TASK = "bench.engine.revisit:visit_group"  # the worker's part of a visit (bench.engine.runner.Job.task)
@@ -197,3 +198,10 @@ def with_interval(row: dict, pooled: float | None, shared: float = 0.0) -> dict:
     lo, hi = est * math.exp(-half), est * math.exp(half)
     return dict(row, visit_se=se, ci_lo_ms=lo, ci_hi_ms=hi, ci_halfwidth=hi / est - 1.0,
                 noisy=hi / est - 1.0 > NOISY_CI)
+
+
+def _pass(s: SweepSoFar) -> PassResult:
+    return PassResult(run_visits(s.pool, s.spec.visits, lambda: s.writer(VISITS)))
+
+
+PASS = Pass("later visits", 20, _pass)

@@ -2,23 +2,25 @@
 
 The core is what every sweep does: a case of the spec's axes, the variants of the registry, the
 masks, the timers and their statistics, the float64 reference, the worker, the pool and the
-sweep, the run folder and the judge.  A feature adds to it through five hooks, each optional:
+sweep, the run folder and the judge.  A feature adds to it through six hooks, each optional:
 
 - ``settings``: the ``Spec`` fields it adds (bench.model.spec);
 - ``groups``: its namespaced groups of the stored row (bench.model.row.GROUPS);
 - ``steps``: its steps in a timed cell's life, as ``"module:NAME"`` of a ``Step`` (the protocol is
   bench.measure.cellsteps); the cell runs the declared steps and knows none by name;
+- ``passes``: its passes of a sweep after the first, as ``"module:NAME"`` of a ``Pass`` (the
+  protocol is bench.engine.passes); the sweep runs the declared passes and knows none by name;
 - ``section``: its part of the report, a module of ``reports/sections/`` whose ``sections(ctx)`` returns
   its parts of the page (the protocol is ``reports.sections``); the report calls each in this
   file's order;
 - ``commands``: its subcommands, modules of ``bench/cli/`` with ``add_parser(sub)``;
   ``python -m bench`` builds its parser from them, in this file's order.
 
-``modules`` says where its code lives, one module per layer it needs.  bench/README.md's table
-of features and the settings table's owner column are generated from these declarations
-(``python -m bench.cli.reference --write``), and ``tests/test_layout.py`` checks that every
-setting, row group and cell step has exactly one owner, the core or one feature, and that each
-named module exists.
+``modules`` names the modules that hold its code (a step or a pass lives in one of them).
+bench/README.md's table of features and the settings table's owner column are generated from
+these declarations (``python -m bench.cli.reference --write``), and ``tests/test_layout.py``
+checks that every setting and row group has exactly one owner, the core or one feature, that
+every step and pass in bench/ is declared once and runs, and that each named module exists.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Feature:
     settings: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     steps: tuple[str, ...] = ()
+    passes: tuple[str, ...] = ()
     section: str | None = None
     commands: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
@@ -48,7 +51,7 @@ CORE = Feature(
     modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/model/registry.py",
              "bench/model/masks.py", "bench/measure/probe.py", "bench/measure/timing.py",
              "bench/measure/stats.py", "bench/measure/correctness.py", "bench/measure/cellsteps.py",
-             "bench/engine/runner.py", "bench/engine/cell.py", "bench/engine/pool.py",
+             "bench/engine/runner.py", "bench/engine/cell.py", "bench/engine/pool.py", "bench/engine/passes.py",
              "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py", "reports/build.py",
              "reports/trust.py"))
 
@@ -58,10 +61,12 @@ FEATURES: tuple[Feature, ...] = (
             modules=("bench/engine/ab.py", "reports/compare.py")),
     Feature("contention and leftovers", "the load around each cell, contended cells timed again",
             settings=("remeasure",), groups=("load",), steps=("bench.measure.contention:STEP",),
+            passes=("bench.engine.remeasure:PASS",),
             modules=("bench/measure/contention.py", "bench/measure/leftovers.py", "bench/engine/remeasure.py",
                      "bench/engine/retime.py")),
     Feature("visits", "each cell in fresh worker processes, its figure over the visits",
-            settings=("visits",), modules=("bench/engine/visits.py", "bench/engine/revisit.py")),
+            settings=("visits",), passes=("bench.engine.visits:PASS",),
+            modules=("bench/engine/visits.py", "bench/engine/revisit.py")),
     Feature("GPU state", "NVML clocks, power and energy; the kernels that ran; a CUDA-graph timer",
             groups=("gpu", "kernels"), steps=("bench.measure.nvml:STEP", "bench.measure.kernels:STEP"),
             modules=("bench/measure/nvml.py", "bench/measure/kernels.py")),
@@ -94,8 +99,8 @@ FEATURES: tuple[Feature, ...] = (
             modules=("bench/engine/plan.py",)),
     Feature("status and repro", "what a run folder holds, and each cell's command", commands=("bench.cli.status",),
             modules=("bench/engine/repro.py",)),
-    Feature("profile", "torch.profiler's categories of each cell's time", commands=("bench.cli.profile",),
-            modules=("bench/measure/profiler.py",)),
+    Feature("profile", "torch.profiler's categories of each cell's time", passes=("bench.engine.profiled:PASS",),
+            commands=("bench.cli.profile",), modules=("bench/measure/profiler.py", "bench/engine/profiled.py")),
     Feature("selfcheck", "the timer against torch.utils.benchmark on this machine", commands=("bench.cli.selfcheck",),
             modules=("bench/measure/selfcheck.py",)),
     Feature("export", "rows as pytest-benchmark and torch.utils.benchmark read them", commands=("bench.cli.export",),
