@@ -617,7 +617,7 @@ def drawing_processes() -> int:
     set (0: this process draws them all, as on a machine whose other cores are someone else's),
     else one per usable core but this process's."""
     from bench.errors import UsageError
-    from bench.measure.contention import usable_cpus
+    from bench.measure.cpuload import usable_cpus
 
     raw = os.environ.get(DRAW_PROCESSES_ENV, "").strip()
     if not raw:

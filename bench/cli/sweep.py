@@ -81,7 +81,7 @@ def _command(args, flags: dict) -> int:
     from bench.engine import peaks, plan
     from bench.engine.request import sweep_spec
     from bench.engine.sweep import SweepOptions, run_sweep, spec_cells, worker_slots
-    from bench.measure import contention
+    from bench.measure import cpuload
     from bench.model import masks
 
     resume = Path(args.resume) if args.resume else None
@@ -104,7 +104,7 @@ def _command(args, flags: dict) -> int:
         every = spec_cells(spec, registry)  # expanded once: the plan prices what is left, the sweep runs it
         cells = _cells_left(every, target if resumed else None, retry)
     with spans.span("start-up: the load probe"):
-        others = contention.others_busy(tree=True) if spec.device == "cpu" else None  # its own workers: not others
+        others = cpuload.others_busy(tree=True) if spec.device == "cpu" else None  # its own workers: not others
     with spans.span("start-up: the plan (earlier runs, projection)"):
         history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry, machine=True)
         projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), history=history,
@@ -224,7 +224,7 @@ def _workers_hint(args) -> int:
     device before it imports torch, so it is never started ahead), and none when it asks for
     more workers than this process has cores (the placement refuses it in a moment, and
     nothing is started for it meanwhile), or for a dry run, which measures nothing."""
-    from bench.measure.contention import usable_cpus
+    from bench.measure.cpuload import usable_cpus
 
     if getattr(args, "dry_run", False):
         return 0

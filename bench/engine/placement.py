@@ -106,7 +106,7 @@ def place(device: str, workers: int | None, gpus: list[int] | None, cpus: list[i
 
 
 def available_cpus() -> list[int]:
-    from bench.measure.contention import usable_cpus
+    from bench.measure.cpuload import usable_cpus
 
     return usable_cpus()
 

@@ -50,7 +50,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.measure import contention
+from bench.measure import contention, cpuload
 from bench.measure import flops as flopcount
 from bench.measure.settings import DEFAULT_CEILING_MS, DEFAULT_ROUNDS, INTERVAL_SAMPLES, MeasureSettings
 from bench.model.case import CASE_DEFAULTS, CASE_FIELDS, Case
@@ -463,7 +463,7 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
     bench.engine.peaks, and are not measured; ``others``: cores' worth of CPU that other
     processes used at the start, for the CPU; ``started``: its worker was kept from an earlier
     sweep of the same process, and ``compiler_started``: that worker has compiled already)."""
-    load = busy(others, len(contention.usable_cpus()), spec.threads, workers) if spec.device == "cpu" else None
+    load = busy(others, len(cpuload.usable_cpus()), spec.threads, workers) if spec.device == "cpu" else None
     slowdown = load.slowdown if load else 1.0
     factor = history.wall_factor if history else 1.0  # what the model missed in earlier sweeps here
     rounds, ceiling_ms = timing_of(spec)

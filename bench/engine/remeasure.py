@@ -2,7 +2,7 @@
 start), a contended case timed again in place by its worker (bench.engine.retime.Held), the end-of-sweep
 re-measurement of contended cells once the load has dropped, and an end-of-sweep matmul peak
 measured again when it ran under load.  Each measures the load
-as the contention check does (``bench.measure.contention``: this process's CPUs)."""
+as the contention check does (``bench.measure.cpuload``: this process's CPUs)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.engine import judge, spans, store
 from bench.engine.passes import Pass, PassResult, SweepSoFar
-from bench.measure import contention
+from bench.measure import contention, cpuload
 
 QUIET_LOOK_S = 0.5  # the end-of-sweep re-measurement's one look at the load: it does not wait for it to drop
 
@@ -25,7 +25,7 @@ def auto_threads(spec, others: float | None = None, wait_workers=lambda: None) -
     imports: bench.engine.runner.wait_prestarted), as the contention check measures
     (bench.measure.contention)."""
     if spec.threads is not None and spec.device == "cpu":
-        cores = len(contention.usable_cpus())
+        cores = len(cpuload.usable_cpus())
         if spec.threads * (spec.workers or 1) > cores:
             return None, (f"warning: --threads {spec.threads}" + (f" x {spec.workers} workers" if spec.workers else "")
                           + f" is more than the {cores} cores this process may use: the threads wait for one "
@@ -33,12 +33,12 @@ def auto_threads(spec, others: float | None = None, wait_workers=lambda: None) -
                           f"count); --threads {max(1, cores // (spec.workers or 1))} or fewer")
     if spec.threads is not None or spec.device != "cpu" or (spec.workers or 1) > 1:
         return None, ""
-    cores = len(contention.usable_cpus())
+    cores = len(cpuload.usable_cpus())
     if others is not None:
         free = max(0.0, cores - others)
     else:
         wait_workers()
-        free = contention.free_cores()
+        free = cpuload.free_cores()
     if free is None or free > cores - 0.5:
         return None, ""
     n = max(1, min(cores, int(free + 0.5)))
@@ -51,10 +51,10 @@ def wait_for_quiet(threads: int, limit_s: float = 0.0, step_s: float = QUIET_LOO
     """Look at the load (one ``step_s`` window) and, with ``limit_s``, wait at most that long until
     other processes leave the worker's cores free: (quiet, seconds taken).  Measured as the
     contention check does, on this process's CPUs."""
-    free = max(0, len(contention.usable_cpus()) - threads)
+    free = max(0, len(cpuload.usable_cpus()) - threads)
     t0 = time.monotonic()
     while True:
-        window = contention.LoadWindow().start()
+        window = cpuload.LoadWindow().start()
         time.sleep(step_s)
         other = window.stop()
         waited = time.monotonic() - t0
@@ -77,7 +77,7 @@ def remeasure(cells, run_dir: Path, spec, threads: int | None, measure, retimed:
         notes.append(f"re-timed {retimed[0]} cell(s) of contended cases in place, after a quiet case or at the end "
                      f"of the pass: {retimed[1]} now clean, {retimed[0] - retimed[1]} not")
     wanted = {store.cell_key(n, c): (n, c) for n, c in cells}
-    threads = threads or spec.threads or len(contention.usable_cpus())
+    threads = threads or spec.threads or len(cpuload.usable_cpus())
     for i in range(spec.remeasure or 0):
         current = [r for r in store.read_current(run_dir) if store.cell_key(r["variant"], r) in wanted]
         shaky = [wanted[store.cell_key(r["variant"], r)] for r in current if judge.wants_retry(r, {"contended"})]
@@ -104,16 +104,16 @@ def unloaded_peak(spec, dtype: str, threads) -> tuple[float, str]:
     from bench.measure.envinfo import measure_peak_tflops, peak_run_ms
 
     def measure():
-        window = contention.LoadWindow().start()
+        window = cpuload.LoadWindow().start()
         value = measure_peak_tflops(spec.device, dtype, threads, peak_run_ms(spec.device, spec.budget_ms))
         other = window.stop() if spec.device == "cpu" else None
-        free = max(0, len(contention.usable_cpus()) - (threads or len(contention.usable_cpus())))
+        free = max(0, len(cpuload.usable_cpus()) - (threads or len(cpuload.usable_cpus())))
         return value, (f"other processes used {other:.2f} cores while it ran" if other is not None and
                        other > free + contention.OTHER_CPU_MARGIN else "")
 
     value, loaded = measure()
     if loaded:  # a peak measured under load would make every % of peak look better than it is
-        quiet, _ = wait_for_quiet(threads or len(contention.usable_cpus()), limit_s=0.0, step_s=QUIET_LOOK_S)
+        quiet, _ = wait_for_quiet(threads or len(cpuload.usable_cpus()), limit_s=0.0, step_s=QUIET_LOOK_S)
         if quiet:  # measured again once the load has dropped; else kept as under load (no idle wait)
             value, loaded = measure()
     return value, loaded

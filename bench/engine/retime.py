@@ -8,7 +8,7 @@ import uuid
 
 from bench.engine import spans
 from bench.engine.cell import builds_per_turn, nowhere, timed_span
-from bench.measure import contention
+from bench.measure import contention, cpuload
 from bench.measure.cellsteps import free_device_memory
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import interleave, make_timer
@@ -68,7 +68,7 @@ def _retime(case: Case, settings: MeasureSettings, items: list, emit, at) -> Non
         with by_name[name].bound.scope():
             yield
 
-    window = contention.LoadWindow().start()
+    window = cpuload.LoadWindow().start()
     interleave(timers, settings.rounds, settings.budget_ms, enter=enter, on_error=lambda name, exc: failed.add(name),
                ceiling_ms=getattr(settings, "ceiling_ms", None))
     spans.absorb(timed_span(timers))

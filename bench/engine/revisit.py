@@ -15,7 +15,7 @@ import torch
 from bench.engine import spans
 from bench.engine.cell import nowhere, timed_span
 from bench.errors import first_line
-from bench.measure import contention
+from bench.measure import contention, cpuload
 from bench.measure.bound import bind_variant, case_inputs
 from bench.measure.cellsteps import free_device_memory
 from bench.measure.settings import MeasureSettings
@@ -64,7 +64,7 @@ def visit_group(variants: list[Variant], case: Case, settings: MeasureSettings, 
         def on_error(name, exc):
             rows[name].update(status=Status.ERROR.value, reason=f"{type(exc).__name__}: {first_line(exc)}"[:300])
 
-        window = contention.LoadWindow().start()
+        window = cpuload.LoadWindow().start()
         ceiling = getattr(settings, "ceiling_ms", None)
         with spans.span("visit: timing round, less its samples"):
             interleave({n: t for n, (_, t) in timers.items()}, 1, settings.budget_ms, enter=enter, on_error=on_error,

@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.engine import judge, maskfile, peaks, store
 from bench.engine import remeasure as again
 from bench.errors import UsageError
-from bench.measure import contention
+from bench.measure import cpuload
 from bench.model.row import current_rows
 
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
@@ -84,7 +84,7 @@ def open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_en
                is not None}
     env["colours"] = {**env.get("colours", {}), **colours}  # each variant's palette slot, as it declares (reports)
     env |= {"given": given, "spec": spec.to_dict(), "baseline": baseline.name if baseline else None,
-            "loadavg_start": contention.load_average(), "sweep_id": sweep_id(spec), "shard": spec.shard,
+            "loadavg_start": cpuload.load_average(), "sweep_id": sweep_id(spec), "shard": spec.shard,
             "workers": [s.label for s in slots]}
     threads = slots[0].threads if len(slots) > 1 else (spec.threads or auto)  # the peak at one worker's threads
     env["peak_threads"] = threads
@@ -119,7 +119,7 @@ def close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = None
     The end peak is measured again when other processes took the cores while it ran and one
     look at the load finds them gone (``peak_checks[dtype]["end_under_load"]`` when they stayed)."""
     env = store.read_env(run_dir)
-    env["loadavg_end"] = contention.load_average()
+    env["loadavg_end"] = cpuload.load_average()
     this = (env.get("history") or [{}])[-1]  # this invocation's conditions, beside the folder's
     this["loadavg_end"] = env["loadavg_end"]
     this.update(measured or {})  # its projected and measured times (bench.engine.plan learns from them)

@@ -14,7 +14,7 @@ from bench.engine import compiled, events, judge, runfolder, runner, spans, stor
 from bench.engine import remeasure as again
 from bench.engine.passes import SweepSoFar, sweep_passes
 from bench.engine.pool import WorkerPool
-from bench.measure import contention
+from bench.measure import cpuload
 from bench.model.row import current_rows
 from bench.model.spec import Spec, shard_pair
 
@@ -158,5 +158,5 @@ def contention_warning(rows: list[dict], spec) -> str:
     return (f"warning: {len(bad)} of {len(ok)} ok cells were timed while the CPU was shared (contended: "
             f"e.g. {bad[0].get('contended_why')}). Their numbers are kept but flagged, drawn hollow and weighed "
             f"down in fits. For numbers you can trust, rerun on a quieter machine, or with fewer threads than "
-            f"cores (--threads {max(1, len(contention.usable_cpus()) - 1)}) so that other processes have a core of "
+            f"cores (--threads {max(1, len(cpuload.usable_cpus()) - 1)}) so that other processes have a core of "
             f"their own.")

@@ -17,7 +17,7 @@ import statistics
 import torch
 import torch.utils.benchmark as tub
 
-from bench.measure import contention
+from bench.measure import contention, cpuload
 from bench.measure.bound import bind_variant
 from bench.measure.timing import CpuTimer, CudaTimer, interleave
 from bench.model.case import Case
@@ -67,7 +67,7 @@ def _compare_timers(name: str, case: Case, call, budget_ms: float, rounds: int =
         from triton.testing import do_bench
 
         timers["do_bench"] = _ToolTimer(lambda ms: float(do_bench(call, rep=int(max(ms, 10)), return_mode="median")))
-    window = contention.LoadWindow().start()
+    window = cpuload.LoadWindow().start()
     interleave(timers, rounds, budget_ms)
     other = window.stop()
     ours = timers["harness"].result()

@@ -49,8 +49,8 @@ CORE = Feature(
     groups=("work", "check"), steps=("bench.engine.cell:DETERMINISM",),
     commands=("bench.cli.listing", "bench.cli.sweep", "bench.cli.report"),
     modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/model/registry.py",
-             "bench/model/masks.py", "bench/measure/probe.py", "bench/measure/timing.py",
-             "bench/measure/stats.py", "bench/measure/correctness.py", "bench/measure/cellsteps.py",
+             "bench/model/masks.py", "bench/measure/probe.py", "bench/measure/timing.py", "bench/measure/stats.py",
+             "bench/measure/correctness.py", "bench/measure/cellsteps.py", "bench/measure/cpuload.py",
              "bench/engine/runner.py", "bench/engine/cell.py", "bench/engine/pool.py", "bench/engine/passes.py",
              "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py", "reports/build.py",
              "reports/trust.py"))

@@ -57,9 +57,15 @@ def row_columns(root: Path) -> str:
     return f"{declared} declared; at most {top} at a record's top level (the groups and extra counted as one each)"
 
 
-def core_to_feature_imports(root: Path) -> str:
-    """The imports (local ones counted) from the core's modules and commands into a feature's
-    modules, commands or section, each (importer, imported) pair once."""
+def core_to_feature_imports(root: Path, every: bool = False) -> str:
+    """The imports (local ones counted) from the core's declared modules and commands into a
+    feature's modules, commands or section, each (importer, imported) pair once; with ``every``,
+    from every module of bench/ and reports/ that no feature declares (the plugin paths, the
+    parsers, the run folder...: the core as a whole, not only its declared spine)."""
+    importers = ("[p[:-3].replace('/', '.') for p in CORE.modules] + list(commands(CORE))" if not every else
+                 "['.'.join(p.with_suffix('').parts).removesuffix('.__init__') for top in ('bench', 'reports')\n"
+                 "     for p in sorted(pathlib.Path(top).rglob('*.py'))\n"
+                 "     if '.'.join(p.with_suffix('').parts).removesuffix('.__init__') not in owner]")
     code = ("import ast, json, pathlib\n"
             "from bench.model.features import CORE, FEATURES\n"
             "def path(m): return m if m.endswith('.py') else m.replace('.', '/') + '.py'\n"
@@ -69,8 +75,10 @@ def core_to_feature_imports(root: Path) -> str:
             "owner = {p[:-3].replace('/', '.'): f.name for f in FEATURES\n"
             "         for p in (*f.modules, *map(path, commands(f)), *([path(f.section)] if f.section else []))}\n"
             "pairs = set()\n"
-            "for m in [p[:-3].replace('/', '.') for p in CORE.modules] + list(commands(CORE)):\n"
-            "    for node in ast.walk(ast.parse(pathlib.Path(path(m)).read_text())):\n"
+            f"for m in {importers}:\n"
+            "    file = pathlib.Path(path(m))\n"
+            "    file = file if file.is_file() else file.with_suffix('') / '__init__.py'\n"
+            "    for node in ast.walk(ast.parse(file.read_text())):\n"
             "        if isinstance(node, ast.ImportFrom) and node.module:\n"
             "            names = [node.module] + [node.module + '.' + a.name for a in node.names]\n"
             "        elif isinstance(node, ast.Import):\n"
@@ -84,7 +92,8 @@ def core_to_feature_imports(root: Path) -> str:
         return "- (no bench/model/features.py here)"
     pairs = json.loads(out.stdout)
     importers = sorted({a for a, _ in pairs})
-    return f"{len(pairs)} (from {len(importers)} core modules: {', '.join(importers)})"
+    modules = sorted({a for a, _ in pairs})
+    return f"{len(pairs)} (from {len(modules)} modules: {', '.join(modules)})"
 
 
 def main(argv=None) -> None:
@@ -106,6 +115,7 @@ def main(argv=None) -> None:
         widest = max(len(json.loads(x)) for x in (Path(args.run) / "results.jsonl").read_text().splitlines() if x)
         print(f"  the widest line of {args.run}/results.jsonl: {widest} top-level keys")
     print(f"core imports of a feature's module: {core_to_feature_imports(root)}")
+    print(f"  and from every module no feature declares: {core_to_feature_imports(root, every=True)}")
     print("ten largest functions (lines):")
     for size, name in largest_functions(root):
         print(f"  {size:>4}  {name}")

@@ -129,18 +129,18 @@ def test_memory_points_are_drawn_filled_whatever_the_timing_flags(tmp_path, monk
 
 def test_threads_auto_takes_the_free_cores_when_others_load_the_machine(monkeypatch):
     from bench.engine import remeasure
-    from bench.measure import contention
+    from bench.measure import cpuload
 
     spec = build_spec(parse_values(SETTINGS), discover(entry_points=False))
     assert spec.threads is None  # auto is the default
-    monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
-    monkeypatch.setattr(contention, "free_cores", lambda window_s=0.5: 0.7)
+    monkeypatch.setattr(cpuload, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(cpuload, "free_cores", lambda window_s=0.5: 0.7)
     n, note = remeasure.auto_threads(spec)
     assert n == 1 and "using 1.3 of the 2 cores" in note and "--threads 1" in note
-    monkeypatch.setattr(contention, "free_cores", lambda window_s=0.5: 1.9)
+    monkeypatch.setattr(cpuload, "free_cores", lambda window_s=0.5: 1.9)
     assert remeasure.auto_threads(spec) == (None, "")  # quiet: one thread per core
     assert remeasure.auto_threads(spec.replace(threads=2)) == (None, "")  # a count given is kept
-    monkeypatch.setattr(contention, "free_cores", lambda window_s=0.5: pytest.fail("probed twice"))
+    monkeypatch.setattr(cpuload, "free_cores", lambda window_s=0.5: pytest.fail("probed twice"))
     assert remeasure.auto_threads(spec, others=1.3)[0] == 1  # the plan's probe, taken as it is: not probed again
     assert remeasure.auto_threads(spec, others=0.1) == (None, "")
 
@@ -178,9 +178,9 @@ def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
     and timed again, with the end-of-sweep pass's one look at the load (its one thread has no
     core of its own)."""
     from bench.engine.remeasure import QUIET_LOOK_S
-    from bench.measure import contention
+    from bench.measure import cpuload
 
-    monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(cpuload, "usable_cpus", lambda: [0, 1])
     spec = build_spec(parse_values(SETTINGS | {"remeasure": 1}), registry)
     cells = [("naive", c) for c in spec.cases()]
     quiet = plan.project(cells, registry, spec, history=plan.History.empty(), report=False, others=0.2)
@@ -218,11 +218,11 @@ def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
 def test_the_plan_line_of_a_sweep_started_beside_a_busy_process(monkeypatch, capsys):
     """The CLI measures the others' load before it projects (its own workers, importing, are not
     others) and prints the busy projection; env.json's history keeps the load for the next plans."""
-    from bench.measure import contention
+    from bench.measure import cpuload
 
     seen = []
-    monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
-    monkeypatch.setattr(contention, "others_busy", lambda window_s=0.25, tree=False: seen.append(tree) or 1.6)
+    monkeypatch.setattr(cpuload, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(cpuload, "others_busy", lambda window_s=0.25, tree=False: seen.append(tree) or 1.6)
     assert main(["sweep", "--variants", "naive", "--seq-lens", "16", "--heads", "2", "--head-dims", "8",
                  "--masks", "none", "--directions", "fwd", "--device", "cpu", "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -265,7 +265,7 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
     pass: the worker times its contended cases again in place at the end of its pass (the loops
     still running), then the cells still contended are measured again whole, and every row stays."""
     from bench.engine import remeasure, sweep
-    from bench.measure.contention import usable_cpus
+    from bench.measure.cpuload import usable_cpus
 
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in usable_cpus()]
 

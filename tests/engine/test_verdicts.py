@@ -254,14 +254,14 @@ def test_a_plugin_masks_prepare_receives_the_real_case(tmp_path):
 
 
 def test_contention_counts_the_cpus_of_the_affinity(monkeypatch):
-    from bench.measure import contention
+    from bench.measure import contention, cpuload
 
-    monkeypatch.setattr(contention.os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert contention.usable_cpus() == [0]
+    monkeypatch.setattr(cpuload.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert cpuload.usable_cpus() == [0]
     # one usable CPU, one thread: another process's full core is contention, whatever the machine's count
     busy = contention.verdict(cpu_util=0.95, other_cpu=1.0, threads=1)
     assert busy["contended"] and "free: 0" in busy["contended_why"]
-    one, all_ = contention._machine_ticks([0]), contention._machine_ticks(list(range(torch.get_num_threads())))
+    one, all_ = cpuload._machine_ticks([0]), cpuload._machine_ticks(list(range(torch.get_num_threads())))
     if one is not None and all_ is not None and torch.get_num_threads() > 1:
         assert one[1] < all_[1]  # the ticks of the affinity's CPUs, not the machine's
 

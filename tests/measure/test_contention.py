@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bench.measure import contention
+from bench.measure import contention, cpuload
 from tests.conftest import read_jsonl, run_cli
 
 
@@ -41,7 +41,7 @@ def test_load_window_sees_a_real_busy_process():
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)
-        window = contention.LoadWindow().start()
+        window = cpuload.LoadWindow().start()
         time.sleep(1.0)
         other = window.stop()
     finally:
@@ -82,20 +82,20 @@ def test_the_start_counts_other_processes_runnable_threads_not_only_what_they_go
     def reader(name):
         return lambda *_args: readings[name][1 if at["end"] else 0]
 
-    monkeypatch.setattr(contention, "usable_cpus", lambda: [0, 1])
-    monkeypatch.setattr(contention, "_machine_ticks", reader("machine"))
-    monkeypatch.setattr(contention, "_own_ticks", reader("own"))
-    monkeypatch.setattr(contention, "_tree_ticks", reader("tree"))
-    plain, tree = contention.LoadWindow(tree=False).start(), contention.LoadWindow(tree=True).start()
+    monkeypatch.setattr(cpuload, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(cpuload, "_machine_ticks", reader("machine"))
+    monkeypatch.setattr(cpuload, "_own_ticks", reader("own"))
+    monkeypatch.setattr(cpuload, "_tree_ticks", reader("tree"))
+    plain, tree = cpuload.LoadWindow(tree=False).start(), cpuload.LoadWindow(tree=True).start()
     at["end"] = True  # the window's time has passed
     assert plain.stop() == pytest.approx(1.3)  # (150 - 20) busy ticks of others over 100 ticks of one CPU
     assert tree.stop() == pytest.approx(0.5)  # the spinning child is this tree's: (150 - 100) / 100
 
     def others(runnable):  # the start's probe, its window passing in the fake sleep
         at["end"] = False
-        monkeypatch.setattr(contention.time, "sleep", lambda s: at.__setitem__("end", True))
-        monkeypatch.setattr(contention, "_runnable_others", lambda: runnable)
-        return contention.others_busy(window_s=0.05, tree=True)
+        monkeypatch.setattr(cpuload.time, "sleep", lambda s: at.__setitem__("end", True))
+        monkeypatch.setattr(cpuload, "_runnable_others", lambda: runnable)
+        return cpuload.others_busy(window_s=0.05, tree=True)
 
     assert others(3) == pytest.approx(3.0)  # three threads of others wait to run while they got half a core
     assert others(40) == pytest.approx(8.0)  # counted up to 4 a core

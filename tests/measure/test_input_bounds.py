@@ -174,10 +174,10 @@ def test_bad_workloads_exit_2_in_one_line(capsys, argv, words):
 
 def test_more_threads_than_cores_is_said_and_named_as_the_cause():
     from bench.engine.remeasure import auto_threads
-    from bench.measure import contention
+    from bench.measure import contention, cpuload
     from bench.model.spec import Spec
 
-    cores = len(contention.usable_cpus())
+    cores = len(cpuload.usable_cpus())
     _, note = auto_threads(Spec(device="cpu", threads=cores + 997))
     assert note.startswith(f"warning: --threads {cores + 997} ") and count(note, "cores") == cores
     assert f"--threads {cores} or fewer" in note

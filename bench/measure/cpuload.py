@@ -1,0 +1,161 @@
+"""The load on this machine's CPUs, read from /proc on Linux: which CPUs this process may use
+(its affinity), the cores' worth other processes used over a window (``LoadWindow``: /proc/stat's
+busy ticks of those CPUs less this process's own, or its tree's), their runnable threads, and the
+load average.  The core reads them (the threads a sweep takes, the placement of its workers, the
+run folder's load at its start and end); the contention feature (bench.measure.contention) judges
+each cell's timing by them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity: a container or a scheduler may grant
+    a few of the machine's), not the machine's count."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def _machine_ticks(cpus=None) -> tuple[int, int] | None:
+    """(busy, total) ticks since boot over ``cpus`` (default: the usable ones), from their
+    own lines of /proc/stat; None where /proc/stat is missing."""
+    wanted = {f"cpu{c}" for c in (usable_cpus() if cpus is None else cpus)}
+    busy = total = 0
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *values = line.split()
+                if name not in wanted:
+                    continue
+                fields = [int(x) for x in values]
+                idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+                all_ = sum(fields[:8])  # guest time is already in user
+                busy += all_ - idle
+                total += all_
+    except (OSError, ValueError, IndexError):
+        return None
+    return (busy, total) if total else None
+
+
+def _own_ticks() -> int | None:
+    try:
+        with open("/proc/self/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+        return int(parts[11]) + int(parts[12])  # utime + stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _tree() -> list[list[str]] | None:
+    """The /proc/PID/stat fields (after the name) of this process and every process below it (its
+    workers, a fork server and its children), or None where /proc cannot be read."""
+    me = os.getpid()
+    children: dict = {}
+    stats: dict = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                parts = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it ended meanwhile
+        pid = int(name)
+        children.setdefault(int(parts[1]), []).append(pid)
+        stats[pid] = parts
+    if me not in stats:
+        return None
+    out, todo = [], [me]
+    while todo:
+        pid = todo.pop()
+        out.append(stats[pid])
+        todo.extend(p for p in children.get(pid, ()) if p in stats)
+    return out
+
+
+def _tree_ticks() -> int | None:
+    """utime + stime of this process's tree (``_tree``): what a sweep itself uses, while its
+    workers import torch beside it."""
+    tree = _tree()
+    return None if tree is None else sum(int(p[11]) + int(p[12]) for p in tree)
+
+
+def _runnable_others() -> int | None:
+    """Threads of other processes ready to run now: /proc/stat's procs_running less this tree's."""
+    try:
+        with open("/proc/stat") as f:
+            running = next(int(line.split()[1]) for line in f if line.startswith("procs_running"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    tree = _tree()
+    mine = sum(1 for p in tree if p[0] == "R") if tree else 0
+    return max(0, running - mine)
+
+
+class LoadWindow:
+    """Cores' worth of CPU used by other processes between ``start()`` and ``stop()``, on the
+    CPUs this process may use (its affinity).  ``tree``: this process's children are its own,
+    not others (a sweep's start, whose workers are importing beside it)."""
+
+    def __init__(self, tree: bool = False):
+        self._m0 = self._o0 = None
+        self._t0 = 0.0
+        self._cpus: list[int] = []
+        self._own = _tree_ticks if tree else _own_ticks
+
+    def start(self) -> LoadWindow:
+        self._cpus = usable_cpus()
+        self._m0, self._o0, self._t0 = _machine_ticks(self._cpus), self._own(), time.monotonic()
+        return self
+
+    def stop(self) -> float | None:
+        m1, o1 = _machine_ticks(self._cpus), self._own()
+        if None in (self._m0, self._o0, m1, o1):
+            return None
+        total = m1[1] - self._m0[1]
+        if total <= 0:
+            return None
+        wall_ticks = total / len(self._cpus)  # elapsed ticks of one CPU
+        others = (m1[0] - self._m0[0]) - (o1 - self._o0)
+        return max(0.0, others / wall_ticks)
+
+
+def free_cores(window_s: float = 0.25) -> float | None:
+    """Cores of this process's affinity that other processes left free over ``window_s``
+    (None where /proc/stat cannot be read)."""
+    other = others_busy(window_s)
+    return None if other is None else max(0.0, len(usable_cpus()) - other)
+
+
+def others_busy(window_s: float = 0.25, tree: bool = False, samples: int = 10) -> float | None:
+    """Cores' worth of CPU that other processes used over ``window_s`` (``tree``: this process's
+    children are not others), or None where /proc/stat cannot be read.  With ``tree``, what they
+    would use: where this tree takes cores from them, their use understates their demand, so the
+    mean count of their runnable threads over the window counts when it is higher."""
+    window = LoadWindow(tree).start()
+    counts = []
+    for _ in range(samples if tree else 1):
+        time.sleep(window_s / (samples if tree else 1))
+        if tree:
+            counts.append(_runnable_others())
+    used = window.stop()
+    counts = [c for c in counts if c is not None]
+    if used is None or not counts:
+        return used
+    return max(used, min(float(len(usable_cpus())) * 4, sum(counts) / len(counts)))
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
