@@ -53,10 +53,19 @@ def start_method() -> str:
     return "forkserver"
 
 
+def _preload() -> list[str]:
+    """FORKSERVER_PRELOAD with the modules of the declared cell steps (bench.model.features) before
+    the fork server's own: the workers share them rather than import them at their first cell."""
+    from bench.model.features import CORE, FEATURES
+
+    steps = [ref.partition(":")[0] for f in (CORE, *FEATURES) for ref in f.steps]
+    return list(dict.fromkeys([*FORKSERVER_PRELOAD[:-1], *steps, FORKSERVER_PRELOAD[-1]]))
+
+
 def _context():
     ctx = mp.get_context(start_method())
     if start_method() == "forkserver":
-        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))  # read when the server starts (the first worker)
+        ctx.set_forkserver_preload(_preload())  # read when the server starts (the first worker)
     return ctx
 
 
@@ -223,7 +232,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
 
     import torch
 
-    from bench.engine.cell import ReferenceCache, WorkerTainted, cuda_broken
+    from bench.engine.cell import ReferenceCache, WorkerTainted, after_timing, cuda_broken
     from bench.engine.discovery import discover
     from bench.engine.memcache import MemoryCache
     from bench.engine.retime import Held
@@ -232,6 +241,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
     if settings.measure.threads:
         torch.set_num_threads(settings.measure.threads)
     registry = discover(settings.plugins)
+    after_timing()  # the declared steps' modules, imported now rather than in the first cell
     cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
     held = Held()  # contended cases kept set up, timed again in place
     memory = MemoryCache(_device_name())  # the memory peaks this machine measured already

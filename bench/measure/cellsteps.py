@@ -26,8 +26,6 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-NEVER_FAILS = None  # a step's ``during`` when it catches its own errors (or names the step before it)
-
 
 @dataclass
 class Timed:
@@ -53,7 +51,7 @@ class Step:
     order: int
     applies: Callable[[Timed], bool]
     run: Callable[[Timed], None]
-    during: Callable[[Timed], str] | None = NEVER_FAILS
+    during: Callable[[Timed], str] | None = None  # None: a failure names the step before
     watch: Callable[[object, object], object] | None = None
 
 
