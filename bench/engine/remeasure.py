@@ -1,8 +1,8 @@
 """Numbers measured again rather than only flagged: ``--threads auto`` (the free cores at the
-start), a contended case timed again in place by its worker (bench.engine.retime.Held), the end-of-sweep
-re-measurement of contended cells once the load has dropped, and an end-of-sweep matmul peak
-measured again when it ran under load.  Each measures the load
-as the contention check does (``bench.measure.cpuload``: this process's CPUs)."""
+start), the end-of-sweep re-measurement of contended cells once the load has dropped (a
+``Pass``, after the workers timed theirs again in place: bench.engine.retime.Held), and an
+end-of-sweep matmul peak measured again when it ran under load.  Each reads the load on this
+process's CPUs (bench.measure.cpuload), as the contention check does."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def auto_threads(spec, others: float | None = None, wait_workers=lambda: None) -
     (None, ''): one thread per core.  ``others``: the cores' worth other processes used, as the
     caller measured it already (the plan's probe: the load is probed once per sweep); without it,
     measured here once ``wait_workers()`` returns (the workers started ahead have done their
-    imports: bench.engine.runner.wait_prestarted), as the contention check measures
-    (bench.measure.contention)."""
+    imports: bench.engine.runner.wait_prestarted), from the load on this process's CPUs
+    (bench.measure.cpuload)."""
     if spec.threads is not None and spec.device == "cpu":
         cores = len(cpuload.usable_cpus())
         if spec.threads * (spec.workers or 1) > cores:
