@@ -60,8 +60,6 @@ def trust_line(df, envs, lead: bool = True, said: judge.Conclusions | None = Non
     and whether every dtype's matmul peak held; the main reason is the trust box's heading.
     ``lead``: open with the verdict; without it (under the box's heading, which says it), open
     with the remedies alone when there are some."""
-    from bench.measure.nvml import SLOWDOWN
-
     t = run_trust(df, envs, said)
     ok = df[df["status"] == "ok"]
     loads = "; ".join(f"load average {e.get('loadavg_start', ['?'])[0]} at the start, "
@@ -72,7 +70,8 @@ def trust_line(df, envs, lead: bool = True, said: judge.Conclusions | None = Non
     opening = f"{t.verdict}: " if lead else (f"remedies: {remedies}. Counts: " if remedies else "")
     text = (f"{opening}{t.ok} ok cells, {t.clean} clean, {t.few_samples} with too few samples for an "
             f"interval, {t.noisy} noisy, {t.contended} contended"
-            + (f", {t.throttled} throttled (NVML reported {' or '.join(sorted(SLOWDOWN))})" if t.throttled else "")
+            + (f", {t.throttled} throttled (NVML reported a clock slowdown: throttled_why says which)"
+               if t.throttled else "")
             + " (shaky cells are hollow in charts and marked * in tables; fits take every ok cell, by its "
               "weight)")
     if said is not None:
@@ -96,13 +95,11 @@ def trust_line(df, envs, lead: bool = True, said: judge.Conclusions | None = Non
 
 def worst_contended(ok: pd.DataFrame) -> str:
     """The contended cell timed with the smallest share of its cores, and what it measured."""
-    from bench.measure.contention import severity
-
     bad = ok[ok["contended"]] if "contended" in ok else ok.iloc[0:0]
     if bad.empty:
         return ""
     rows = bad.to_dict("records")
-    r = min(rows, key=severity)
+    r = min(rows, key=judge.severity)
     return f"{r['variant']} at n={int(r['n'])} ({r.get('contended_why') or 'contended'})"
 
 

@@ -339,21 +339,27 @@ def _defined(cls_name: str) -> set:
     return defined
 
 
-def test_the_cell_and_the_sweep_run_exactly_the_declared_steps_and_passes():
-    """Every module-level Step (a cell's life) and Pass (a sweep's, after its first) in bench/ is
-    declared by the core or one feature, once, and sits in one of that feature's modules; the cell
-    runs the declared steps and the sweep the declared passes, each with a name and an order of its
-    own (no two left to the declarations' order)."""
-    from bench.engine.cell import after_timing
+def test_the_cell_and_the_sweep_run_exactly_the_declared_steps_kept_objects_preps_and_passes():
+    """Every module-level Step (a cell's life), Keep (a worker's, across its cells), Prep (a sweep's
+    preparation) and Pass (a sweep's, after its first) in bench/ is declared by the core or one
+    feature, once, and sits in one of that feature's modules; the cell runs the declared steps, the
+    worker makes the declared kept objects, the preparation and the sweep run the declared preps
+    and passes, each with a name of its own (and all but a kept object an order of its own: none
+    left to the declarations' order)."""
+    from bench.engine.cell import after_timing, worker_keeps
     from bench.engine.passes import Pass, sweep_passes
-    from bench.measure.cellsteps import Step
+    from bench.engine.prepare import Prep, preps
+    from bench.measure.cellsteps import Keep, Step
 
-    for kind, cls, run in (("steps", Step, after_timing), ("passes", Pass, sweep_passes)):
+    for kind, cls, run in (("steps", Step, after_timing), ("kept", Keep, worker_keeps), ("preps", Prep, preps),
+                           ("passes", Pass, sweep_passes)):
         declared = _declared_hooks(kind, cls)
         assert {r: o for r, o in declared.items() if len(o) != 1} == {}, kind
         assert _defined(cls.__name__) == set(declared), kind
         hooks = run()
-        assert len({h.name for h in hooks}) == len({h.order for h in hooks}) == len(hooks) == len(declared), kind
+        assert len({h.name for h in hooks}) == len(hooks) == len(declared), kind
+        if cls is not Keep:
+            assert len({h.order for h in hooks}) == len(hooks), kind
 
 
 def test_every_subcommand_and_report_section_is_a_declared_feature_s():

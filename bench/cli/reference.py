@@ -99,7 +99,8 @@ def render() -> str:
 
 def _features() -> list[str]:
     """The core and each feature (bench.model.features): its settings, row groups, steps in a
-    cell's life, report section, command and modules."""
+    cell's life, what it keeps in a worker, steps of a sweep's preparation, passes of a sweep, report
+    section, commands and modules."""
     from bench.model.features import CORE, FEATURES
 
     def code(names) -> str:
@@ -108,13 +109,15 @@ def _features() -> list[str]:
     lines = ["### The core and its features", "",
              "Each is declared once in `bench/model/features.py`: the settings it adds, its groups of the stored "
              "row, its steps in a timed cell's life (each a `Step` of the protocol in `bench/measure/cellsteps.py`, "
-             "named here), its passes of a sweep after the first (each a `Pass` of `bench/engine/passes.py`), "
+             "named here), what it keeps in a worker across cells (each a `Keep` of the same protocol), "
+             "its steps of a sweep's preparation (each a `Prep` of `bench/engine/prepare.py`), "
+             "its passes of a sweep after the first (each a `Pass` of `bench/engine/passes.py`), "
              "its section of the report (a module whose `sections(ctx)` the report calls, "
              "`reports/sections/`), its commands (modules whose `add_parser` the command line calls) and the modules "
              "that hold its code.", "",
-             "| feature | what it adds | settings | row groups | cell steps | sweep passes | report section | commands "
-             "| modules |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| feature | what it adds | settings | row groups | cell steps | kept in a worker | sweep preparation "
+             "| sweep passes | report section | commands | modules |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     from bench.cli import build_parser
 
     # a subcommand's module is its handler's
@@ -126,7 +129,8 @@ def _features() -> list[str]:
     for f in (CORE, *FEATURES):
         settings = "the axes and timing settings above not named here" if f is CORE else code(f.settings)
         commands = code(names[m] for m in f.commands)
-        hooks = f"{code(f.groups)} | {code(step_names(f.steps))} | {code(step_names(f.passes))}"
+        hooks = (f"{code(f.groups)} | {code(step_names(f.steps))} | {code(step_names(f.kept))} | "
+                 f"{code(step_names(f.preps))} | {code(step_names(f.passes))}")
         lines.append(f"| {f.name} | {_cell(f.what)} | {settings} | {hooks} | "
                      f"{code([f.section] if f.section else [])} | {commands} | {code(f.modules)} |")
     return lines

@@ -78,9 +78,9 @@ def command(args) -> int:
 
 
 def _command(args, flags: dict) -> int:
-    from bench.engine import peaks, plan
+    from bench.engine.prepare import prepare
     from bench.engine.request import sweep_spec
-    from bench.engine.sweep import SweepOptions, run_sweep, spec_cells, worker_slots
+    from bench.engine.sweep import SweepOptions, run_sweep
     from bench.measure import cpuload
     from bench.model import masks
 
@@ -94,38 +94,40 @@ def _command(args, flags: dict) -> int:
         raise UsageError(f"--resume {resume} writes into that run folder; --out {args.out} names another: give one "
                          f"of them")
     _tree_alignment_warning(spec)
-    _check_run_settings(spec, resume, args)
-    if spec.executor:
-        return _submit(spec, registry, args)
+    from bench.cli import subcommands
+
+    for module in subcommands():  # a feature's command may run this sweep its own way (the jobs: --executor)
+        instead = getattr(module, "sweep_instead", None)
+        if instead is not None and (code := instead(spec, registry, args, resume)) is not None:
+            return code
     target = _run_folder(resume, args.out, spec, create=False)
     resumed = resume is not None or (spec.shard is not None and (target / store.ENV).exists())
     retry = frozenset(_retry_statuses(args.retry, resume))
-    with spans.span("start-up: the cells"):
-        every = spec_cells(spec, registry)  # expanded once: the plan prices what is left, the sweep runs it
-        cells = _cells_left(every, target if resumed else None, retry)
     with spans.span("start-up: the load probe"):
         others = cpuload.others_busy(tree=True) if spec.device == "cpu" else None  # its own workers: not others
-    with spans.span("start-up: the plan (earlier runs, projection)"):
-        history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry, machine=True)
-        projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), history=history,
-                                  report=not args.no_report, peaks_cached=peaks.all_cached(spec), others=others)
-    if retry and not cells:
+    # prepared once (bench.engine.prepare): the plan prices what is left, the sweep runs it
+    prepared = prepare(spec, registry, target if resumed else None, retry, report=not args.no_report, others=others)
+    projection = prepared.projection
+    if retry and not prepared.todo:
         print(f"--retry {args.retry}: no cell of {resume} is {' or '.join(sorted(retry))} (by its newest row), and "
               f"none is missing: nothing to measure")
         return 0
     covers = _covers(spec, given)
+    lines = [covers] if covers else []
+    lines += projection.lines() if projection is not None else [f"{len(prepared.todo)} cells"]
     if args.dry_run:
-        print("\n".join([covers, *projection.lines()] if covers else projection.lines()))
+        print("\n".join(lines))
         return 0
     run_dir = _run_folder(resume, args.out, spec)  # a folder that cannot be written is refused before the plan
-    print("plan: " + "; ".join([covers, *projection.lines()] if covers else projection.lines()), file=sys.stderr)
+    print("plan: " + "; ".join(lines), file=sys.stderr)
     options = SweepOptions(resume=resumed, retry=retry, allow_env_change=args.allow_env_change, profile=args.profile,
                            progress=not args.quiet, bars=bars, given=given,
                            command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]),
-                           projected_s=projection.wall_s, model_rest_s=projection.model_rest_s,
-                           others_cores_start=others)
-    summary = run_sweep(spec, run_dir, options, registry, every)
-    return _finish(summary, spec, args, projection.wall_s)
+                           projected_s=getattr(projection, "wall_s", None),
+                           model_rest_s=getattr(projection, "model_rest_s", None),
+                           model=getattr(projection, "model", None), others_cores_start=others)
+    summary = run_sweep(spec, run_dir, options, registry, prepared)
+    return _finish(summary, spec, args, options.projected_s)
 
 
 def _tree_alignment_warning(spec) -> None:
@@ -137,86 +139,6 @@ def _tree_alignment_warning(spec) -> None:
         print(f"warning: --masks {','.join(trees)} under --align top-left with --kv-lens {longer[0]} above the query "
               f"length: the tree's queries sit at the first positions and never see the cache's keys; draft "
               f"verification runs --align bottom-right", file=sys.stderr)
-
-
-def _check_run_settings(spec, resume, args) -> None:
-    if spec.shards and not spec.executor:
-        raise UsageError("--shards N submits N jobs: give it with --executor local or --executor slurm (one shard "
-                         "here is --shard i/N)")
-    if spec.executor and spec.shard:
-        raise UsageError("--executor submits every shard itself: give --shards N, not --shard i/N")
-    if spec.executor and resume is not None:
-        raise UsageError("--executor resumes by itself: run the same command again and each shard measures only "
-                         "the cells its folder lacks")
-    slurm = [k for k in ("slurm_partition", "slurm_gpus_per_node", "slurm_time", "slurm_array_parallelism")
-             if getattr(spec, k) is not None]
-    if slurm and spec.executor != "slurm" and not (spec.executor == "local" and slurm == ["slurm_time"]):
-        raise UsageError(f"--{slurm[0].replace('_', '-')} is a setting of --executor slurm")
-
-
-def _cells_left(cells, run_dir, retry) -> list:
-    if run_dir is None or not (run_dir / store.RESULTS).exists():
-        return cells
-    done = store.done_keys(store.read_rows(run_dir), retry)
-    return [(n, c) for n, c in cells if store.cell_key(n, c) not in done]
-
-
-def _submit(spec, registry, args) -> int:
-    """--executor: one job per shard through submitit; the local executor's jobs are waited
-    for, then merged into one run folder with its report."""
-    from bench.engine import jobs, plan
-    from bench.engine.merge import merge_runs
-    from bench.engine.sweep import spec_cells, worker_slots
-    from bench.model.spec import sweep_id
-
-    jobs.require_submitit(spec.executor)
-    shards = spec.shards or 1
-    sweep_dir = Path(args.out) if args.out else store.DEFAULT_ROOT / sweep_id(spec)
-    cells = spec_cells(spec, registry)
-    history = plan.load_history(store.DEFAULT_ROOT, spec.device, registry=registry, machine=True)
-    projection = plan.project(cells, registry, spec, workers=len(worker_slots(spec)), shards=shards,
-                              history=history, report=False)
-    if args.dry_run:
-        print("\n".join(projection.lines()))
-        return 0
-    release_prestarted()  # the jobs start their own workers
-    print("plan: " + "; ".join(projection.lines()), file=sys.stderr)
-    from bench.cli.common import listen
-
-    record = jobs.submit(spec, sweep_dir, shards, max(projection.per_shard_s), listen)
-    print(f"sweep {record['sweep_id']}: {shards} job(s) through submitit ({spec.executor}), "
-          f"{record['timeout_min']} min each")
-    print(f"  {sweep_dir}/{jobs.SWEEP_FILE}     the jobs")
-    for job in record["jobs"]:
-        print(f"  {job['folder']}/   shard {job['shard']}, job {job['job_id']}")
-    print(f"  {record['submitit_folder']}/   submitit's files and the jobs' logs")
-    print(f"follow it with: python -m bench status {sweep_dir if args.out else record['sweep_id']}")
-    if spec.executor != "local":
-        print(f"when the jobs are done: python -m bench merge {sweep_dir}/shard-* --out {sweep_dir}/merged")
-        return 0
-    failed = []
-    for job, handle in zip(record["jobs"], record["handles"]):
-        try:
-            handle.result()
-        except Exception as exc:  # its rows are kept; running the command again resumes it
-            failed.append(f"shard {job['shard']}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}")
-    if failed:
-        print("error: " + "; ".join(failed) + ". Run the same command again: each shard resumes from its folder",
-              file=sys.stderr)
-        return 1
-    merged = sweep_dir / "merged"
-    if merged.exists():
-        import shutil
-
-        shutil.rmtree(merged)
-    out = merge_runs([j["folder"] for j in record["jobs"]], merged)
-    rows = store.read_rows(out)
-    print(f"merged {len(rows)} rows into {out}")
-    if not args.no_report:
-        from reports.build import build_report
-
-        print(f"report: {build_report([out])}")
-    return 0
 
 
 def _workers_hint(args) -> int:
@@ -358,11 +280,10 @@ def _run_folder(resume: Path | None, out: str | None, spec, create: bool = True)
     if resume is not None:
         return resume
     if not out and spec.shard:
-        from bench.engine.jobs import shard_folder
         from bench.model.spec import shard_pair, sweep_id
 
         i, n = shard_pair(spec.shard)
-        folder = shard_folder(store.DEFAULT_ROOT / sweep_id(spec), i, n)
+        folder = store.shard_folder(store.DEFAULT_ROOT / sweep_id(spec), i, n)
         return store.writable_dir(folder) if create else folder
     if not out:
         return store.new_run_dir(spec.device) if create else store.DEFAULT_ROOT / "(new)"

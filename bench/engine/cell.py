@@ -1,6 +1,7 @@
 """The cells of one case, executed inside the worker: setup and reference check per
 variant, then timing of every variant that passed in interleaved rounds (A B C A B C ...),
 then the steps after the timing that the core and the features declare (bench.measure.cellsteps).
+What a feature keeps in the worker across cells (``worker_keeps()``) is declared the same way.
 A worker's other jobs live with their features: a later visit to a case (``--visits``,
 bench.engine.revisit.visit_group), the re-timing in place of contended cases
 (bench.engine.retime.Held) and the profiled pass (bench.measure.profiler.profile_group).
@@ -24,7 +25,7 @@ from bench.engine import spans
 from bench.engine.result import CellResult
 from bench.errors import first_line
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
-from bench.measure.cellsteps import Step, Timed
+from bench.measure.cellsteps import Keep, Step, Timed, kept_calls
 from bench.measure.cellsteps import free_device_memory as _free
 from bench.measure.correctness import check_form, determinism, reference, run_and_check, same_bits
 from bench.measure.settings import MeasureSettings
@@ -122,20 +123,20 @@ def deterministic_env(deterministic: bool) -> dict:
 
 def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, emit: Callable[[dict], None],
               cache: ReferenceCache | None = None, at: Callable[[str], None] = nowhere,
-              skip_reference: str = "", leftovers=None, held=None, memory=None) -> None:
+              skip_reference: str = "", kept: dict | None = None) -> None:
     """Measure ``variants`` on ``case``; ``emit(row)`` for each as soon as its row is final
     (failures at once, timed rows after the rounds).  ``at(name)`` is called whenever a
     variant's own code is about to run, so that a crash or a hang is put on the right one;
     the float64 reference is a step of its own before them (``at(REFERENCE)``: its own
     deadline in the sweep, and no variant's).  With ``skip_reference`` (the reason it could
     not be computed) or when it raises here, the variants are timed unchecked: their rows
-    say ``reference_skipped`` with the reason.  With ``leftovers`` (bench.measure.leftovers), a variant that leaves busy
-    threads or processes behind after its setup and check is an ``error`` with what it left, and
-    WorkerTainted is raised before any other variant runs beside it.  With ``held``, a case whose
-    timing was contended is kept set up, and timed again once a later case's was not
-    (bench.engine.retime.Held).  With ``memory``, a cell's memory peak comes from the machine's
-    record of the same cell (bench.engine.memcache)."""
-    cache = cache or ReferenceCache()
+    say ``reference_skipped`` with the reason.  ``kept``: what the worker's features keep across its
+    cells, by name (bench.measure.cellsteps's ``Keep``; ``worker_keeps()`` makes them).  A variant
+    that a kept object's ``on_setup`` finds has left work behind in the worker (bench.measure.leftovers)
+    is an ``error`` with what it left, and WorkerTainted is raised before any other variant runs
+    beside it; after the case, each ``on_case`` sees how its timing went (a contended case kept set
+    up and timed again: bench.engine.retime)."""
+    cache, kept = cache or ReferenceCache(), kept or {}
     deterministic = bool(getattr(settings, "deterministic", False))  # --deterministic
     os.environ.update({k: v for k, v in deterministic_env(deterministic).items() if k not in os.environ})
     torch.use_deterministic_algorithms(deterministic)
@@ -159,7 +160,7 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
             at(var.name)
             item = _setup_and_check(var, case, settings, cache, inputs, skip_reference)
             with spans.span("leftover-thread check"):
-                left = leftovers.check() if leftovers is not None else ""
+                left = "; ".join(x for check in kept_calls(kept, "on_setup") if (x := check()))
             if left:
                 item.result.decide(Status.ERROR, f"the variant left work running after its setup and check: {left} "
                                                  f"(raised in variant code, {var.source or var.module}); the worker "
@@ -171,13 +172,9 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
             else:
                 live.append(item)
         if live:
-            quiet = _time_all(live, case, settings, emit, at, memory)
-            if held is not None:
-                if not quiet:
-                    held.keep(case, settings, live)
-                elif held.cases:
-                    with spans.span("re-timing in place"):
-                        held.retime(emit, at)
+            quiet = _time_all(live, case, settings, emit, at, kept)
+            for after in kept_calls(kept, "on_case"):
+                after(case, settings, live, quiet, emit, at)
     finally:
         with spans.span("memory freed after a case"):
             release_flush_buffer()
@@ -242,7 +239,7 @@ def builds_per_turn(case: Case, variants: int, settings: MeasureSettings) -> boo
     return case.direction == "bwd" and variants > 1 and settings.timer != "graph" and case.scope == "core"
 
 
-def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at, memory=None) -> bool:
+def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at, kept: dict) -> bool:
     """Time ``live`` together in interleaved rounds, each step's watch around them (after_timing),
     and emit their rows; whether none of them was contended."""
     by_name = {item.variant.name: item for item in live}
@@ -283,7 +280,7 @@ def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at
     release_flush_buffer()
     for item in live:
         if item.result.status is None and item.variant.name not in failed:  # not failed in the rounds
-            _finish(item, case, settings, together, watched, at, memory)
+            _finish(item, case, settings, together, watched, at, kept)
             emit(item.result.row())
     return not any(item.result.contention.get("contended") for item in live)
 
@@ -362,8 +359,21 @@ def after_timing() -> tuple[Step, ...]:
     return tuple(sorted(steps, key=lambda step: step.order))
 
 
+@functools.cache
+def worker_keeps() -> tuple[Keep, ...]:
+    """What the core and each feature keep in a worker across its cells, as bench/model/features.py
+    declares them (``kept``: ``module:NAME`` of a ``Keep``), in the declarations' order."""
+    from bench.model.features import CORE, FEATURES
+
+    keeps = []
+    for ref in (ref for f in (CORE, *FEATURES) for ref in f.kept):
+        module, _, name = ref.partition(":")
+        keeps.append(getattr(importlib.import_module(module), name))
+    return tuple(keeps)
+
+
 def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, watched: dict, at,
-            memory=None) -> None:
+            kept: dict) -> None:
     """A timed cell's result: its timing, then each step of ``after_timing()`` that applies; a step
     that raises ends the cell there, with what it held before."""
     result = item.result
@@ -372,7 +382,7 @@ def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, w
         at(item.variant.name)
         result.timing = item.timer.result().summary()
         result.interleave_id = together
-        timed = Timed(item, case, settings, result.timing, watched, memory)
+        timed = Timed(item, case, settings, result.timing, watched, kept)
         for step in after_timing():
             if step.applies(timed):
                 during = step.during(timed) if step.during else during

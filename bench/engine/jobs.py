@@ -26,16 +26,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.engine import store
+from bench.engine.prepare import Prep, Prepared
 from bench.errors import UsageError
-from bench.model.spec import Spec, spec_from_dict
+from bench.model.spec import Spec, shard_pair, spec_from_dict
 
 SWEEP_FILE = "sweep.json"
 SUBMITIT_DIR = "submitit"
 INSTALL_HINT = "pip install -e '.[slurm]' (or pip install submitit)"
-
-
-def shard_folder(sweep_dir: Path, i: int, n: int) -> Path:
-    return Path(sweep_dir) / f"shard-{i}-of-{n}"
 
 
 def require_submitit(executor: str):
@@ -102,7 +99,7 @@ def submit(spec: Spec, sweep_dir: Path, shards: int, per_shard_s: float, listen=
     jobs = []
     for i in range(1, shards + 1):
         shard_spec = replace(spec, shard=f"{i}/{shards}", executor=None, shards=None)
-        folder = shard_folder(sweep_dir, i, shards)
+        folder = store.shard_folder(sweep_dir, i, shards)
         device = placement.device_id(gpus[i - 1], visible) if gpus else None
         jobs.append((i, folder, device, shard_spec.to_dict()))
     if spec.executor == "slurm":
@@ -200,3 +197,15 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def _shard(p: Prepared) -> None:
+    """``--shard i/N``: the shard's share of the spec's cells, the static split of its cases by
+    their cost (bench.engine.plan.shard_cells: the same at every invocation of the spec)."""
+    if p.spec.shard:
+        from bench.engine import plan
+
+        p.cells = plan.shard_cells(p.cells, p.registry, p.spec.budget_ms, shard_pair(p.spec.shard))
+
+
+SHARD = Prep("the shard's share", 20, _shard)

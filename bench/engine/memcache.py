@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.measure.cellsteps import Keep
+
 FILE = "memory.json"
 MAX_ENTRIES = 20_000  # the newest kept (a key is a 20-character digest: the file stays about a megabyte)
 FLUSH_EVERY_S = 5.0  # a worker writes what it measured at most this often, and when it exits
@@ -107,3 +109,12 @@ class MemoryCache:
         if self._data is not None:
             self._data.update(self._new)
         self._new = {}
+
+    def on_job_end(self) -> None:  # bench.measure.cellsteps's Keep protocol: the peaks so far, every few seconds
+        self.flush()
+
+    def on_exit(self) -> None:  # what it measured, for the next workers
+        self.flush(force=True)
+
+
+KEEP = Keep("memory", MemoryCache)  # the memory pass's record, in each worker (bench.measure.memory reads it)

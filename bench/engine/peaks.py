@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from bench.engine.cachefiles import cache_dir, read_json, write_json  # noqa: F401  (this module's API too)
+from bench.measure import cpuload
 
 DEFAULT_MAX_AGE_H = 24.0
 CACHE_FILE = "peaks.json"
@@ -119,3 +120,24 @@ def fill(env: dict, here: dict, spec, threads, run_ms: float) -> None:
                                               lambda d=dtype: measure_peak_tflops(spec.device, d, threads, run_ms))
     if not env.get("peak_gbps"):
         env["peak_gbps"] = peak("gbps", "", lambda: measure_peak_gbps(spec.device, threads, run_ms))
+
+
+def unloaded_peak(spec, dtype: str, threads) -> tuple[float, str]:
+    """The end-of-sweep matmul peak, measured again when other processes took the cores while it
+    ran and one look at the load finds them gone; ('' or what the load was, when it stayed)."""
+    from bench.measure.envinfo import measure_peak_tflops, peak_run_ms
+
+    def measure():
+        window = cpuload.LoadWindow().start()
+        value = measure_peak_tflops(spec.device, dtype, threads, peak_run_ms(spec.device, spec.budget_ms))
+        other = window.stop() if spec.device == "cpu" else None
+        free = max(0, len(cpuload.usable_cpus()) - (threads or len(cpuload.usable_cpus())))
+        return value, (f"other processes used {other:.2f} cores while it ran" if other is not None and
+                       other > free + cpuload.OTHER_CPU_MARGIN else "")
+
+    value, loaded = measure()
+    if loaded:  # a peak measured under load would make every % of peak look better than it is
+        quiet, _ = cpuload.wait_for_quiet(threads or len(cpuload.usable_cpus()), limit_s=0.0)
+        if quiet:  # measured again once the load has dropped; else kept as under load (no idle wait)
+            value, loaded = measure()
+    return value, loaded

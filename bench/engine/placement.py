@@ -115,3 +115,13 @@ def visible_gpus() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def worker_slots(spec) -> list:
+    """Where ``spec``'s workers run: ``place`` for this machine."""
+    if spec.gpus and spec.device != "cuda":
+        gpus = []  # refused by place(), with what to give instead
+    else:
+        gpus = parse_gpus(spec.gpus, visible_gpus()) if spec.gpus else None
+    cpus = available_cpus() if spec.device == "cpu" else []
+    return place(spec.device, spec.workers, gpus, cpus, spec.threads, visible_ids())

@@ -50,6 +50,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.engine.passes import Pass, PassResult, SweepSoFar
+from bench.engine.prepare import Prep, Prepared
 from bench.measure import contention, cpuload
 from bench.measure import flops as flopcount
 from bench.measure.settings import DEFAULT_CEILING_MS, DEFAULT_ROUNDS, INTERVAL_SAMPLES, MeasureSettings
@@ -140,6 +142,42 @@ def refused_pairs(rows, device: str) -> list[tuple[str, str]]:
     for a library's reason, found in the worker): what a plan need not price again here."""
     return [(r["variant"], case_key(r)) for r in rows
             if r.get("status") == "unsupported" and r.get("reason_kind") == "library" and r.get("device") == device]
+
+
+def _learn(s: SweepSoFar) -> PassResult:
+    """What a sweep's rows teach the later plans of this machine: the cases a compiled variant set up
+    (its compiler's cache holds them now) and those a library refused (bench.engine.compiled)."""
+    from bench.engine import compiled, store
+
+    rows = store.read_rows(s.run_dir)
+    compiled.record(compiled_pairs(rows, s.pool.registry, s.spec.device), s.spec.device)
+    compiled.record_refused(refused_pairs(rows, s.spec.device), s.spec.device)
+    return PassResult()
+
+
+PASS = Pass("the cost model's record", 40, _learn)  # reads the rows, measures nothing
+
+
+def _price(p: Prepared) -> None:
+    """Each case's cost, for the order in which several workers take them (largest first); one
+    worker takes them in the spec's order."""
+    if p.workers > 1:
+        rounds, ceiling_ms = timing_of(p.spec)
+        p.costs = {g.case: g.cost_s for g in groups(p.cells, p.registry, p.spec.budget_ms, rounds=rounds,
+                                                    ceiling_ms=ceiling_ms)}
+
+
+def _project(p: Prepared) -> None:
+    """The projected wall time of the cells left, learnt from this machine's earlier sweeps."""
+    from bench.engine import peaks, store
+
+    history = load_history(store.DEFAULT_ROOT, p.spec.device, registry=p.registry, machine=True)
+    p.projection = project(p.todo, p.registry, p.spec, workers=p.workers, history=history, report=p.report,
+                           peaks_cached=peaks.all_cached(p.spec), others=p.others)
+
+
+PRICE = Prep("the cases' costs", 10, _price)
+PROJECT = Prep("the projection", 60, _project)
 
 
 def work_flops(variant, case: Case) -> float:
@@ -422,6 +460,11 @@ class Projection:
     @property
     def wall_s(self) -> float:
         return max(self.per_shard_s, default=0.0)
+
+    @property
+    def model(self) -> int:
+        """This cost model's version (env.json's history records it beside ``model_rest_s``)."""
+        return MODEL
 
     @property
     def model_rest_s(self) -> float:

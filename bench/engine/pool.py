@@ -28,15 +28,17 @@ class WorkerPool:
     variants of one case go to one worker together, to be timed in interleaved rounds; when
     the worker dies or overruns in a group, the variants still without a row run again one at
     a time, so that the cell that crashed is the one marked, and only that worker restarts.
-    With several workers (``slots``, one thread each here), cases are dealt out largest first
-    to whichever worker is free; every row goes through the one writer.
+    With several workers (``slots``, one thread each here), cases are dealt out largest first (by
+    ``costs``, case: seconds, as the sweep's preparation priced them; in order without) to
+    whichever worker is free; every row goes through the one writer.
 
     After ``run(cells)``: ``counts`` (status: cells), ``timed_s`` (seconds in timed samples),
     ``measured`` (case: variants measured ok) and ``devices`` (worker label: its device)."""
 
     def __init__(self, run_dir: Path, spec: Spec, registry, slots: list, bars: events.Bars = events.silent,
-                 keep_workers: bool = False):
+                 keep_workers: bool = False, costs: dict | None = None):
         self.run_dir, self.spec, self.registry, self.slots = run_dir, spec, registry, slots
+        self.costs = costs or {}
         self.bars = bars  # makes the progress of each pass (bench.engine.events; the command line's draw bars)
         self.keep_workers = keep_workers  # leave the workers idle for the next sweep of this process
         many = len(slots) > 1
@@ -62,15 +64,10 @@ class WorkerPool:
 
     def run(self, cells) -> float:
         """Measure ``cells`` ((variant name, case) pairs); returns the seconds timed in this call."""
-        from bench.engine import plan
-
         before = self.timed_s
         groups = list(_by_case(cells))
-        if len(self.slots) > 1:  # largest first, each to the next free worker
-            rounds, ceiling_ms = plan.timing_of(self.spec)
-            cost = {g.case: g.cost_s for g in plan.groups(cells, self.registry, self.spec.budget_ms, rounds=rounds,
-                                                          ceiling_ms=ceiling_ms)}
-            groups.sort(key=lambda item: -cost[item[0]])
+        if len(self.slots) > 1 and self.costs:  # largest first, each to the next free worker
+            groups.sort(key=lambda item: -self.costs.get(item[0], 0.0))
         self._queue = list(reversed(groups))
         self._writer = store.ResultWriter(self.run_dir)
         self.idle = sum(1 for name, case in cells if self.registry[name].static_reason(case) is not None)

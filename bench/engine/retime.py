@@ -9,7 +9,7 @@ import uuid
 from bench.engine import spans
 from bench.engine.cell import builds_per_turn, nowhere, timed_span
 from bench.measure import contention, cpuload
-from bench.measure.cellsteps import free_device_memory
+from bench.measure.cellsteps import Keep, free_device_memory
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import interleave, make_timer
 from bench.model.case import Case
@@ -38,6 +38,22 @@ class Held:
             return
         self.cases.append((case, settings, ok))
         del self.cases[:-self.limit]
+
+    def on_case(self, case: Case, settings: MeasureSettings, live: list, quiet: bool, emit, at) -> None:
+        """After a case (bench.measure.cellsteps's Keep protocol): kept when its timing was contended,
+        else the held cases timed again now that the load has dropped (with ``--remeasure 0``, neither)."""
+        if not getattr(settings, "retime", True):
+            return
+        if not quiet:
+            self.keep(case, settings, live)
+        elif self.cases:
+            with spans.span("re-timing in place"):
+                self.retime(emit, at)
+
+    def on_flush(self, emit, at) -> None:
+        """The sweep's end of its pass: every held case timed again."""
+        with spans.span("re-timing in place"):
+            self.retime(emit, at)
 
     def retime(self, emit, at=nowhere) -> None:
         """Time every held case again, oldest first, and let them go.  A re-timing that raises
@@ -85,3 +101,6 @@ def _retime(case: Case, settings: MeasureSettings, items: list, emit, at) -> Non
         result.retimed = (f"in place; its first timing: {first}" if first else
                           "in place, with its case (another variant's first timing was contended)")[:300]
         emit(result.row())
+
+
+KEEP = Keep("held", lambda device_name: Held())  # contended cases, in each worker

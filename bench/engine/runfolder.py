@@ -10,18 +10,11 @@ import time
 from pathlib import Path
 
 from bench.engine import judge, maskfile, peaks, store
-from bench.engine import remeasure as again
 from bench.errors import UsageError
 from bench.measure import cpuload
 from bench.model.row import current_rows
 
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
-
-
-def plan_model() -> int:
-    from bench.engine.plan import MODEL
-
-    return MODEL
 
 
 def measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:
@@ -34,13 +27,13 @@ def measured_times(cells, rows, wall_s: float, workers: int, options) -> dict:
     contended = sum(1 for r in ok if "contended" in judge.shaky_flags(r))
     return {"cells_wall_s": round(wall_s, 3), "setup_s": round(setup, 3),
             "measured_rest_s": round(max(0.0, wall_s - setup), 3), "projected_s": options.projected_s,
-            "model_rest_s": options.model_rest_s, "model": plan_model(),
+            "model_rest_s": options.model_rest_s, "model": options.model,
             "others_cores_start": options.others_cores_start,
             "contended_share": round(contended / len(ok), 3) if ok else None}
 
 
 def open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_env_change: bool = False,
-             command: str = "", slots=(), auto: int | None = None):
+             command: str = "", slots=(), auto: int | None = None, cases=None):
     """The run folder with its env.json written: the fingerprint, the spec, the load
     average, the matmul peak of every dtype the spec uses and the copy bandwidth (measured
     once per run, at the sweep's thread count), and a history entry for this invocation.  A resume on a machine
@@ -96,14 +89,15 @@ def open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_en
     peaks.fill(env, here, spec, threads, run_ms)  # the matmul peaks and the copy bandwidth: cached or measured
     env["row_formats"] = store.row_formats(run_dir, env)  # an older folder resumed: its lines keep their format
     store.write_env(run_dir, env)
-    write_mask_pictures(run_dir, spec)
+    write_mask_pictures(run_dir, spec.cases() if cases is None else cases)
     return env
 
 
-def write_mask_pictures(run_dir: Path, spec) -> None:
-    """masks.json: every mask of the sweep, its definition and keep pattern at n = 256 (the report's pictures)."""
+def write_mask_pictures(run_dir: Path, cases) -> None:
+    """masks.json: every mask of the sweep's ``cases``, its definition and keep pattern at n = 256 (the
+    report's pictures)."""
     pictures = store.read_masks(run_dir)
-    for case in spec.cases():
+    for case in cases:
         name = maskfile.label(case.mask, case.window)
         if name not in pictures:
             pictures[name] = maskfile.picture(case)
@@ -137,7 +131,7 @@ def close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = None
         if str(sources.get(dtype, "")).startswith("cached"):  # measured recently on this machine: not again
             end, loaded = start, ""
         else:
-            end, loaded = again.unloaded_peak(spec, dtype, threads)
+            end, loaded = peaks.unloaded_peak(spec, dtype, threads)
             peaks.PeakCache(spec.peak_age).put(peaks.key(env, "tflops", dtype, threads, env.get("peak_run_ms", 0.0)),
                                                end)
         checks[dtype] = {"start": start, "end": end} | ({"end_under_load": loaded} if loaded else {})

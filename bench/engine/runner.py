@@ -54,11 +54,12 @@ def start_method() -> str:
 
 
 def _preload() -> list[str]:
-    """FORKSERVER_PRELOAD with the modules of the declared cell steps (bench.model.features) before
-    the fork server's own: the workers share them rather than import them at their first cell."""
+    """FORKSERVER_PRELOAD with the modules of the declared cell steps and kept objects
+    (bench.model.features) before the fork server's own: the workers share them rather than import
+    them at their start."""
     from bench.model.features import CORE, FEATURES
 
-    steps = [ref.partition(":")[0] for f in (CORE, *FEATURES) for ref in f.steps]
+    steps = [ref.partition(":")[0] for f in (CORE, *FEATURES) for ref in (*f.steps, *f.kept)]
     return list(dict.fromkeys([*FORKSERVER_PRELOAD[:-1], *steps, FORKSERVER_PRELOAD[-1]]))
 
 
@@ -144,7 +145,7 @@ class Job:
     measure: MeasureSettings | None = None
     log_path: str | None = None
     trace: bool = False  # --trace-spans: the job's spans come back with Done
-    flush: bool = False  # no case: time again the contended cases the worker holds (bench.engine.retime.Held)
+    flush: bool = False  # no case: what the features hold, finished (the contended cases held, timed again)
 
 
 @dataclass(frozen=True)
@@ -232,25 +233,22 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
 
     import torch
 
-    from bench.engine.cell import ReferenceCache, WorkerTainted, after_timing, cuda_broken
+    from bench.engine.cell import ReferenceCache, WorkerTainted, after_timing, cuda_broken, worker_keeps
     from bench.engine.discovery import discover
-    from bench.engine.memcache import MemoryCache
-    from bench.engine.retime import Held
-    from bench.measure.leftovers import Leftovers, warm
+    from bench.measure.cellsteps import kept_calls
 
     if settings.measure.threads:
         torch.set_num_threads(settings.measure.threads)
     registry = discover(settings.plugins)
     after_timing()  # the declared steps' modules, imported now rather than in the first cell
     cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
-    held = Held()  # contended cases kept set up, timed again in place
-    memory = MemoryCache(_device_name())  # the memory peaks this machine measured already
-    kept = dict(cache=ReferenceCache(), held=held, memory=memory)
-    warm()  # the libraries' own thread pools, started before the baseline
+    cache = ReferenceCache()
     vecisa.trust()  # Inductor's CPU probe, skipped where this machine's record says what it finds
     gc.collect()
     gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
-    kept["leftovers"] = Leftovers()  # what a variant leaves running, against the worker as it is now
+    # what the features keep across cells (the memory record, contended cases held, the leftover
+    # check's baseline, taken against the worker as it is now): the last thing made before Ready
+    kept = {keep.name: keep.make(_device_name()) for keep in worker_keeps()}
     conn.send(Ready(torch.get_num_threads(), _device_name()))
     while True:
         try:
@@ -258,7 +256,8 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         except EOFError:  # the sweep is gone
             job = None
         if job is None:
-            memory.flush(force=True)  # what it measured, for the next workers
+            for at_exit in kept_calls(kept, "on_exit"):
+                at_exit()
             return
         if job.log_path and job.log_path != settings.log_path:  # a parked worker at a new sweep's folder
             _log_to(job.log_path)
@@ -269,13 +268,14 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
             spans.enable(job.trace)
         try:
             with spans.span("the rest of a job"):
-                _run_job(conn, job, registry, cell_settings, kept)
+                _run_job(conn, job, registry, cell_settings, cache, kept)
         except WorkerTainted as exc:  # its row is sent; the rest of the case goes to a fresh worker
             conn.send(Restart(str(exc)))
             conn.close()
             os._exit(4)
         vecisa.learn()  # what this process's probe found, once, for the next workers
-        memory.flush()  # the peaks measured so far, for the next workers (every few seconds)
+        for job_end in kept_calls(kept, "on_job_end"):
+            job_end()
         conn.send(Done(spans.take() if job.trace else None))
         if cuda_broken():  # its rows are sent; a fresh worker takes the next case
             conn.close()
@@ -319,10 +319,11 @@ def _enter(conn, settings: WorkerSettings | None, environ: dict | None, lifeline
     return settings
 
 
-def _run_job(conn, job, registry, cell_settings, kept: dict) -> None:
+def _run_job(conn, job, registry, cell_settings, cache, kept: dict) -> None:
     """One job: its case's cells (their rows sent as each finishes), a feature's task (``Job.task``),
-    or the re-timing in place of the contended cases held (a flush)."""
+    or a flush: what the features hold, finished (``on_flush``: the contended cases timed again)."""
     from bench.engine.cell import run_group
+    from bench.measure.cellsteps import kept_calls
 
     def emit(row):
         conn.send(Emitted(row))
@@ -331,16 +332,15 @@ def _run_job(conn, job, registry, cell_settings, kept: dict) -> None:
         conn.send(At(name))
 
     if job.flush:
-        with spans.span("re-timing in place"):
-            kept["held"].retime(emit, at)
+        for flush in kept_calls(kept, "on_flush"):
+            flush(emit, at)
         return
     if job.task:
         module, _, name = job.task.partition(":")
         run = functools.partial(getattr(importlib.import_module(module), name), settings=cell_settings)
     else:
-        run = functools.partial(run_group, settings=cell_settings, cache=kept["cache"], memory=kept["memory"],
-                                skip_reference=job.skip_reference, leftovers=kept["leftovers"],
-                                held=kept["held"] if cell_settings.retime else None)
+        run = functools.partial(run_group, settings=cell_settings, cache=cache, kept=kept,
+                                skip_reference=job.skip_reference)
     run([registry[n] for n in job.names], Case.from_dict(job.case), emit=emit, at=at)
 
 

@@ -49,6 +49,11 @@ def done_keys(rows, retry=frozenset()) -> set:
     return {cell_key(r["variant"], r) for r in rows_of.current_rows(rows) if not wants_retry(r, retry)}
 
 
+def shard_folder(sweep_dir: Path, i: int, n: int) -> Path:
+    """Shard ``i`` of ``n``'s run folder in its sweep's folder (``runs/<sweep id>/shard-i-of-N``)."""
+    return Path(sweep_dir) / f"shard-{i}-of-{n}"
+
+
 def new_run_dir(device: str, root: Path = DEFAULT_ROOT, link_latest: bool = True) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = root / f"{stamp}-{device}"

@@ -10,13 +10,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import compiled, events, judge, runfolder, runner, spans, store
-from bench.engine import remeasure as again
+from bench.engine import events, judge, runfolder, runner, spans, store
 from bench.engine.passes import SweepSoFar, sweep_passes
+from bench.engine.placement import worker_slots  # noqa: F401  (where the command line takes it)
 from bench.engine.pool import WorkerPool
+from bench.engine.prepare import FOLDER, Prepared, prepare
 from bench.measure import cpuload
 from bench.model.row import current_rows
-from bench.model.spec import Spec, shard_pair
+from bench.model.spec import Spec
 
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 
@@ -34,6 +35,7 @@ class SweepOptions:
     command: str = ""  # the command line, for env.json's history
     projected_s: float | None = None  # the plan's projected wall time of the command (env.json's history)
     model_rest_s: float | None = None  # the cost model's time for the cells less their setups (plans learn from it)
+    model: int | None = None  # the version of the cost model that gave model_rest_s (a plan learns from its own)
     keep_workers: bool = False  # leave the workers idle for the next sweep of this process (bench.engine.runner.park)
     others_cores_start: float | None = None  # cores' worth of CPU other processes used at the start (the plan's)
 
@@ -53,34 +55,37 @@ class RunSummary:
 
 
 def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(), registry=None,
-              cells: list | None = None) -> RunSummary:
+              prepared: Prepared | None = None) -> RunSummary:
     """Measure every cell of ``spec`` that ``run_dir`` lacks, appending each row as soon as
     it is known; returns what was done. One sweep at a time writes a folder (a lock).
 
-    ``registry`` and ``cells`` (``spec_cells(spec, registry)``): what the caller prepared already
-    (the command line, to print its plan), so that the variants are discovered and the cells
-    expanded once; the folder's rows are read here, under its lock, where a torn last line may be cut."""
+    ``registry`` and ``prepared`` (bench.engine.prepare): what the caller prepared already (the
+    command line, to print its plan), so that the variants are discovered and the cells expanded
+    once; the folder's rows are read here, under its lock, where a torn last line may be cut."""
+    if registry is None:
+        registry = prepared.registry if prepared is not None else None
     if registry is None:
         from bench.engine.discovery import discover
 
         registry = discover(spec.plugins)
+    if prepared is None:
+        prepared = prepare(spec, registry, until=FOLDER)
     run_dir = store.writable_dir(run_dir)
     with store.locked(run_dir), spans.span("sweep: run folder opened, cells read"):
         # the plan's probe, when it made one
-        auto, note = again.auto_threads(spec, options.others_cores_start, runner.wait_prestarted)
+        auto, note = cpuload.auto_threads(spec, options.others_cores_start, runner.wait_prestarted)
         if note:
             log.info(note)
         saved, spec = spec, spec.replace(threads=spec.threads or auto)  # the folder keeps 'auto'; cells run with it
         slots = worker_slots(spec)
         env = runfolder.open_run(run_dir, options.resume, saved, options.given, registry, options.allow_env_change,
-                                 options.command, slots, auto)
+                                 options.command, slots, auto, dict.fromkeys(case for _, case in prepared.cells))
         done = store.done_keys(store.read_rows(run_dir, repair=True), options.retry)
-        cells = [(name, case) for name, case in (spec_cells(spec, registry) if cells is None else cells)
-                 if store.cell_key(name, case) not in done]
+        cells = [(name, case) for name, case in prepared.cells if store.cell_key(name, case) not in done]
         _say_plan(run_dir, spec, env, slots, len(cells), len(done))
         t0 = time.perf_counter()
         pool = WorkerPool(run_dir, spec, registry, slots, bars=options.bars if options.progress else events.silent,
-                          keep_workers=options.keep_workers)
+                          keep_workers=options.keep_workers, costs=prepared.costs)
         try:
             with spans.span("sweep: first visits, the rest"):
                 timed_s = pool.run(cells)
@@ -98,10 +103,6 @@ def run_sweep(spec: Spec, run_dir: Path, options: SweepOptions = SweepOptions(),
                 pool.close()
         with spans.span("sweep: run folder closed (rows read, env.json, end peak)"):
             rows = store.read_rows(run_dir)
-            from bench.engine.plan import compiled_pairs, refused_pairs
-
-            compiled.record(compiled_pairs(rows, registry, spec.device), spec.device)  # read by later plans
-            compiled.record_refused(refused_pairs(rows, spec.device), spec.device)
             measured = runfolder.measured_times(cells, rows, time.perf_counter() - t0, len(slots), options) \
                 if cells else {}
             runfolder.close_run(run_dir, spec, rows, pool.devices, measured)
@@ -127,26 +128,9 @@ def _say_plan(run_dir: Path, spec: Spec, env: dict, slots: list, todo: int, done
 
 
 def spec_cells(spec: Spec, registry) -> list:
-    """(variant, case) of every cell of ``spec``, in order; with ``spec.shard`` only the
-    shard's share (bench.engine.plan: the same for every invocation of the spec)."""
-    cells = [(name, case) for case in spec.cases() for name in spec.variants]
-    if spec.shard:
-        from bench.engine import plan
-
-        cells = plan.shard_cells(cells, registry, spec.budget_ms, shard_pair(spec.shard))
-    return cells
-
-
-def worker_slots(spec: Spec) -> list:
-    """Where the sweep's workers run (bench.engine.placement)."""
-    from bench.engine import placement
-
-    if spec.gpus and spec.device != "cuda":
-        gpus = []  # refused by place(), with what to give instead
-    else:
-        gpus = placement.parse_gpus(spec.gpus, placement.visible_gpus()) if spec.gpus else None
-    cpus = placement.available_cpus() if spec.device == "cpu" else []
-    return placement.place(spec.device, spec.workers, gpus, cpus, spec.threads, placement.visible_ids())
+    """(variant, case) of every cell of ``spec`` this invocation owns, in order (with ``spec.shard``
+    only the shard's share): the preparation's cells (bench.engine.prepare), before the folder."""
+    return prepare(spec, registry, until=FOLDER).cells
 
 
 def contention_warning(rows: list[dict], spec) -> str:

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from bench.measure import cpuload
 from bench.measure.cellsteps import Step, Timed
+from bench.measure.cpuload import OTHER_CPU_MARGIN  # noqa: F401  (the load's margin, shared with the core's looks)
 
 CPU_UTIL_MIN = 0.65  # several threads: parallel regions wait for each other even on a quiet machine
 CPU_UTIL_MIN_SINGLE = 0.9  # one thread has nothing to wait for: below this it waited for a core
-OTHER_CPU_MARGIN = 0.5
 QUANTA_MS = (10.0, 4.0, 1.0)  # the largest slice that explains the samples
 QUANTUM_TOL = 0.05  # a sample within 5% of a quantum of a multiple of it
 QUANTUM_SHARE = 0.8  # of the samples
@@ -99,14 +99,3 @@ def _contention(t: Timed) -> None:
 
 
 STEP = Step("contention", 30, lambda t: "contention" in t.watched, _contention, watch=_watch)
-
-
-def severity(row: dict) -> float:
-    """How far off a contended row's time may be, as the share of its cores it was timed with
-    (1: all of them; its cpu_util, or, without one, 1 / (1 + the cores others took beyond
-    the free ones)).  The trust line names the worst row by it."""
-    util = row.get("cpu_util")
-    if util is not None and util == util:
-        return float(util)
-    other = row.get("other_cpu") or 0.0
-    return 1.0 / (1.0 + max(0.0, float(other)))

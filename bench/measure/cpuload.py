@@ -1,15 +1,20 @@
 """The load on this machine's CPUs, read from /proc on Linux: which CPUs this process may use
 (its affinity), the cores' worth other processes used over a window (``LoadWindow``: /proc/stat's
 busy ticks of those CPUs less this process's own, or its tree's), their runnable threads, and the
-load average.  The core reads them (the threads a sweep takes, the placement of its workers, the
-run folder's load at its start and end); the contention feature (bench.measure.contention) judges
-each cell's timing by them.
+load average.  The core reads them: the threads a sweep takes (``auto_threads``), the placement
+of its workers, the run folder's load at its start and end, a look for a quiet machine before a
+figure is measured again (``wait_for_quiet``); the contention feature (bench.measure.contention)
+judges each cell's timing by them.
 """
 
 from __future__ import annotations
 
 import os
 import time
+
+OTHER_CPU_MARGIN = 0.5  # other processes' use beyond the cores left free for them, in cores, that counts as load
+# (bench.measure.contention: how it was chosen)
+QUIET_LOOK_S = 0.5  # one look at the load before a figure is measured again: it does not wait for it to drop
 
 
 def usable_cpus() -> list[int]:
@@ -159,3 +164,51 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (OSError, AttributeError):
         return None
+
+
+def auto_threads(spec, others: float | None = None, wait_workers=lambda: None) -> tuple[int | None, str]:
+    """``--threads auto`` (the default) on the CPU: when other processes leave fewer cores free
+    than the sweep would use, the free ones (at least 1), and a note that says so; else
+    (None, ''): one thread per core.  ``others``: the cores' worth other processes used, as the
+    caller measured it already (the plan's probe: the load is probed once per sweep); without it,
+    measured here once ``wait_workers()`` returns (the workers started ahead have done their
+    imports: bench.engine.runner.wait_prestarted), from the load on this process's CPUs
+    (``free_cores``)."""
+    if spec.threads is not None and spec.device == "cpu":
+        cores = len(usable_cpus())
+        if spec.threads * (spec.workers or 1) > cores:
+            return None, (f"warning: --threads {spec.threads}" + (f" x {spec.workers} workers" if spec.workers else "")
+                          + f" is more than the {cores} cores this process may use: the threads wait for one "
+                          f"another, and the timings measure that wait (each row's contended_why names the thread "
+                          f"count); --threads {max(1, cores // (spec.workers or 1))} or fewer")
+    if spec.threads is not None or spec.device != "cpu" or (spec.workers or 1) > 1:
+        return None, ""
+    cores = len(usable_cpus())
+    if others is not None:
+        free = max(0.0, cores - others)
+    else:
+        wait_workers()
+        free = free_cores()
+    if free is None or free > cores - 0.5:
+        return None, ""
+    n = max(1, min(cores, int(free + 0.5)))
+    return n, (f"note: other processes are using {cores - free:.1f} of the {cores} cores this sweep may use: it "
+               f"takes --threads {n} (--threads auto: the free ones, at least 1), so that its threads do not wait "
+               f"for cores; give --threads N to choose")
+
+
+def wait_for_quiet(threads: int, limit_s: float = 0.0, step_s: float = QUIET_LOOK_S) -> tuple[bool, float]:
+    """Look at the load (one ``step_s`` window) and, with ``limit_s``, wait at most that long until
+    other processes leave the worker's cores free: (quiet, seconds taken).  Measured as the
+    contention check does, on this process's CPUs."""
+    free = max(0, len(usable_cpus()) - threads)
+    t0 = time.monotonic()
+    while True:
+        window = LoadWindow().start()
+        time.sleep(step_s)
+        other = window.stop()
+        waited = time.monotonic() - t0
+        if other is None or other <= free + OTHER_CPU_MARGIN:
+            return True, waited
+        if waited >= limit_s:
+            return False, waited

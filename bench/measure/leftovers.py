@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import time
 
+from bench.measure.cellsteps import Keep
+
 SETTLE_S = 0.02  # OpenMP threads spin for a moment after a parallel region: let them settle first
 WINDOWS_S = (0.05, 0.25)  # a busy thread on a loaded machine can get under a quarter of a core in 50 ms:
 # a longer look before new threads are taken as the new normal (only ever paid when threads were added)
@@ -100,6 +102,9 @@ def warm() -> None:
 
 
 class Leftovers:
+    """What a worker ran before its first cell, against which each variant's setup is checked
+    (``check``; kept in the worker as ``KEEP``, whose ``on_setup`` it is)."""
+
     def __init__(self, sleep=time.sleep, cpu=time.process_time, clock=time.monotonic):
         self.sleep, self.cpu, self.clock = sleep, cpu, clock
         self.threads, self.children = _threads(), _children()
@@ -124,6 +129,8 @@ class Leftovers:
             parts.append(f"{len(kids0)} child process(es) using {kids:.2f} cores")
         return " and ".join(parts)
 
+    on_setup = check  # bench.measure.cellsteps's Keep protocol
+
     def _look(self, window: float, new_children) -> tuple[float, int, float, dict]:
         """Over ``window`` seconds: this process's CPU in cores, its threads busy on their own, the
         new children's CPU in cores, and those children."""
@@ -135,3 +142,11 @@ class Leftovers:
         busy = sum(1 for tid, s in _task_cpu().items() if (s - tasks0.get(tid, s)) / span >= BUSY_CORES / 2)
         kids = sum(_cpu_s(pid) - c for pid, c in kids0.items()) / span
         return own, busy, kids, kids0
+
+
+def _kept(device_name: str) -> Leftovers:
+    warm()  # the libraries' own thread pools, started before the baseline
+    return Leftovers()
+
+
+KEEP = Keep("leftovers", _kept)

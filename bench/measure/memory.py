@@ -84,15 +84,16 @@ def _memory(t: Timed) -> None:
     item.call = None  # the retained graph of a bwd call goes before the memory pass
     item.parts = {}  # and a layer's parts' graphs
     free_device_memory(case.device)
-    key = t.memory.key(item.variant, case, t.settings.threads) if t.memory is not None else None
-    cached = t.memory.get(key, getattr(t.settings, "peak_age_h", 0.0)) if key else None
+    record = t.kept.get("memory")  # the machine's record (bench.engine.memcache), in a sweep's worker
+    key = record.key(item.variant, case, t.settings.threads) if record is not None else None
+    cached = record.get(key, getattr(t.settings, "peak_age_h", 0.0)) if key else None
     if cached is not None:
         result.peak_mem_bytes, result.peak_mem_cached = cached, True
         return
     with item.bound.scope():  # the whole step: forward and, with one, backward
         result.peak_mem_bytes = peak_bytes(case.device, item.bound.timed("fwd+bwd" if case.needs_grad else "fwd"))
     if key:
-        t.memory.put(key, result.peak_mem_bytes)
+        record.put(key, result.peak_mem_bytes)
         result.peak_mem_cached = False
 
 

@@ -1,13 +1,18 @@
 """The core and the features that hang off it, each declared once.
 
 The core is what every sweep does: a case of the spec's axes, the variants of the registry, the
-masks, the timers and their statistics, the float64 reference, the worker, the pool and the
-sweep, the run folder and the judge.  A feature adds to it through six hooks, each optional:
+masks, the timers and their statistics, the float64 reference, the worker, the pool (its workers
+placed side by side) and the sweep, the run folder and the judge.  A feature adds to it through
+eight hooks, each optional:
 
 - ``settings``: the ``Spec`` fields it adds (bench.model.spec);
 - ``groups``: its namespaced groups of the stored row (bench.model.row.GROUPS);
 - ``steps``: its steps in a timed cell's life, as ``"module:NAME"`` of a ``Step`` (the protocol is
   bench.measure.cellsteps); the cell runs the declared steps and knows none by name;
+- ``kept``: what it keeps in a worker across its cells, as ``"module:NAME"`` of a ``Keep`` (the
+  same protocol): made at the worker's start, handed to the steps, told of each setup, case and job;
+- ``preps``: its steps of a sweep's preparation, as ``"module:NAME"`` of a ``Prep`` (the protocol is
+  bench.engine.prepare): a shard's share of the cells, their costs, the projection of the wall time;
 - ``passes``: its passes of a sweep after the first, as ``"module:NAME"`` of a ``Pass`` (the
   protocol is bench.engine.passes); the sweep runs the declared passes and knows none by name;
 - ``section``: its part of the report, a module of ``reports/sections/`` whose ``sections(ctx)`` returns
@@ -35,6 +40,8 @@ class Feature:
     settings: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     steps: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    preps: tuple[str, ...] = ()
     passes: tuple[str, ...] = ()
     section: str | None = None
     commands: tuple[str, ...] = ()
@@ -45,13 +52,14 @@ CORE = Feature(
     "core", "cases of the spec's axes, timed in interleaved rounds, checked against float64, judged",
     settings=("variants", "seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes", "masks", "window",
               "directions", "device", "preset", "timeout", "budget_ms", "plugins", "threads", "precision", "rounds",
-              "ceiling_s", "timer", "deterministic", "dynamic", "peak_age"),
+              "ceiling_s", "timer", "deterministic", "dynamic", "peak_age", "workers", "gpus"),
     groups=("work", "check"), steps=("bench.engine.cell:DETERMINISM",),
     commands=("bench.cli.listing", "bench.cli.sweep", "bench.cli.report"),
     modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/model/registry.py",
              "bench/model/masks.py", "bench/measure/probe.py", "bench/measure/timing.py", "bench/measure/stats.py",
              "bench/measure/correctness.py", "bench/measure/cellsteps.py", "bench/measure/cpuload.py",
-             "bench/engine/runner.py", "bench/engine/cell.py", "bench/engine/pool.py", "bench/engine/passes.py",
+             "bench/engine/runner.py", "bench/engine/cell.py", "bench/engine/pool.py", "bench/engine/placement.py",
+             "bench/engine/prepare.py", "bench/engine/passes.py",
              "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py", "reports/build.py",
              "reports/trust.py"))
 
@@ -61,7 +69,7 @@ FEATURES: tuple[Feature, ...] = (
             modules=("bench/engine/ab.py", "reports/compare.py")),
     Feature("contention and leftovers", "the load around each cell, contended cells timed again",
             settings=("remeasure",), groups=("load",), steps=("bench.measure.contention:STEP",),
-            passes=("bench.engine.remeasure:PASS",),
+            kept=("bench.measure.leftovers:KEEP", "bench.engine.retime:KEEP"), passes=("bench.engine.remeasure:PASS",),
             modules=("bench/measure/contention.py", "bench/measure/leftovers.py", "bench/engine/remeasure.py",
                      "bench/engine/retime.py")),
     Feature("visits", "each cell in fresh worker processes, its figure over the visits",
@@ -71,7 +79,7 @@ FEATURES: tuple[Feature, ...] = (
             groups=("gpu", "kernels"), steps=("bench.measure.nvml:STEP", "bench.measure.kernels:STEP"),
             modules=("bench/measure/nvml.py", "bench/measure/kernels.py")),
     Feature("memory", "each cell's peak, recorded per machine; the memory model",
-            groups=("memory",), steps=("bench.measure.memory:STEP",),
+            groups=("memory",), steps=("bench.measure.memory:STEP",), kept=("bench.engine.memcache:KEEP",),
             modules=("bench/measure/memory.py", "bench/engine/memcache.py", "bench/engine/memmodel.py")),
     Feature("frontier", "the largest n that fits in memory and a time budget",
             section="reports.sections.frontier", commands=("bench.cli.frontier",),
@@ -91,12 +99,14 @@ FEATURES: tuple[Feature, ...] = (
             section="reports.sections.mixes",
             modules=("bench/model/workload.py", "bench/model/trace.py", "bench/model/models.py",
                      "bench/measure/inputs.py")),
-    Feature("shards, jobs and merge", "workers side by side, shards, cluster jobs, merged run folders",
-            settings=("workers", "gpus", "shard", "shards", "sweep_id", "executor", "slurm_partition",
-                      "slurm_gpus_per_node", "slurm_time", "slurm_array_parallelism"), commands=("bench.cli.merge",),
-            modules=("bench/engine/placement.py", "bench/engine/jobs.py", "bench/engine/merge.py")),
+    Feature("shards, jobs and merge", "a sweep's shards, cluster jobs, merged run folders",
+            settings=("shard", "shards", "sweep_id", "executor", "slurm_partition", "slurm_gpus_per_node",
+                      "slurm_time", "slurm_array_parallelism"), preps=("bench.engine.jobs:SHARD",),
+            commands=("bench.cli.merge",),
+            modules=("bench/engine/jobs.py", "bench/engine/merge.py")),
     Feature("cost model", "the projection of a sweep's time, learnt from the machine's history",
-            modules=("bench/engine/plan.py",)),
+            preps=("bench.engine.plan:PRICE", "bench.engine.plan:PROJECT"), passes=("bench.engine.plan:PASS",),
+            modules=("bench/engine/plan.py", "bench/engine/compiled.py")),
     Feature("status and repro", "what a run folder holds, and each cell's command", commands=("bench.cli.status",),
             modules=("bench/engine/repro.py",)),
     Feature("profile", "torch.profiler's categories of each cell's time", passes=("bench.engine.profiled:PASS",),

@@ -71,26 +71,25 @@ def test_the_api_and_the_command_line_resume_the_same_way(tmp_path):
 
 @pytest.mark.slow
 def test_a_sweep_discovers_its_variants_and_expands_its_cells_once(tmp_path, monkeypatch):
-    """The command line prepares the sweep (registry, cells, plan) and hands it to the engine, which
-    neither discovers the variants again nor expands the cells again."""
+    """The command line prepares the sweep (registry, cells, plan: bench.engine.prepare) and hands it
+    to the engine, which neither discovers the variants again nor expands the cells again."""
     from bench.cli import main
-    from bench.engine import discovery
-    from bench.engine import sweep as engine_sweep
+    from bench.engine import discovery, prepare
+    from bench.model.spec import Spec
 
-    calls = {"discover": 0, "spec_cells": 0}
-    real_discover, real_cells = discovery.discover, engine_sweep.spec_cells
+    calls = {"discover": 0, "prepare": 0, "cases": 0}
+    real_discover, real_prepare, real_cases = discovery.discover, prepare.prepare, Spec.cases
 
-    def counting_discover(*args, **kwargs):
-        calls["discover"] += 1
-        return real_discover(*args, **kwargs)
+    def counting(name, real):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return call
 
-    def counting_cells(*args, **kwargs):
-        calls["spec_cells"] += 1
-        return real_cells(*args, **kwargs)
-
-    monkeypatch.setattr(discovery, "discover", counting_discover)
-    monkeypatch.setattr(engine_sweep, "spec_cells", counting_cells)
+    monkeypatch.setattr(discovery, "discover", counting("discover", real_discover))
+    monkeypatch.setattr(prepare, "prepare", counting("prepare", real_prepare))
+    monkeypatch.setattr(Spec, "cases", counting("cases", real_cases))
     assert main(["sweep", "--out", str(tmp_path / "run"), "--variants", "naive", "--seq-lens", "32", "--heads", "2",
                  "--head-dims", "8", "--masks", "none", "--directions", "fwd", "--budget-ms", "5", "--visits", "1",
                  "--remeasure", "0", "--no-report", "--quiet", "--device", "cpu"]) == 0
-    assert calls == {"discover": 1, "spec_cells": 1}, calls
+    assert calls == {"discover": 1, "prepare": 1, "cases": 1}, calls

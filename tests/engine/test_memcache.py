@@ -42,7 +42,7 @@ SETTINGS = MeasureSettings(budget_ms=3, rounds=1, threads=1)
 
 def _row(memory, settings=SETTINGS):
     rows = []
-    run_group([_sdpa()], CASE, settings, rows.append, memory=memory)
+    run_group([_sdpa()], CASE, settings, rows.append, kept={"memory": memory})
     assert rows[0]["status"] == "ok", rows[0]["reason"]
     return rows[0]
 

@@ -41,7 +41,8 @@ def toy(monkeypatch):
 
 @pytest.mark.slow  # a real sweep, its worker a process of its own
 def test_a_declared_pass_runs_after_the_first_visits_and_reaches_the_summary(toy, tmp_path):
-    assert [p.name for p in passes.sweep_passes()] == ["re-measure", "toy pass", "later visits", "profiled pass"]
+    assert [p.name for p in passes.sweep_passes()] == ["re-measure", "toy pass", "later visits", "profiled pass",
+                                                      "the cost model's record"]
     values = parse_values({"variants": ["naive"], "seq_lens": [32, 48], "heads": [2], "head_dims": [8],
                            "masks": ["none"], "directions": ["fwd"], "budget_ms": 5.0, "device": "cpu",
                            "remeasure": 0, "visits": 1})

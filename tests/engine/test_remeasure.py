@@ -128,21 +128,20 @@ def test_memory_points_are_drawn_filled_whatever_the_timing_flags(tmp_path, monk
 
 
 def test_threads_auto_takes_the_free_cores_when_others_load_the_machine(monkeypatch):
-    from bench.engine import remeasure
     from bench.measure import cpuload
 
     spec = build_spec(parse_values(SETTINGS), discover(entry_points=False))
     assert spec.threads is None  # auto is the default
     monkeypatch.setattr(cpuload, "usable_cpus", lambda: [0, 1])
     monkeypatch.setattr(cpuload, "free_cores", lambda window_s=0.5: 0.7)
-    n, note = remeasure.auto_threads(spec)
+    n, note = cpuload.auto_threads(spec)
     assert n == 1 and "using 1.3 of the 2 cores" in note and "--threads 1" in note
     monkeypatch.setattr(cpuload, "free_cores", lambda window_s=0.5: 1.9)
-    assert remeasure.auto_threads(spec) == (None, "")  # quiet: one thread per core
-    assert remeasure.auto_threads(spec.replace(threads=2)) == (None, "")  # a count given is kept
+    assert cpuload.auto_threads(spec) == (None, "")  # quiet: one thread per core
+    assert cpuload.auto_threads(spec.replace(threads=2)) == (None, "")  # a count given is kept
     monkeypatch.setattr(cpuload, "free_cores", lambda window_s=0.5: pytest.fail("probed twice"))
-    assert remeasure.auto_threads(spec, others=1.3)[0] == 1  # the plan's probe, taken as it is: not probed again
-    assert remeasure.auto_threads(spec, others=0.1) == (None, "")
+    assert cpuload.auto_threads(spec, others=1.3)[0] == 1  # the plan's probe, taken as it is: not probed again
+    assert cpuload.auto_threads(spec, others=0.1) == (None, "")
 
 
 def test_the_projection_learns_from_what_earlier_sweeps_took(tmp_path, registry):

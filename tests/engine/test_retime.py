@@ -52,10 +52,10 @@ def test_a_contended_case_is_timed_again_after_the_next_quiet_case_and_only_time
     held, rows = Held(), []
     settings = MeasureSettings(budget_ms=6, rounds=2, threads=1)
     variants = _variants(setups)
-    run_group(variants, _case(32), settings, rows.append, held=held)
+    run_group(variants, _case(32), settings, rows.append, kept={"held": held})
     assert [(r["variant"], r["contended"]) for r in rows] == [("A", True), ("B", True)]
     assert len(held.cases) == 1  # kept set up
-    run_group(variants, _case(48), settings, rows.append, held=held)
+    run_group(variants, _case(48), settings, rows.append, kept={"held": held})
     assert [(r["variant"], r["q_len"], r["contended"], r.get("retimed")) for r in rows[2:4]] == \
         [("A", 48, False, None), ("B", 48, False, None)]
     again = rows[4:]
@@ -78,7 +78,7 @@ def test_the_newest_held_cases_are_kept_and_timed_again_when_flushed(monkeypatch
     settings = MeasureSettings(budget_ms=4, rounds=1, threads=1)
     variants = _variants([])
     for n in (16, 24, 32):
-        run_group(variants, _case(n), settings, rows.append, held=held)
+        run_group(variants, _case(n), settings, rows.append, kept={"held": held})
     assert [c.q_len for c, _, _ in held.cases] == [24, 32]  # the oldest let go
     held.retime(rows.append)  # the sweep's flush at the end of its pass
     assert [(r["variant"], r["q_len"], bool(r.get("retimed"))) for r in rows[6:]] == \
@@ -93,7 +93,7 @@ def test_nothing_is_held_without_a_holder_or_for_what_cannot_be_timed_again(monk
     assert len(rows) == 2 and all(r["contended"] for r in rows)  # --remeasure 0: rows as they came
     held = Held()
     bwd = Case("cpu", "float32", 1, 2, 2, 16, 16, 16, "none", None, "bwd")
-    run_group(_variants([]), bwd, MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append, held=held)
+    run_group(_variants([]), bwd, MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append, kept={"held": held})
     assert not held.cases  # two backward variants build their forward per turn: not held
 
 
@@ -102,7 +102,8 @@ def test_a_variant_timed_again_with_its_case_says_so(monkeypatch):
     rounds stay paired), and B's row says why it came again."""
     _scripted_load(monkeypatch, [True, False, False, False])
     held, rows = Held(), []
-    run_group(_variants([]), _case(16), MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append, held=held)
+    run_group(_variants([]), _case(16), MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append,
+              kept={"held": held})
     held.retime(rows.append)
     assert [(r["variant"], r["contended"]) for r in rows[:2]] == [("A", True), ("B", False)]
     assert rows[2]["retimed"].startswith("in place;") and count(rows[2]["retimed"], "cores") == 1.5
@@ -112,7 +113,16 @@ def test_a_variant_timed_again_with_its_case_says_so(monkeypatch):
 def test_a_re_timing_that_raises_leaves_the_first_rows_and_the_worker(monkeypatch):
     _scripted_load(monkeypatch, [True, True])
     held, rows = Held(), []
-    run_group(_variants([]), _case(16), MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append, held=held)
+    run_group(_variants([]), _case(16), MeasureSettings(budget_ms=4, rounds=1, threads=1), rows.append,
+              kept={"held": held})
     monkeypatch.setattr(cell, "make_timer", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no timer")))
     held.retime(rows.append)  # no exception out of it: the worker goes on
+    assert len(rows) == 2 and all(r["contended"] for r in rows) and not held.cases
+
+
+def test_with_remeasure_0_a_contended_case_is_not_held(monkeypatch):
+    _scripted_load(monkeypatch, [True, True])
+    held, rows = Held(), []
+    settings = MeasureSettings(budget_ms=4, rounds=1, threads=1, retime=False)
+    run_group(_variants([]), _case(16), settings, rows.append, kept={"held": held})
     assert len(rows) == 2 and all(r["contended"] for r in rows) and not held.cases

@@ -64,7 +64,7 @@ def test_a_sweep_traced_says_where_its_wall_went(tmp_path, capsys):
     by = {r["span"]: r for r in data["spans"]}
     for part in ("worker: float64 reference", "worker: checked call against the reference", "worker: memory pass",
                  "worker: timed samples", "worker: visit: timed samples", "worker: setup (naive)",
-                 "start-up: the plan (earlier runs, projection)", "sweep: rows written"):
+                 "start-up: the projection", "sweep: rows written"):
         assert by[part]["s"] >= 0 and by[part]["count"] >= 1, part
     assert by["worker: setup (sdpa)"]["count"] == 2  # two cases, one setup each
     assert by["worker: visit: setup (sdpa)"]["count"] == 4  # and one at each later visit

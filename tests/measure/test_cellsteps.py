@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from bench.engine import cell
 from bench.engine.cell import run_group
-from bench.measure.cellsteps import Step
+from bench.measure.cellsteps import Keep, Step
 from bench.measure.settings import MeasureSettings
 from bench.model import features
 from bench.model.case import Case
@@ -107,3 +107,60 @@ def test_a_step_that_raises_ends_its_cell_with_its_name_and_what_it_held(toy):
     assert by["fails"]["status"] == "error"
     assert by["fails"]["reason"].startswith("the toy's late step") and "the toy step broke" in by["fails"]["reason"]
     assert by["fails"]["extra"]["toy_turns"] >= SETTINGS.rounds  # the earlier step's figure is kept
+
+
+class Ledger:
+    """A toy feature's kept object: what the worker's cells told it, and a taint to report."""
+
+    def __init__(self, device_name):
+        self.device_name, self.log, self.taint = device_name, [], ""
+
+    def on_setup(self):
+        self.log.append("setup")
+        return self.taint
+
+    def on_case(self, case, settings, live, quiet, emit, at):
+        self.log.append(("case", case.q_len, [i.variant.name for i in live], isinstance(quiet, bool)))
+
+
+@pytest.fixture
+def ledger(monkeypatch):
+    """A toy feature that keeps a Ledger in the worker, and a step that reads it."""
+    module = types.ModuleType("toy_kept")
+    module.KEEP = Keep("toy ledger", Ledger)
+
+    def note(t):
+        t.result.extra["toy_cases_before"] = sum(1 for e in t.kept["toy ledger"].log if e[0] == "case")
+
+    module.STEP = Step("toy reads", 6, lambda t: "toy ledger" in t.kept, note)
+    monkeypatch.setitem(sys.modules, "toy_kept", module)
+    monkeypatch.setattr(features, "FEATURES", (*features.FEATURES, features.Feature(
+        "toy", "a toy", steps=("toy_kept:STEP",), kept=("toy_kept:KEEP",))))
+    cell.after_timing.cache_clear()
+    cell.worker_keeps.cache_clear()
+    yield
+    cell.after_timing.cache_clear()
+    cell.worker_keeps.cache_clear()
+
+
+def test_what_a_feature_keeps_is_made_once_and_told_of_each_setup_and_case(ledger):
+    keeps = cell.worker_keeps()
+    assert [k.name for k in keeps][-1] == "toy ledger" and {"memory", "held", "leftovers"} <= {k.name for k in keeps}
+    kept = {"toy ledger": Ledger("cpu")}
+    rows = []
+    run_group([_variant("a"), _variant("b")], CASE, SETTINGS, rows.append, kept=kept)
+    run_group([_variant("a")], CASE, SETTINGS, rows.append, kept=kept)
+    assert [r["status"] for r in rows] == ["ok"] * 3
+    assert kept["toy ledger"].log == ["setup", "setup", ("case", 64, ["a", "b"], True),
+                                      "setup", ("case", 64, ["a"], True)]
+    assert [r["extra"]["toy_cases_before"] for r in rows] == [0, 0, 1]  # the step saw the same object
+
+
+def test_a_variant_that_a_kept_object_finds_tainting_the_worker_is_an_error_and_ends_the_case(ledger):
+    kept = {"toy ledger": Ledger("cpu")}
+    kept["toy ledger"].taint = "a toy thread still busy"
+    rows = []
+    with pytest.raises(cell.WorkerTainted):
+        run_group([_variant("a"), _variant("b")], CASE, SETTINGS, rows.append, kept=kept)
+    assert [(r["variant"], r["status"]) for r in rows] == [("a", "error")]  # b never set up beside it
+    assert "a toy thread still busy" in rows[0]["reason"] and kept["toy ledger"].log == ["setup"]

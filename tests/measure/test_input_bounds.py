@@ -173,8 +173,8 @@ def test_bad_workloads_exit_2_in_one_line(capsys, argv, words):
 
 
 def test_more_threads_than_cores_is_said_and_named_as_the_cause():
-    from bench.engine.remeasure import auto_threads
     from bench.measure import contention, cpuload
+    from bench.measure.cpuload import auto_threads
     from bench.model.spec import Spec
 
     cores = len(cpuload.usable_cpus())

@@ -138,6 +138,17 @@ def shaky(row: dict) -> bool:
     return bool(shaky_flags(row))
 
 
+def severity(row: dict) -> float:
+    """How far off a contended row's time may be, as the share of its cores it was timed with
+    (1: all of them; its cpu_util, or, without one, 1 / (1 + the cores others took beyond
+    the free ones)).  The trust line names the worst row by it (reports.trust)."""
+    util = row.get("cpu_util")
+    if util is not None and util == util:
+        return float(util)
+    other = row.get("other_cpu") or 0.0
+    return 1.0 / (1.0 + max(0.0, float(other)))
+
+
 def shaky_counts(rows) -> dict:
     """How many of the ok ``rows`` are shaky for each reason (a row may have several), then how many
     carry each other flag (noisy)."""
