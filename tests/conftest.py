@@ -34,7 +34,7 @@ def run_cli(*args, timeout=600, env=None, cwd=None):
     describes CPU behaviour: on a machine with a GPU (where the default device is CUDA) a
     measuring command stays on the CPU unless the test names a --device (or resumes a run,
     whose saved spec has one).  A sweep re-measures no contended cell at its end unless the
-    test asks (``--remeasure N``; tests/engine/test_remeasure.py does), and visits each cell once unless
+    test asks (``--remeasure N``; tests/features/test_remeasure.py does), and visits each cell once unless
     it asks (``--visits N``; tests/engine/test_visits.py does)."""
     args = list(args)
     if args and args[0] in CPU_BY_DEFAULT and "--device" not in args and "--resume" not in args:

@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"bench.model": 0, "bench.measure": 1, "variants": 2, "bench.engine": 3, "reports": 4, "bench.cli": 5,
-          "bench.api": 5}
+LAYERS = {"bench.model": 0, "bench.measure": 1, "variants": 2, "bench.engine": 3, "bench.features": 3, "reports": 4,
+          "bench.cli": 5, "bench.api": 5}
 PUBLIC_PATHS = {"bench.case", "bench.masks", "bench.registry", "bench.probe", "bench.inputs"}  # the plugin API
 
 
@@ -164,7 +164,7 @@ def _prints(path: Path, root: Path = ROOT) -> list[str]:
 
 def test_nothing_below_the_command_line_prints():
     """bench/cli is the one part of bench that prints; the engine logs and hands progress to the
-    caller's bars. (bench/engine/ab.py's server speaks its JSON protocol on a stream it names.)"""
+    caller's bars. (bench/features/ab.py's server speaks its JSON protocol on a stream it names.)"""
     bad = [hit for path in sorted((ROOT / "bench").rglob("*.py")) if "cli" not in path.relative_to(ROOT).parts[:2]
            for hit in _prints(path)]
     assert not bad, bad
@@ -197,9 +197,9 @@ def _named(path: Path, names: set[str], root: Path = ROOT) -> list[str]:
 def test_the_harness_names_no_built_in_variant():
     """A built-in variant is one file: the plan, the judge, the charts, selfcheck and gpu-check read
     what they need from its declaration. A name that is also a library's (xformers' version in the
-    fingerprint) or a kernel family's (bench.measure.kernels: the kernels that ran) is that, not the
+    fingerprint) or a kernel family's (bench.features.gpu_state.kernels: the kernels that ran) is that, not the
     variant."""
-    from bench.measure.kernels import PATTERNS
+    from bench.features.gpu_state.kernels import PATTERNS
 
     names, libraries = _builtin_names()
     exempt = libraries | {family for family, _ in PATTERNS}
@@ -229,7 +229,7 @@ def test_no_test_module_imports_another():
 def test_the_tests_mirror_the_layers():
     """A test module sits in the folder of the layer it tests (tests/model, tests/measure, ...), or at
     the top for the whole project's checks; the benchmarks apart."""
-    folders = {"model", "measure", "variants", "engine", "reports", "cli", "benchmarks"}
+    folders = {"model", "measure", "variants", "engine", "features", "reports", "cli", "benchmarks"}
     assert {k.split(".")[-1] for k in LAYERS} - {"api"} <= folders
     bad = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
            if p.parent != ROOT / "tests" and p.relative_to(ROOT / "tests").parts[0] not in folders]
@@ -360,6 +360,25 @@ def test_the_cell_and_the_sweep_run_exactly_the_declared_steps_kept_objects_prep
         assert len({h.name for h in hooks}) == len(hooks) == len(declared), kind
         if cls is not Keep:
             assert len({h.order for h in hooks}) == len(hooks), kind
+
+
+def test_the_core_reaches_a_feature_only_through_its_declaration():
+    """bench/features/ holds the secondary features, one home each (a module, or a folder of them),
+    every module there declared by one feature; no module of bench/ or reports/ imports one but
+    another feature's module or a feature's own command or report section: the core finds their
+    steps, kept objects, preps and passes by the names bench/model/features.py declares."""
+    from bench.model.features import FEATURES
+
+    def dotted(path: str) -> str:
+        return path.removesuffix(".py").replace("/", ".")
+
+    owned = {dotted(m) for f in FEATURES for m in f.modules} | {c for f in FEATURES for c in f.commands} | \
+        {f.section for f in FEATURES if f.section}
+    home = {m for m in _modules() if m.startswith("bench.features.") and not _modules()[m].name == "__init__.py"}
+    assert home and home <= owned, sorted(home - owned)
+    bad = [f"{m} imports {i}" for m, deps in _graph().items() if not m.startswith("bench.features") and m not in owned
+           for i in deps if i.startswith("bench.features.")]
+    assert not bad, bad
 
 
 def test_every_subcommand_and_report_section_is_a_declared_feature_s():

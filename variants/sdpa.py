@@ -34,7 +34,7 @@ BACKENDS = {
 }
 
 
-DECLARED = {  # backend: the kernels' family it must run (bench.measure.kernels checks it on a GPU)
+DECLARED = {  # backend: the kernels' family it must run (bench.features.gpu_state.kernels checks it on a GPU)
     SDPBackend.MATH: "math", SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
     SDPBackend.CUDNN_ATTENTION: "cudnn",
 }

@@ -1,5 +1,5 @@
 """``python -m bench ab A B [sweep flags]``: did my change regress?  The same cells under two builds
-(source trees, interpreters or plugin files) in turns, repeat after repeat (bench.engine.ab)."""
+(source trees, interpreters or plugin files) in turns, repeat after repeat (bench.features.ab)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    from bench.engine import ab, judge, store
+    from bench.engine import judge, store
     from bench.engine.discovery import discover
+    from bench.features import ab
     from bench.model.parsers import number
     from bench.model.specbuild import build_spec
 
@@ -79,7 +80,7 @@ def _print_verdicts(table: list[dict], together: bool, repeats: int, margin: flo
     """Each cell's B/A and verdict, and the counts of the verdicts (returned)."""
     from tabulate import tabulate
 
-    from bench.engine import ab
+    from bench.features import ab
 
     print(tabulate([[r["variant"], r["dtype"], r["mask"], r["direction"], r["q_len"], r["a_ms"], r["b_ms"], r["ratio"],
                      r["ratio_lo"], r["ratio_hi"], r["q"], r["verdict"]] for r in table],

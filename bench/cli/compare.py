@@ -143,7 +143,8 @@ def _gate(regressions, rule, shaky: int, strict_trust: bool) -> int:
 
 def _explain(m, args) -> int:
     """``--explain CELL``: one cell's evidence, and the commands that measure it again in A and B."""
-    from bench.engine import repro, store
+    from bench.engine import store
+    from bench.features import repro
     from reports.compare import evidence_line
 
     words = args.explain.split()

@@ -1,5 +1,5 @@
 """``python -m bench frontier``: the longest context (or the largest batch at a length) each
-variant fits in a memory budget, found with real cells (bench.engine.frontier_search)."""
+variant fits in a memory budget, found with real cells (bench.features.frontier)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def available_memory() -> float | None:
 
 
 def command(args) -> int:
-    from bench.engine import frontier_search as frontier
     from bench.engine import store
+    from bench.features import frontier
 
     registry, spec = case_spec(args, {"seq_lens": ",".join(map(str, frontier.PROBES["n"]["cpu"])), "heads": "8",
                                       "head_dims": "64", "batch": "1", "masks": "causal", "directions": "fwd",
@@ -86,7 +86,7 @@ def command(args) -> int:
 
 def _budget(args, device: str) -> tuple[float, float | None, str]:
     """(budget bytes, the most a cell may be predicted to use, where the budget came from)."""
-    from bench.engine import frontier_search as frontier
+    from bench.features import frontier
 
     if args.memory_budget:
         budget = parse_size(args.memory_budget)
@@ -138,7 +138,7 @@ def _write(results, out: Path, base, axis: str, colours: dict) -> None:
     import pandas as pd
     from tabulate import tabulate
 
-    from bench.engine import frontier_search as frontier
+    from bench.features import frontier
 
     table, cells = [], []
     for r in results:

@@ -170,8 +170,8 @@ def run_gpu_check(out: Path | None, seq_len: int = 2048, device: str = "cuda",
     import torch
     from tabulate import tabulate
 
-    from bench.measure.profiler import profile_case
-    from bench.measure.selfcheck import check_cell
+    from bench.features.profile.profiler import profile_case
+    from bench.features.selfcheck import check_cell
     from bench.model.registry import available
 
     out, registry = _start(out, device, "gpu-check")
@@ -413,7 +413,7 @@ def _memory_exponents(checks, registry, scaling: list[dict], device: str) -> Non
 
 def _timer_agreement(checks, registry, device: str) -> None:
     """4. The harness's median against do_bench (torch.utils.benchmark on the CPU)."""
-    from bench.measure.selfcheck import check_cell
+    from bench.features.selfcheck import check_cell
     from bench.model.registry import available
 
     q = QUICK[device]
@@ -434,7 +434,7 @@ def _timer_agreement(checks, registry, device: str) -> None:
 
 def _trace_check(checks, registry, device: str, out: Path) -> None:
     """5. A profiler trace with device kernels (CPU ops on the CPU), of a fused variant first."""
-    from bench.measure.profiler import profile_case
+    from bench.features.profile.profiler import profile_case
     from bench.model.registry import available
 
     q = QUICK[device]
@@ -456,7 +456,7 @@ def steps_projection(steps: dict, registry, device: str) -> list[tuple[str, int,
     """(name, cells, projected seconds, the cells) of each step, run one after another in one process:
     the first starts the worker and measures the peaks, the first that compiles starts the compiler,
     and the others find both (``Step.run`` keeps its workers)."""
-    from bench.engine import plan
+    from bench.features.cost_model import plan
 
     out, common, compiled = [], quick_common(device), False
     for i, (name, step) in enumerate(steps.items()):
@@ -471,7 +471,7 @@ def steps_projection(steps: dict, registry, device: str) -> list[tuple[str, int,
 
 def quick_projection(registry, device: str = "cuda") -> float:
     """The quick check's projected wall time: each of its sweeps (``quick_steps``, the ones it
-    runs) through the plan's cost model (bench.engine.plan, with its default rates for the
+    runs) through the plan's cost model (bench.features.cost_model.plan, with its default rates for the
     device: compiles, the reference on the CPU, the budget), plus QUICK_FIXED_S.  Plain
     arithmetic: it runs anywhere."""
     return QUICK_FIXED_S + sum(w for _, _, w, _ in steps_projection(quick_steps(registry, device), registry, device))

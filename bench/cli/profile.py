@@ -26,7 +26,7 @@ def command(args):
 def _profile_variant(variant, spec, args, out) -> None:
     from tabulate import tabulate
 
-    from bench.measure.profiler import profile_case
+    from bench.features.profile.profiler import profile_case
     from bench.model.registry import available
 
     if args.masks is None:  # each variant on its own default mask

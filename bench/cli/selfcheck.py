@@ -14,7 +14,7 @@ def command(args):
     from bench.model.parsers import positive
 
     budget = positive("milliseconds")(args.budget_ms, "--budget-ms")
-    from bench.measure.selfcheck import check_cell, default_cases
+    from bench.features.selfcheck import check_cell, default_cases
     from bench.model.registry import available
 
     if any(getattr(args, k) for k in ("variants", "seq_lens", "heads", "head_dims", "masks", "dtypes")):

@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    from bench.engine import jobs, store
+    from bench.engine import store
+    from bench.features.shards import jobs
 
     target = _find(args.sweep, store.DEFAULT_ROOT)
     if (target / jobs.SWEEP_FILE).is_file():
@@ -39,7 +40,8 @@ def command(args) -> int:
 
 def _find(name: str, root: Path) -> Path:
     """A run folder or a sweep folder, from its path or a sweep id."""
-    from bench.engine import jobs, store
+    from bench.engine import store
+    from bench.features.shards import jobs
 
     path = Path(name)
     if path.is_dir() and ((path / store.RESULTS).exists() or (path / store.ENV).exists()
@@ -62,9 +64,10 @@ def _find(name: str, root: Path) -> Path:
 def _run(folder: Path, args) -> int:
     from tabulate import tabulate
 
-    from bench.engine import judge, repro, store
+    from bench.engine import judge, store
     from bench.engine.discovery import discover
     from bench.engine.sweep import spec_cells
+    from bench.features import repro
     from bench.model.spec import spec_from_dict
 
     env = store.read_env(folder)
@@ -109,7 +112,7 @@ def _run(folder: Path, args) -> int:
 
 def _pick(rows: list[dict], cell: str) -> dict:
     """The cell ``cell`` names: its number in ``--cells``, or words every one of which is in its label."""
-    from bench.engine import repro
+    from bench.features import repro
     from bench.model.digits import is_digits
 
     if is_digits(cell):
@@ -129,7 +132,7 @@ def _pick(rows: list[dict], cell: str) -> dict:
 def _jobs(folder: Path) -> int:
     from tabulate import tabulate
 
-    from bench.engine import jobs
+    from bench.features.shards import jobs
 
     record = jobs.read_sweep(folder)
     states = jobs.job_states(record)

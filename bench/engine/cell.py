@@ -4,7 +4,7 @@ then the steps after the timing that the core and the features declare (bench.me
 What a feature keeps in the worker across cells (``worker_keeps()``) is declared the same way.
 A worker's other jobs live with their features: a later visit to a case (``--visits``,
 bench.engine.revisit.visit_group), the re-timing in place of contended cases
-(bench.engine.retime.Held) and the profiled pass (bench.measure.profiler.profile_group).
+(bench.features.contention.retime.Held) and the profiled pass (bench.features.profile.profiler.profile_group).
 
 Every path ends in a row with a status and a reason; nothing here raises.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import os
 import uuid
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from bench.measure.correctness import check_form, determinism, reference, run_an
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import interleave, make_timer, release_flush_buffer
 from bench.model.case import Case
+from bench.model.features import declared
 from bench.model.registry import Variant, compile_dynamic, probe_reason
 from bench.model.row import ReasonKind, Status
 
@@ -132,10 +132,10 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
     not be computed) or when it raises here, the variants are timed unchecked: their rows
     say ``reference_skipped`` with the reason.  ``kept``: what the worker's features keep across its
     cells, by name (bench.measure.cellsteps's ``Keep``; ``worker_keeps()`` makes them).  A variant
-    that a kept object's ``on_setup`` finds has left work behind in the worker (bench.measure.leftovers)
+    that a kept object's ``on_setup`` finds has left work behind in the worker (bench.features.contention.leftovers)
     is an ``error`` with what it left, and WorkerTainted is raised before any other variant runs
     beside it; after the case, each ``on_case`` sees how its timing went (a contended case kept set
-    up and timed again: bench.engine.retime)."""
+    up and timed again: bench.features.contention.retime)."""
     cache, kept = cache or ReferenceCache(), kept or {}
     deterministic = bool(getattr(settings, "deterministic", False))  # --deterministic
     os.environ.update({k: v for k, v in deterministic_env(deterministic).items() if k not in os.environ})
@@ -350,26 +350,14 @@ def after_timing() -> tuple[Step, ...]:
     """The steps of a timed cell's life after its timing: the core's and each feature's, as
     bench/model/features.py declares them (``module:NAME``), in their ``order``
     (bench.measure.cellsteps has the protocol)."""
-    from bench.model.features import CORE, FEATURES
-
-    steps = []
-    for ref in (ref for f in (CORE, *FEATURES) for ref in f.steps):
-        module, _, name = ref.partition(":")
-        steps.append(getattr(importlib.import_module(module), name))
-    return tuple(sorted(steps, key=lambda step: step.order))
+    return tuple(sorted(declared("steps"), key=lambda step: step.order))
 
 
 @functools.cache
 def worker_keeps() -> tuple[Keep, ...]:
     """What the core and each feature keep in a worker across its cells, as bench/model/features.py
     declares them (``kept``: ``module:NAME`` of a ``Keep``), in the declarations' order."""
-    from bench.model.features import CORE, FEATURES
-
-    keeps = []
-    for ref in (ref for f in (CORE, *FEATURES) for ref in f.kept):
-        module, _, name = ref.partition(":")
-        keeps.append(getattr(importlib.import_module(module), name))
-    return tuple(keeps)
+    return tuple(declared("kept"))
 
 
 def _finish(item: _Live, case: Case, settings: MeasureSettings, together: str, watched: dict, at,

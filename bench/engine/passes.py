@@ -13,10 +13,11 @@ else).
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.model.features import declared
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,4 @@ class Pass:
 @functools.cache
 def sweep_passes() -> tuple[Pass, ...]:
     """The declared passes (bench.model.features), in their order."""
-    from bench.model.features import CORE, FEATURES
-
-    found = []
-    for ref in (ref for f in (CORE, *FEATURES) for ref in f.passes):
-        module, _, name = ref.partition(":")
-        found.append(getattr(importlib.import_module(module), name))
-    return tuple(sorted(found, key=lambda p: p.order))
+    return tuple(sorted(declared("passes"), key=lambda p: p.order))

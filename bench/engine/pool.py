@@ -48,7 +48,7 @@ class WorkerPool:
                                              log_path=str(run_dir / (f"worker-{i}.log" if many else "worker.log"))))
                         for i, slot in enumerate(slots)]
         self.counts = dict.fromkeys(STATUSES, 0)
-        self.retimed = self.retimed_clean = 0  # rows timed again in place (bench.engine.retime.Held), clean ones
+        self.retimed = self.retimed_clean = 0  # rows timed again in place (contention.retime.Held), clean ones
         self.idle = 0  # of the cells of the last run(), those that cannot run here (never launched)
         self.timed_s = 0.0
         self.measured: dict = {}

@@ -22,13 +22,13 @@ count a folder's cells (status, the jobs).
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.engine import spans, store
 from bench.engine.placement import worker_slots
+from bench.model.features import declared
 
 FOLDER = 50  # the order at which the core takes the folder's done cells off
 
@@ -59,13 +59,7 @@ class Prep:
 @functools.cache
 def preps() -> tuple[Prep, ...]:
     """The declared steps of the preparation (bench.model.features), in their order."""
-    from bench.model.features import CORE, FEATURES
-
-    found = []
-    for ref in (ref for f in (CORE, *FEATURES) for ref in f.preps):
-        module, _, name = ref.partition(":")
-        found.append(getattr(importlib.import_module(module), name))
-    return tuple(sorted(found, key=lambda p: p.order))
+    return tuple(sorted(declared("preps"), key=lambda p: p.order))
 
 
 def prepare(spec, registry, run_dir: Path | None = None, retry: frozenset = frozenset(), *, report: bool = True,

@@ -62,13 +62,13 @@ class CellResult:
     timing: TimingSummary | None = None
     bwd_forward: str | None = None  # "per turn": each turn of a backward ran its own forward
     interleave_id: str | None = None  # the cells timed in the same rounds
-    contention: dict = field(default_factory=dict)  # the CPU's verdict (bench.measure.contention.verdict)
+    contention: dict = field(default_factory=dict)  # the CPU's verdict (bench.features.contention.contention.verdict)
     layer: dict | None = None  # a layer scope's parts (bench.measure.layer.layer_figures)
     gpu_state: dict = field(default_factory=dict)  # clocks, power and energy around its turns (nvml.Cell)
     peak_mem_bytes: int | None = None  # the memory pass: the whole step's peak
     peak_mem_cached: bool | None = None  # True: taken from the machine's record (bench.engine.memcache)
     gpu_checks: dict = field(default_factory=dict)  # the kernels that ran, their backend, the graph timer
-    retimed: str | None = None  # timed again in place (bench.engine.retime.Held): why the first timing was contended
+    retimed: str | None = None  # timed again in place (contention.retime.Held): why the first timing was contended
 
     def decide(self, status: Status, reason: str = "", kind: ReasonKind | str | None = None) -> CellResult:
         self.status, self.reason = status, reason[:REASON_CHARS]

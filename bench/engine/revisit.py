@@ -15,7 +15,8 @@ import torch
 from bench.engine import spans
 from bench.engine.cell import nowhere, timed_span
 from bench.errors import first_line
-from bench.measure import contention, cpuload
+from bench.features.contention import contention
+from bench.measure import cpuload
 from bench.measure.bound import bind_variant, case_inputs
 from bench.measure.cellsteps import free_device_memory
 from bench.measure.settings import MeasureSettings

@@ -1,7 +1,7 @@
 """A sweep's run folder around its cells: env.json at the start (the fingerprint, the spec, the
 load, the machine's peaks, a history entry for the invocation; a resume on another machine
 refused or marked), masks.json, and env.json at the end (the load, the peaks measured again,
-this invocation's projected and measured times, which bench.engine.plan learns from)."""
+this invocation's projected and measured times, which bench.features.cost_model.plan learns from)."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def close_run(run_dir: Path, spec, rows: list[dict], devices: dict | None = None
     env["loadavg_end"] = cpuload.load_average()
     this = (env.get("history") or [{}])[-1]  # this invocation's conditions, beside the folder's
     this["loadavg_end"] = env["loadavg_end"]
-    this.update(measured or {})  # its projected and measured times (bench.engine.plan learns from them)
+    this.update(measured or {})  # its projected and measured times (bench.features.cost_model.plan learns from them)
     env["worker_devices"] = (env.get("worker_devices") or {}) | (devices or {})  # worker: what it measured on
     checks = env.setdefault("peak_checks", {})
     best_cell = {}

@@ -37,8 +37,7 @@ class WorkerSettings:
 # a second instead of the ~5 s of CPU those imports take (a second worker, and every restart after a
 # crash or a timeout, no longer pays them).  Where a GPU may be used: spawned, a fresh interpreter
 # with no CUDA state inherited from anyone.
-FORKSERVER_PRELOAD = ("torch", "torch._dynamo", "bench.engine.cell", "bench.engine.retime", "bench.engine.revisit",
-                      "bench.engine.discovery",
+FORKSERVER_PRELOAD = ("torch", "torch._dynamo", "bench.engine.cell", "bench.engine.revisit", "bench.engine.discovery",
                       "bench.engine.forkserver")  # the last: its exit skips the interpreter's teardown
 GPU_DRIVER_FILES = ("/dev/nvidiactl", "/dev/kfd", "/proc/driver/nvidia")
 
@@ -135,7 +134,7 @@ class Job:
     """sweep -> worker: measure the variants ``names`` on ``case`` (a Case as a dict); ``task``: a
     feature's job instead, ``"module:function"`` called as ``function(variants, case, settings=,
     emit=, at=)`` (a later visit, bench.engine.revisit.visit_group; the profiled pass,
-    bench.measure.profiler.profile_group); ``skip_reference``: why the float64 reference cannot
+    bench.features.profile.profiler.profile_group); ``skip_reference``: why the float64 reference cannot
     be had (the variants are then timed unchecked); ``measure`` and ``log_path``: the sweep's, for
     a worker kept from an earlier sweep of this process (``park``)."""
     names: tuple
@@ -578,7 +577,7 @@ class Worker:
             return self._run_group(names, case, timeout_s, on_row, task, skip_reference)
 
     def flush(self, timeout_s: float, on_row) -> tuple[str, str]:
-        """Time again the contended cases this worker holds (bench.engine.retime.Held), if it is alive;
+        """Time again the contended cases this worker holds (bench.features.contention.retime.Held), if it is alive;
         ``on_row`` for each new row."""
         if not self.alive:
             return "done", ""

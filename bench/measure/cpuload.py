@@ -3,7 +3,7 @@
 busy ticks of those CPUs less this process's own, or its tree's), their runnable threads, and the
 load average.  The core reads them: the threads a sweep takes (``auto_threads``), the placement
 of its workers, the run folder's load at its start and end, a look for a quiet machine before a
-figure is measured again (``wait_for_quiet``); the contention feature (bench.measure.contention)
+figure is measured again (``wait_for_quiet``); the contention feature (bench.features.contention.contention)
 judges each cell's timing by them.
 """
 
@@ -13,7 +13,7 @@ import os
 import time
 
 OTHER_CPU_MARGIN = 0.5  # other processes' use beyond the cores left free for them, in cores, that counts as load
-# (bench.measure.contention: how it was chosen)
+# (bench.features.contention.contention: how it was chosen)
 QUIET_LOOK_S = 0.5  # one look at the load before a figure is measured again: it does not wait for it to drop
 
 

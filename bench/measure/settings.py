@@ -27,9 +27,9 @@ class MeasureSettings:
     # while its timing stays under this many ms; past it, it keeps what it has and says what they support
     ceiling_ms: float = DEFAULT_CEILING_MS
     deterministic: bool = False  # torch.use_deterministic_algorithms(True) in the worker (--deterministic)
-    steps: int = 0  # after its timing, an ok cell runs this many steps of fresh batches (--steps; bench.measure.steps)
+    steps: int = 0  # after its timing, an ok cell runs this many steps of fresh batches (--steps; bench.features.steps)
     dynamic: bool = False  # variants that compile do so with dynamic shapes (--dynamic)
-    retime: bool = True  # a contended case is timed again in place (bench.engine.retime.Held); --remeasure 0: not
+    retime: bool = True  # a contended case is timed again in place (contention.retime.Held); --remeasure 0: not
     peak_age_h: float = 24.0  # a memory peak recorded this many hours ago is still taken (bench.engine.memcache)
 
     @classmethod

@@ -66,24 +66,26 @@ CORE = Feature(
 FEATURES: tuple[Feature, ...] = (
     Feature("compare and ab", "two runs' verdicts; two builds timed in turn",
             commands=("bench.cli.compare", "bench.cli.ab"),
-            modules=("bench/engine/ab.py", "reports/compare.py")),
+            modules=("bench/features/ab.py", "reports/compare.py")),
     Feature("contention and leftovers", "the load around each cell, contended cells timed again",
-            settings=("remeasure",), groups=("load",), steps=("bench.measure.contention:STEP",),
-            kept=("bench.measure.leftovers:KEEP", "bench.engine.retime:KEEP"), passes=("bench.engine.remeasure:PASS",),
-            modules=("bench/measure/contention.py", "bench/measure/leftovers.py", "bench/engine/remeasure.py",
-                     "bench/engine/retime.py")),
+            settings=("remeasure",), groups=("load",), steps=("bench.features.contention.contention:STEP",),
+            kept=("bench.features.contention.leftovers:KEEP", "bench.features.contention.retime:KEEP"),
+            passes=("bench.features.contention.remeasure:PASS",),
+            modules=("bench/features/contention/contention.py", "bench/features/contention/leftovers.py",
+                     "bench/features/contention/remeasure.py", "bench/features/contention/retime.py")),
     Feature("visits", "each cell in fresh worker processes, its figure over the visits",
             settings=("visits",), passes=("bench.engine.visits:PASS",),
             modules=("bench/engine/visits.py", "bench/engine/revisit.py")),
     Feature("GPU state", "NVML clocks, power and energy; the kernels that ran; a CUDA-graph timer",
-            groups=("gpu", "kernels"), steps=("bench.measure.nvml:STEP", "bench.measure.kernels:STEP"),
-            modules=("bench/measure/nvml.py", "bench/measure/kernels.py")),
+            groups=("gpu", "kernels"),
+            steps=("bench.features.gpu_state.nvml:STEP", "bench.features.gpu_state.kernels:STEP"),
+            modules=("bench/features/gpu_state/nvml.py", "bench/features/gpu_state/kernels.py")),
     Feature("memory", "each cell's peak, recorded per machine; the memory model",
             groups=("memory",), steps=("bench.measure.memory:STEP",), kept=("bench.engine.memcache:KEEP",),
             modules=("bench/measure/memory.py", "bench/engine/memcache.py", "bench/engine/memmodel.py")),
     Feature("frontier", "the largest n that fits in memory and a time budget",
             section="reports.sections.frontier", commands=("bench.cli.frontier",),
-            modules=("bench/engine/frontier_search.py",)),
+            modules=("bench/features/frontier.py",)),
     Feature("layer scope", "the core inside the seeds' multi-head block, encoder and decoder layers",
             settings=("scope", "ffn_mult", "ffn"), steps=("bench.measure.layer:STEP",),
             section="reports.sections.layer",
@@ -92,8 +94,8 @@ FEATURES: tuple[Feature, ...] = (
             settings=("anchors",), section="reports.sections.anchors",
             modules=("bench/model/anchors.py",)),
     Feature("steps", "what a training or serving step costs beyond the kernel",
-            settings=("steps",), steps=("bench.measure.steps:STEP",), section="reports.sections.steps",
-            modules=("bench/measure/steps.py",)),
+            settings=("steps",), steps=("bench.features.steps:STEP",), section="reports.sections.steps",
+            modules=("bench/features/steps.py",)),
     Feature("workloads", "ragged batches, structured inputs, a paged KV cache, alignment, serving mixes, models",
             settings=("lengths", "inputs", "kv_layout", "align", "batch_mix", "trace_mixes", "total_tokens", "model"),
             section="reports.sections.mixes",
@@ -101,20 +103,23 @@ FEATURES: tuple[Feature, ...] = (
                      "bench/measure/inputs.py")),
     Feature("shards, jobs and merge", "a sweep's shards, cluster jobs, merged run folders",
             settings=("shard", "shards", "sweep_id", "executor", "slurm_partition", "slurm_gpus_per_node",
-                      "slurm_time", "slurm_array_parallelism"), preps=("bench.engine.jobs:SHARD",),
+                      "slurm_time", "slurm_array_parallelism"), preps=("bench.features.shards.jobs:SHARD",),
             commands=("bench.cli.merge",),
-            modules=("bench/engine/jobs.py", "bench/engine/merge.py")),
+            modules=("bench/features/shards/jobs.py", "bench/features/shards/merge.py")),
     Feature("cost model", "the projection of a sweep's time, learnt from the machine's history",
-            preps=("bench.engine.plan:PRICE", "bench.engine.plan:PROJECT"), passes=("bench.engine.plan:PASS",),
-            modules=("bench/engine/plan.py", "bench/engine/compiled.py")),
+            preps=("bench.features.cost_model.plan:PRICE", "bench.features.cost_model.plan:PROJECT"),
+            passes=("bench.features.cost_model.plan:PASS",),
+            modules=("bench/features/cost_model/plan.py", "bench/features/cost_model/compiled.py")),
     Feature("status and repro", "what a run folder holds, and each cell's command", commands=("bench.cli.status",),
-            modules=("bench/engine/repro.py",)),
-    Feature("profile", "torch.profiler's categories of each cell's time", passes=("bench.engine.profiled:PASS",),
-            commands=("bench.cli.profile",), modules=("bench/measure/profiler.py", "bench/engine/profiled.py")),
+            modules=("bench/features/repro.py",)),
+    Feature("profile", "torch.profiler's categories of each cell's time",
+            passes=("bench.features.profile.profiled:PASS",),
+            commands=("bench.cli.profile",),
+            modules=("bench/features/profile/profiler.py", "bench/features/profile/profiled.py")),
     Feature("selfcheck", "the timer against torch.utils.benchmark on this machine", commands=("bench.cli.selfcheck",),
-            modules=("bench/measure/selfcheck.py",)),
+            modules=("bench/features/selfcheck.py",)),
     Feature("export", "rows as pytest-benchmark and torch.utils.benchmark read them", commands=("bench.cli.export",),
-            modules=("bench/engine/export.py",)),
+            modules=("bench/features/export.py",)),
     Feature("gpu-check", "the checks a GPU machine runs once, with their acceptance thresholds",
             commands=("bench.cli.gpu_check",), modules=("bench/engine/judge/acceptance.py",)),
 )
@@ -124,3 +129,15 @@ def owner_of(kind: str, name: str) -> list[str]:
     """The features (the core among them) that declare ``name`` among their ``kind``
     (settings, groups or steps): exactly one for a name the harness knows."""
     return [f.name for f in (CORE, *FEATURES) if name in getattr(f, kind)]
+
+
+def declared(hook: str) -> list:
+    """What the core and every feature declare for ``hook`` (``steps``, ``kept``, ``preps`` or
+    ``passes``: ``"module:NAME"`` each), imported, in the declarations' order."""
+    import importlib
+
+    found = []
+    for ref in (ref for f in (CORE, *FEATURES) for ref in getattr(f, hook)):
+        module, _, name = ref.partition(":")
+        found.append(getattr(importlib.import_module(module), name))
+    return found

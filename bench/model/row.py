@@ -87,7 +87,7 @@ TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples
 # interleave_id: the rows timed together in interleaved rounds (only they pair round by round)
 SPREAD = ("median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms")  # a cell's time and its spread (compare's verdict)
 CONTENTION = ("cpu_util", "other_cpu", "quantum_ms", "contended", "contended_why", "retimed")
-# retimed: a contended cell timed again in place, and why its first timing was contended (bench.engine.retime.Held)
+# retimed: a contended cell timed again in place, and why its first timing was contended (contention.retime.Held)
 ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err", "cosine", "grad_rel_err",
             "grad_cosine", "max_logit", "deterministic", "nondeterminism", "reference_skipped")
 # reference_skipped: why the cell is timed unchecked; deterministic: the timer's calls (the CPU) or two more
@@ -95,8 +95,8 @@ ACCURACY = ("max_abs_err", "max_err_over_max_ref", "grad_max_abs_err", "rel_err"
 FIGURES = ("setup_ms", "peak_mem_bytes", "peak_mem_cached", "tflops", "gbps", "pct_peak")
 # peak_mem_cached: the peak came from this machine's record of the same cell (bench.engine.memcache)
 KERNELS = ("kernels", "backend_ran", "kernel_mismatch", "kernel_sum_ms", "graph_median_ms", "timer_mismatch",
-           "kernels_error", "graph_error")  # GPU cells: what ran (bench.measure.kernels), the timers held against
-# each other, and why a check after the timing could not be made (the timing stays)
+           "kernels_error", "graph_error")  # GPU cells: what ran (bench.features.gpu_state.kernels), the timers
+# held against each other, and why a check after the timing could not be made (the timing stays)
 GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_end_w", "power_limit_w", "temp_start_c",
              "temp_end_c",
              "throttle_reasons", "energy_j_per_call", "energy_j_per_token", "energy_why", "throttled",

@@ -201,7 +201,7 @@ class _Spec:
                               "recorded memory peak, stay good (default 24); 0 measures them again "
                               "(bench.engine.peaks, bench.engine.memcache)", number(0, 8760, False),
                               default=24.0, metavar="HOURS", run=True, later=True)
-    # how the sweep runs: not part of what it measures (bench.engine.placement, bench.engine.plan, bench.engine.jobs)
+    # how the sweep runs: not part of what it measures (bench.engine.placement, bench.features: cost_model, shards)
     workers: int | None = setting("worker processes side by side (default 1): on the CPU each gets its own cores, on "
                                   "GPUs one GPU each; all variants of one case go to one worker",
                                   number(1, 1024, True), metavar="N", run=True)

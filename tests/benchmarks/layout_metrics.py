@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-FOLDERS = ("bench/model", "bench/measure", "bench/engine", "bench/cli", "bench", "reports", "variants", "tests")
+FOLDERS = ("bench/model", "bench/measure", "bench/engine", "bench/features", "bench/cli", "bench", "reports",
+           "variants", "tests")
 
 
 def _py(root: Path, folder: str, deep: bool) -> list[Path]:

@@ -126,7 +126,7 @@ def test_the_sdpa_verdict_holds_each_backend_to_its_share_of_the_measured_peak()
 
 def test_the_kernel_verdict_names_what_ran_and_fails_a_backend_that_ran_anothers_kernels():
     from bench.engine.judge.acceptance import kernel_verdict
-    from bench.measure.kernels import mismatch
+    from bench.features.gpu_state.kernels import mismatch
 
     rows = [{"variant": "sdpa.flash", "status": "ok", "kernels": ["pytorch_flash::flash_fwd_kernel"],
              "backend_ran": "flash"},
@@ -237,7 +237,7 @@ def test_the_quick_check_and_its_extra_step_dry_run_with_their_cells_and_project
 
 def test_a_cold_compile_with_a_backward_is_priced_as_one():
     from bench.api import discover
-    from bench.engine import plan
+    from bench.features.cost_model import plan
     from bench.model.case import Case
 
     flex = discover()["flex"]

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from bench.case import Case
-from bench.measure.profiler import CATEGORIES, categorize, profile_case
+from bench.features.profile.profiler import CATEGORIES, categorize, profile_case
 from tests.conftest import read_jsonl, run_cli
 
 
@@ -71,7 +71,7 @@ def test_sweep_profile_adds_shares_and_breakdown_chart(tmp_path):
 
 
 def test_profile_categories_for_hopper_kernels_and_annotations():
-    from bench.measure.profiler import breakdown, is_annotation
+    from bench.features.profile.profiler import breakdown, is_annotation
 
     assert categorize("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_TNT") == "matmul"
     assert categorize("cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm>") == "matmul"

@@ -11,7 +11,7 @@ from tests.conftest import run_cli
 def test_selfcheck_pairs_the_tools_round_by_round(monkeypatch):
     """The two tools take turns (harness, tub, harness, tub, ...), and the ratio is the median
     of the per-round ratios, with its spread."""
-    import bench.measure.selfcheck as sc
+    import bench.features.selfcheck as sc
     from bench.api import discover
 
     order = []

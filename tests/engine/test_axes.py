@@ -4,7 +4,8 @@ its own name, and a facet at its default goes unsaid; no list of them is kept ap
 
 import pandas as pd
 
-from bench.engine import memmodel, repro
+from bench.engine import memmodel
+from bench.features import repro
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, Case
 from bench.model.spec import SETTINGS
 from reports import frames

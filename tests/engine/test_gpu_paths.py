@@ -15,7 +15,7 @@ import pytest
 import tomllib
 import torch
 
-from bench.measure import nvml
+from bench.features.gpu_state import nvml
 from bench.measure.bound import bind_variant
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
@@ -132,7 +132,7 @@ def _timed(registry, case):
 
 
 def test_a_failed_cross_check_is_recorded_and_never_wipes_the_timing(registry):
-    from bench.measure.kernels import gpu_check_columns
+    from bench.features.gpu_state.kernels import gpu_check_columns
     from bench.model.row import Status
 
     class Uncapturable:

@@ -102,7 +102,8 @@ def test_retry_and_resume_ask_the_judge():
 
 
 def test_the_fingerprint_is_one_constant():
-    from bench.engine import merge, runfolder
+    from bench.engine import runfolder
+    from bench.features.shards import merge
 
     assert "threads" in judge.FINGERPRINT
     for module in (runfolder, merge):  # the run folder's env.json and a merge's check of the shards
@@ -114,7 +115,7 @@ def test_the_fingerprint_is_one_constant():
 
 @pytest.mark.parametrize("rows_made_now", [True])
 def test_a_merge_of_auto_threaded_shards_is_not_a_mixed_machine(tmp_path, rows_made_now):
-    from bench.engine.merge import merged_env
+    from bench.features.shards.merge import merged_env
 
     env = {k: "x" for k in judge.FINGERPRINT} | {"spec": {"threads": None}}
     merged = merged_env([tmp_path / "a", tmp_path / "b"], [env | {"threads": 2}, env | {"threads": 1}])

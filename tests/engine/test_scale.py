@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.engine import plan
 from bench.engine.placement import Slot, parse_gpus, place
 from bench.errors import UsageError
+from bench.features.cost_model import plan
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 from tests.support.text import count
 
@@ -67,7 +67,7 @@ def test_gpu_workers_inherit_the_gpus_a_scheduler_gave_this_process():
 
 def test_local_executor_shards_beyond_the_gpus_are_refused(monkeypatch, tmp_path):
     pytest.importorskip("submitit")
-    from bench.engine import jobs
+    from bench.features.shards import jobs
     from bench.model.spec import Spec
 
     monkeypatch.setattr(jobs, "_local_gpus", lambda spec: [0, 1])

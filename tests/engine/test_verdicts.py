@@ -254,7 +254,8 @@ def test_a_plugin_masks_prepare_receives_the_real_case(tmp_path):
 
 
 def test_contention_counts_the_cpus_of_the_affinity(monkeypatch):
-    from bench.measure import contention, cpuload
+    from bench.features.contention import contention
+    from bench.measure import cpuload
 
     monkeypatch.setattr(cpuload.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert cpuload.usable_cpus() == [0]
@@ -333,7 +334,7 @@ def test_backward_variants_of_a_case_keep_one_forward_graph_alive_at_a_time():
     assert most[0] == 1  # built at its turn, dropped after it: never three graphs at once
 
 
-# -- the kernels that ran (bench.measure.kernels), from names recorded on GPUs ------------------------
+# -- the kernels that ran (bench.features.gpu_state.kernels), from names recorded on GPUs ------------------------
 
 @pytest.mark.parametrize("names, backend", [
     (["void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>, true>(Flash_fwd_params)"],
@@ -347,13 +348,13 @@ def test_backward_variants_of_a_case_keep_one_forward_graph_alive_at_a_time():
     ([], ""),
 ])
 def test_the_backend_a_cells_kernels_belong_to(names, backend):
-    from bench.measure.kernels import backend_of
+    from bench.features.gpu_state.kernels import backend_of
 
     assert backend_of(names) == backend
 
 
 def test_a_pinned_sdpa_variant_declares_its_backend_and_a_mismatch_is_named(registry):
-    from bench.measure.kernels import mismatch
+    from bench.features.gpu_state.kernels import mismatch
 
     case = Case("cpu", "float32", 1, 2, 2, 16, 16, 8, "none", None, "fwd")
     assert registry["sdpa.flash"].prepare(case).info["backend"] == "flash"

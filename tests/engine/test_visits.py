@@ -181,7 +181,7 @@ def test_a_sweep_visits_each_ok_cell_in_fresh_workers_and_reads_its_rows_over_th
 
 def test_the_plan_prices_each_later_visit_as_a_fresh_worker_and_one_round_of_every_case(registry):
     from bench.api import build_spec, parse_values
-    from bench.engine import plan
+    from bench.features.cost_model import plan
 
     given = {"variants": ["naive", "sdpa"], "seq_lens": [64, 128], "heads": [2], "head_dims": [8], "masks": ["none"],
              "directions": ["fwd"], "budget_ms": 30, "device": "cpu", "dtypes": ["float32"], "rounds": 3}
@@ -197,8 +197,8 @@ def test_the_plan_prices_each_later_visit_as_a_fresh_worker_and_one_round_of_eve
 
 
 def test_a_merge_of_shards_keeps_each_cells_visits_apart_and_reads_them_back_folded_in(tmp_path):
-    from bench.engine.merge import merge_runs
     from bench.engine.store import ResultWriter, write_env
+    from bench.features.shards.merge import merge_runs
 
     shards = []
     for i, n in enumerate((64, 128), start=1):

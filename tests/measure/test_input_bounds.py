@@ -173,7 +173,8 @@ def test_bad_workloads_exit_2_in_one_line(capsys, argv, words):
 
 
 def test_more_threads_than_cores_is_said_and_named_as_the_cause():
-    from bench.measure import contention, cpuload
+    from bench.features.contention import contention
+    from bench.measure import cpuload
     from bench.measure.cpuload import auto_threads
     from bench.model.spec import Spec
 
@@ -257,7 +258,7 @@ def test_a_variant_that_leaves_a_busy_thread_is_marked_and_nothing_is_timed_besi
 def test_the_leftover_check_reports_a_busy_thread_and_forgets_an_idle_one(monkeypatch):
     """Fake /proc readings and a fake clock: threads appear, idle ones use no CPU over the check's
     window, a busy one a core's worth of it; whatever else the machine does, the check says the same."""
-    from bench.measure import leftovers
+    from bench.features.contention import leftovers
 
     class Proc:
         def __init__(self):
@@ -296,7 +297,7 @@ def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one(monkeypa
     """On a loaded machine a spinning thread can get under a quarter of a core in 50 ms: the check
     looks again, longer, before it takes a new thread as the new normal (fake clocks and thread
     counts: 0.2 cores in the first window, 0.6 in the second)."""
-    from bench.measure import leftovers
+    from bench.features.contention import leftovers
 
     now = {"t": 0.0, "cpu": 0.0, "threads": 4}
     shares = iter([0.2, 0.6])  # cores used in each window
@@ -324,7 +325,8 @@ def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one(monkeypa
 # -- warnings are said once, by the folder they belong to --------------------------------------------------------
 
 def test_a_corrupted_folder_warns_its_own_readers_once_and_never_the_planner(tmp_path, capsys):
-    from bench.engine import plan, store
+    from bench.engine import store
+    from bench.features.cost_model import plan
 
     run = tmp_path / "runs" / "a"
     run.mkdir(parents=True)
@@ -408,7 +410,7 @@ def test_the_libraries_pools_are_started_before_the_baseline_so_no_check_looks_f
 
     code = """
 import sys, torch
-from bench.measure import leftovers
+from bench.features.contention import leftovers
 torch.set_num_threads(2)
 if sys.argv[1] == "warm":
     leftovers.warm()

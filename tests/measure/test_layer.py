@@ -229,7 +229,7 @@ def test_a_ratio_that_never_rises_has_no_crossover():
 
 def test_an_approximation_in_a_layer_reports_its_error_and_steps_stay_the_cores():
     from bench.api import discover
-    from bench.measure.steps import run_steps
+    from bench.features.steps import run_steps
 
     registry = discover(entry_points=False)
     approx = next(v for v in registry if v.approximate and "cpu" in v.devices)

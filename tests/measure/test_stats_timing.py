@@ -172,7 +172,7 @@ def test_the_variants_of_a_case_are_timed_round_robin_in_the_worker_code():
     import torch.nn.functional as F
 
     from bench.engine.cell import run_group
-    from bench.measure import contention
+    from bench.features.contention import contention
     from bench.measure.settings import MeasureSettings
     from bench.registry import Variant
 

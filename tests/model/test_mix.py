@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bench.cli import main
-from bench.engine.repro import command
+from bench.features.repro import command
 from bench.measure import flops
 from bench.measure.bound import bind_variant
 from bench.measure.correctness import check, reference, run_and_check

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bench.cli import main
-from bench.engine import repro
+from bench.features import repro
 from bench.measure.bound import bind_variant
 from bench.measure.correctness import check, reference, run_and_check
 from bench.measure.flops import flops, min_bytes

@@ -71,7 +71,7 @@ def test_a_sweep_row_carries_prep_ms(tmp_path):
 
 
 def test_a_loader_s_next_batches_vary_their_tokens_around_n():
-    from bench.measure.steps import step_cases
+    from bench.features.steps import step_cases
     from bench.model.case import Case
     from bench.model.workload import free_lengths
 
@@ -88,7 +88,7 @@ def test_a_loader_s_next_batches_vary_their_tokens_around_n():
 
 
 def test_steps_time_each_fresh_batch_and_count_no_recompile_without_a_compile(registry):
-    from bench.measure.steps import run_steps
+    from bench.features.steps import run_steps
     from bench.model.case import Case
 
     case = Case(batch=4, heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=8, mask="none", lengths="lognormal:0.5",
@@ -108,7 +108,7 @@ def test_flex_recompiles_for_each_new_length_unless_dynamic_and_a_warm_compile_i
     import torch
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 
-    from bench.measure.steps import run_steps
+    from bench.features.steps import run_steps
     from bench.model.case import Case
     from bench.model.registry import compile_dynamic
 

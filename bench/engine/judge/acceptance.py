@@ -55,7 +55,7 @@ def matrix_verdict(check: str, rows: list[dict]) -> tuple[str, bool, str]:
 
 def kernel_verdict(rows: list[dict], device: str) -> tuple[str, bool, str]:
     """Every ok cell of the SDPA sweep names the kernels that ran, and a pinned backend ran its
-    own (bench.measure.kernels); on the CPU there are no CUDA kernels to name."""
+    own (bench.features.gpu_state.kernels); on the CPU there are no CUDA kernels to name."""
     check = "2 kernels that ran belong to each cell's backend"
     if device != "cuda":
         return check, True, "on the CPU: no CUDA kernels to name"

@@ -1,4 +1,4 @@
-"""``python -m bench ab``: two builds taking turns (bench.engine.ab).  The logic runs against fake
+"""``python -m bench ab``: two builds taking turns (bench.features.ab).  The logic runs against fake
 side servers whose rows carry the noise measured on the 2-core machine (tests/benchmarks/drift.py):
 a per-process offset each repeat, and each turn's own drift; the plugin files' renaming runs for
 real, and one small real ab runs end to end (slow)."""
@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from bench.cli import main
-from bench.engine import ab, store
+from bench.engine import store
 from bench.engine.store import ResultWriter
 from bench.errors import UsageError
+from bench.features import ab
 from bench.measure.stats import paired_evidence, t_cdf, t_quantile
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
@@ -100,7 +101,7 @@ def test_an_aa_calls_at_most_five_percent_of_cells_changed(tmp_path):
 def test_a_slowdown_beyond_the_noise_is_found_and_a_small_one_says_unsure(tmp_path):
     """With the turn-to-turn noise of separate processes on this machine, 5 repeats find a 2x
     slowdown of one variant; a 10% one is left unsure (plugin files interleave within one sweep and
-    find it: tests/engine/test_ab.py's slow end-to-end test and the closing figures)."""
+    find it: tests/features/test_ab.py's slow end-to-end test and the closing figures)."""
     table, _ = _ab(tmp_path, 11, {"sdpa": 2.0})
     slowed = [r for r in table if r["variant"] == "sdpa"]
     assert sum(r["verdict"] == "slower" for r in slowed) >= 0.9 * len(slowed)

@@ -1,6 +1,6 @@
 """Contended cells measured again rather than only flagged: the end-of-sweep re-measurement of
 the cells still contended once the load has dropped (a ``Pass``, after the workers timed theirs
-again in place: bench.engine.retime.Held).  It reads the load on this process's CPUs
+again in place: bench.features.contention.retime.Held).  It reads the load on this process's CPUs
 (bench.measure.cpuload: its one look, ``wait_for_quiet``), as the contention check does."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bench.measure.cpuload import QUIET_LOOK_S, wait_for_quiet  # noqa: F401  (Q
 
 def remeasure(cells, run_dir: Path, spec, threads: int | None, measure, retimed: tuple[int, int] = (0, 0)
               ) -> tuple[list[str], float]:
-    """The cells still contended once the workers re-timed theirs in place (bench.engine.retime.Held;
+    """The cells still contended once the workers re-timed theirs in place (bench.features.contention.retime.Held;
     ``retimed``: how many rows they timed again, and how many came out clean): up to
     ``spec.remeasure`` passes at the end of the sweep, each only when the load has dropped by then
     (one look, QUIET_LOOK_S: no idle wait), ``measure(cells)`` (the sweep's own cell runner,

@@ -1,4 +1,4 @@
-"""A contended case is timed again in place (bench.engine.retime.Held): kept set up in the worker,
+"""A contended case is timed again in place (bench.features.contention.retime.Held): kept set up in the worker,
 timed again after the next case whose own timing was quiet or when the sweep flushes it, with no
 new inputs, reference, setup or check; its rows come again with the new timing and say why."""
 
@@ -6,8 +6,8 @@ import torch.nn.functional as F
 
 from bench.engine import cell
 from bench.engine.cell import run_group
-from bench.engine.retime import Held
-from bench.measure import contention
+from bench.features.contention import contention
+from bench.features.contention.retime import Held
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 from bench.registry import Variant

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from bench.engine import frontier_search as frontier
 from bench.engine import memmodel
+from bench.features import frontier
 from bench.measure.bound import bind_variant
 from bench.measure.memory import peak_bytes
 from bench.model.case import Case

@@ -1,4 +1,4 @@
-"""The worker's side of ``--remeasure`` (bench.engine.remeasure): contended cases kept set up in
+"""The worker's side of ``--remeasure`` (bench.features.contention.remeasure): contended cases kept set up in
 the worker and timed again in place."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import uuid
 
 from bench.engine import spans
 from bench.engine.cell import builds_per_turn, nowhere, timed_span
-from bench.measure import contention, cpuload
+from bench.features.contention import contention
+from bench.measure import cpuload
 from bench.measure.cellsteps import Keep, free_device_memory
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import interleave, make_timer

@@ -1,5 +1,5 @@
 """``sweep --profile``: the sweep's profiled pass (a ``Pass``, bench.engine.passes): every cell
-measured ok profiled again in the worker after all the timing (bench.measure.profiler), into the
+measured ok profiled again in the worker after all the timing (bench.features.profile.profiler), into the
 run folder's profile.jsonl."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from bench.engine.passes import Pass, PassResult, SweepSoFar
 
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 
-PROFILE_TASK = "bench.measure.profiler:profile_group"  # the worker's part of the profiled pass (runner.Job.task)
+PROFILE_TASK = "bench.features.profile.profiler:profile_group"  # the worker's part of the profiled pass (Job.task)
 
 
 def _pass(s: SweepSoFar) -> PassResult:

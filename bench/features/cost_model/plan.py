@@ -52,7 +52,8 @@ from pathlib import Path
 
 from bench.engine.passes import Pass, PassResult, SweepSoFar
 from bench.engine.prepare import Prep, Prepared
-from bench.measure import contention, cpuload
+from bench.features.contention import contention
+from bench.measure import cpuload
 from bench.measure import flops as flopcount
 from bench.measure.settings import DEFAULT_CEILING_MS, DEFAULT_ROUNDS, INTERVAL_SAMPLES, MeasureSettings
 from bench.model.case import CASE_DEFAULTS, CASE_FIELDS, Case
@@ -131,7 +132,7 @@ def case_key(fields: dict) -> str:
 
 def compiled_pairs(rows, registry, device: str) -> list[tuple[str, str]]:
     """(variant, case key) of the ok rows of ``device`` whose variant compiles: what the compiler's
-    cache now holds (bench.engine.compiled)."""
+    cache now holds (bench.features.cost_model.compiled)."""
     return [(r["variant"], case_key(r)) for r in rows
             if r.get("status") == "ok" and r.get("device") == device and r.get("variant") in registry
             and registry[r["variant"]].compiles]
@@ -146,8 +147,9 @@ def refused_pairs(rows, device: str) -> list[tuple[str, str]]:
 
 def _learn(s: SweepSoFar) -> PassResult:
     """What a sweep's rows teach the later plans of this machine: the cases a compiled variant set up
-    (its compiler's cache holds them now) and those a library refused (bench.engine.compiled)."""
-    from bench.engine import compiled, store
+    (its compiler's cache holds them now) and those a library refused (bench.features.cost_model.compiled)."""
+    from bench.engine import store
+    from bench.features.cost_model import compiled
 
     rows = store.read_rows(s.run_dir)
     compiled.record(compiled_pairs(rows, s.pool.registry, s.spec.device), s.spec.device)
@@ -210,7 +212,7 @@ def load_history(root: Path, device: str, limit: int = 30, registry=None, machin
     correction of the cost model's non-setup part, the median of the earlier sweeps' measured
     over modelled time (env.json's history).  ``registry``: the variants, whose declarations say
     which are approximations.  ``machine``: also the cases compiled on this machine into run folders
-    elsewhere, while the compiler's cache holds them (bench.engine.compiled)."""
+    elsewhere, while the compiler's cache holds them (bench.features.cost_model.compiled)."""
     from bench.engine import store
 
     setups: dict = {}
@@ -256,7 +258,7 @@ def load_history(root: Path, device: str, limit: int = 30, registry=None, machin
             for k, values in found.items():
                 into.setdefault(k, []).append(statistics.median(values))
     if machine:
-        from bench.engine import compiled
+        from bench.features.cost_model import compiled
 
         seen |= compiled.seen(device)
         refused |= compiled.refused(device)
@@ -533,7 +535,7 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
         per_shard = [s + visits_s / max(1, len(per_shard)) for s in per_shard]
     remeasure_s = 0.0
     if load and load.contended_share and spec.remeasure:  # the contended cells timed again, and a look at the load
-        from bench.engine.remeasure import QUIET_LOOK_S
+        from bench.features.contention.remeasure import QUIET_LOOK_S
 
         quiet_cells = max(first_workers, default=0.0) / slowdown
         remeasure_s = (QUIET_LOOK_S if load.waits_for_quiet else 0.0) + load.contended_share * quiet_cells

@@ -17,7 +17,8 @@ import statistics
 import torch
 import torch.utils.benchmark as tub
 
-from bench.measure import contention, cpuload
+from bench.features.contention import contention
+from bench.measure import cpuload
 from bench.measure.bound import bind_variant
 from bench.measure.timing import CpuTimer, CudaTimer, interleave
 from bench.model.case import Case

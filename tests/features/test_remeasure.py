@@ -12,7 +12,8 @@ import pytest
 
 from bench.api import discover
 from bench.cli import main
-from bench.engine import plan, store
+from bench.engine import store
+from bench.features.cost_model import plan
 from bench.model.specbuild import build_spec, parse_values
 from reports.frames import tidy
 from tests.conftest import read_jsonl, run_cli
@@ -176,7 +177,7 @@ def test_a_busy_start_scales_the_projection_and_says_so(registry, monkeypatch):
     threads and the others' are 0.8 beyond the cores, so 0.8 of its cells are expected contended
     and timed again, with the end-of-sweep pass's one look at the load (its one thread has no
     core of its own)."""
-    from bench.engine.remeasure import QUIET_LOOK_S
+    from bench.features.contention.remeasure import QUIET_LOOK_S
     from bench.measure import cpuload
 
     monkeypatch.setattr(cpuload, "usable_cpus", lambda: [0, 1])
@@ -263,7 +264,8 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
     """Busy loops on every core while the cells are timed; stopped just before the end-of-sweep
     pass: the worker times its contended cases again in place at the end of its pass (the loops
     still running), then the cells still contended are measured again whole, and every row stays."""
-    from bench.engine import remeasure, sweep
+    from bench.engine import sweep
+    from bench.features.contention import remeasure
     from bench.measure.cpuload import usable_cpus
 
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in usable_cpus()]
@@ -307,7 +309,7 @@ def test_a_sweep_re_measures_its_contended_cells_at_its_end(tmp_path, monkeypatc
 def test_the_end_pass_does_not_wait_for_a_load_that_stays_and_says_so(tmp_path, monkeypatch):
     """Cells still contended at the end and a load that has not dropped: one look, no idle wait, no
     re-measurement, and a note that says why; what the workers re-timed in place is said first."""
-    from bench.engine import remeasure
+    from bench.features.contention import remeasure
 
     spec = build_spec(parse_values(SETTINGS | {"remeasure": 2}), discover())
     cells = [("naive", c) for c in spec.cases()]
@@ -373,9 +375,9 @@ def test_the_merge_command_status_suggests_names_a_free_folder(tmp_path, capsys,
     sweep = tmp_path / "sweep"
     (sweep / "merged").mkdir(parents=True)
     (sweep / "merged" / "results.jsonl").write_text("")
-    monkeypatch.setattr("bench.engine.jobs.read_sweep", lambda folder: {"sweep_id": "s", "executor": "local",
+    monkeypatch.setattr("bench.features.shards.jobs.read_sweep", lambda folder: {"sweep_id": "s", "executor": "local",
                                                                         "submitted": "now"})
-    monkeypatch.setattr("bench.engine.jobs.job_states", lambda record: [
+    monkeypatch.setattr("bench.features.shards.jobs.job_states", lambda record: [
         {"shard": "1/1", "job_id": "1", "state": "DONE", "cells_done": 2, "cells": 2, "folder": "f1"}])
     assert status._jobs(sweep) == 0
     assert f"--out {sweep / 'merged-2'}" in capsys.readouterr().out

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from bench.measure import contention, cpuload
+from bench.features.contention import contention
+from bench.measure import cpuload
 from tests.conftest import read_jsonl, run_cli
 
 

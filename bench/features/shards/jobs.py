@@ -9,7 +9,7 @@ A sweep folder holds one run folder per shard, submitit's own folder and ``sweep
 Each job runs the ordinary sweep (``bench.engine.sweep.run_sweep``) of its shard in its
 folder, resuming when the folder already holds rows: a resubmitted or requeued job
 measures only the cells its shard still lacks.  No scheduler of our own: submitit submits,
-Slurm (or the local executor) runs, and the shards' split is ``bench.engine.plan``'s.
+Slurm (or the local executor) runs, and the shards' split is ``bench.features.cost_model.plan``'s.
 
 submitit's pitfalls, handled here: its local executor shows every job the GPUs 0..n-1, so
 each job is given its own GPU; and it kills a local job after 2 minutes when no timeout
@@ -201,9 +201,9 @@ def _alive(pid: int) -> bool:
 
 def _shard(p: Prepared) -> None:
     """``--shard i/N``: the shard's share of the spec's cells, the static split of its cases by
-    their cost (bench.engine.plan.shard_cells: the same at every invocation of the spec)."""
+    their cost (bench.features.cost_model.plan.shard_cells: the same at every invocation of the spec)."""
     if p.spec.shard:
-        from bench.engine import plan
+        from bench.features.cost_model import plan
 
         p.cells = plan.shard_cells(p.cells, p.registry, p.spec.budget_ms, shard_pair(p.spec.shard))
 

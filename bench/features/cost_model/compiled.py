@@ -1,7 +1,7 @@
 """The cases a compiled variant (flex) set up on this machine, wherever their run folders were
 written: ``compiled.json`` in the machine's cache folder (bench.engine.cachefiles),
 one list per (device, torch version, Inductor cache folder).  A sweep adds its ok rows' cases at
-its end; the plan (bench.engine.plan.load_history) reads them before it prices a compile as cold,
+its end; the plan (bench.features.cost_model.plan.load_history) reads them before it prices a compile as cold,
 so a sweep into a new folder is priced from the compiler cache this machine has.  A list counts
 only while its Inductor cache folder holds files: a wiped cache compiles from nothing again."""
 
@@ -36,7 +36,7 @@ def _path(path: Path | None) -> Path:
 
 def record(pairs, device: str, path: Path | None = None, inductor_dir: Path | None = None) -> None:
     """Add ``pairs`` ((variant, case key) a compiled variant set up on ``device``:
-    bench.engine.plan.compiled_pairs) to the record."""
+    bench.features.cost_model.plan.compiled_pairs) to the record."""
     keys = [f"{name}|{case}" for name, case in pairs]
     if not keys:
         return
@@ -52,7 +52,7 @@ def record(pairs, device: str, path: Path | None = None, inductor_dir: Path | No
 def record_refused(pairs, device: str, path: Path | None = None) -> None:
     """Add ``pairs`` ((variant, case key) a variant's own probe refused on ``device``: a library's
     refusal, found in the worker) to the record, per device and torch version, so that a plan in
-    any folder knows them before it prices a setup (bench.engine.plan.load_history)."""
+    any folder knows them before it prices a setup (bench.features.cost_model.plan.load_history)."""
     keys = [f"{name}|{case}" for name, case in pairs]
     if not keys:
         return

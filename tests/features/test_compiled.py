@@ -1,9 +1,9 @@
-"""The cases a compiled variant set up on this machine (bench.engine.compiled): recorded at a sweep's
+"""The cases a compiled variant set up on this machine (bench.features.cost_model.compiled): recorded at a sweep's
 end, read by the plan before it prices a compile as cold, void once the compiler's cache is gone."""
 
 import pytest
 
-from bench.engine import compiled, plan
+from bench.features.cost_model import compiled, plan
 from bench.model.case import Case
 
 
