@@ -243,11 +243,11 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
     cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
     cache = ReferenceCache()
     vecisa.trust()  # Inductor's CPU probe, skipped where this machine's record says what it finds
-    gc.collect()
-    gc.freeze()  # torch's and the registry's objects: never scanned again by a collection
     # what the features keep across cells (the memory record, contended cases held, the leftover
-    # check's baseline, taken against the worker as it is now): the last thing made before Ready
+    # check's baseline, taken against the worker as it is now, its libraries' pools started first)
     kept = {keep.name: keep.make(_device_name()) for keep in worker_keeps()}
+    gc.collect()
+    gc.freeze()  # torch's, the registry's and the kept objects: never scanned again by a collection
     conn.send(Ready(torch.get_num_threads(), _device_name()))
     while True:
         try:

@@ -177,7 +177,9 @@ def folder(out: Path, repeat: int, index: int, label: str) -> Path:
 def run(sides: tuple[Side, Side], settings: dict, out: Path, repeats: int,
         start: Callable[[Side], object] = Server, progress: Callable[[str], None] = lambda _m: None) -> Path:
     """Measure ``settings`` under both sides, ``repeats`` times, into ``out``; ``start`` starts a
-    side's server (a fake in tests).  Each repeat starts both servers afresh."""
+    side's server (a fake in tests).  Each repeat starts both servers afresh.  The servers get the
+    folders as absolute paths: a tree side runs in its own tree, where a relative one would land."""
+    out = Path(out).resolve()
     parts = slices(settings)
     if together(sides):
         a, b = sides

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,6 +88,25 @@ def test_the_sides_take_each_slice_in_turn_and_each_repeat_starts_fresh_servers(
     assert started == ["A", "B", "A", "B"]  # two fresh servers per repeat
     assert order == [("A", 256), ("B", 256), ("B", 512), ("A", 512), ("A", 1024), ("B", 1024),
                      ("B", 256), ("A", 256), ("A", 512), ("B", 512), ("B", 1024), ("A", 1024)]
+
+
+def test_a_relative_out_reaches_each_side_s_server_as_one_absolute_folder(tmp_path, monkeypatch):
+    """A tree side's server runs in its own tree: a folder relative to the command's directory must
+    reach it whole, or each side would write into a folder of its own."""
+    seen = []
+
+    class Recorder(FakeServer):
+        def __init__(self, side, *a):
+            super().__init__(side, np.random.default_rng(0), {})
+
+        def measure(self, settings, out):
+            seen.append(Path(out))
+            super().measure(settings, out)
+
+    monkeypatch.chdir(tmp_path)
+    sides = (ab.Side("A", "a", sys.executable, str(ROOT)), ab.Side("B", "b", sys.executable, str(ROOT)))
+    ab.run(sides, SETTINGS, Path("rel"), 1, start=Recorder)
+    assert seen and all(p.is_absolute() and p.is_relative_to(tmp_path / "rel") for p in seen)
 
 
 def test_an_aa_calls_at_most_five_percent_of_cells_changed(tmp_path):
