@@ -52,7 +52,6 @@ from pathlib import Path
 
 from bench.engine.passes import Pass, PassResult, SweepSoFar
 from bench.engine.prepare import Prep, Prepared
-from bench.features.contention import contention
 from bench.measure import cpuload
 from bench.measure import flops as flopcount
 from bench.measure.settings import DEFAULT_CEILING_MS, DEFAULT_ROUNDS, INTERVAL_SAMPLES, MeasureSettings
@@ -312,8 +311,8 @@ def busy(others: float | None, cores: int, threads: int | None, workers: int = 1
     share = mine if mine + others <= cores else cores * mine / (mine + others)  # cores the sweep's threads get
     excess = mine + others - cores  # threads, the sweep's and the others', beyond the cores
     return Busy(others, cores, mine_each, max(1.0, mine / share),
-                min(1.0, max(0.0, excess) / mine) if excess > contention.OTHER_CPU_MARGIN else 0.0,
-                others > cores - mine_each + contention.OTHER_CPU_MARGIN, quiet / mine_each)
+                min(1.0, max(0.0, excess) / mine) if excess > cpuload.OTHER_CPU_MARGIN else 0.0,
+                others > cores - mine_each + cpuload.OTHER_CPU_MARGIN, quiet / mine_each)
 
 
 def cell_setup_s(variant, case: Case, history: History | None = None) -> float:
@@ -535,10 +534,8 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
         per_shard = [s + visits_s / max(1, len(per_shard)) for s in per_shard]
     remeasure_s = 0.0
     if load and load.contended_share and spec.remeasure:  # the contended cells timed again, and a look at the load
-        from bench.features.contention.remeasure import QUIET_LOOK_S
-
         quiet_cells = max(first_workers, default=0.0) / slowdown
-        remeasure_s = (QUIET_LOOK_S if load.waits_for_quiet else 0.0) + load.contended_share * quiet_cells
+        remeasure_s = (cpuload.QUIET_LOOK_S if load.waits_for_quiet else 0.0) + load.contended_share * quiet_cells
         per_shard = [s + remeasure_s for s in per_shard]
     setup = sum(g.setup_s for g in gs) / max(1, workers)
     idle, idle_why = cannot_run(cells, registry)
