@@ -381,6 +381,14 @@ def test_the_core_reaches_a_feature_only_through_its_declaration():
     assert not bad, bad
 
 
+def test_no_module_of_the_engine_or_the_measurement_imports_a_feature():
+    """bench/engine/ and bench/measure/ sit below bench/features/: none of their modules imports one, not
+    even a module a feature declares as its own there (a later visit asks the core's load verdict)."""
+    bad = [f"{m} imports {i}" for m, deps in _graph().items() if m.startswith(("bench.engine", "bench.measure"))
+           for i in deps if i == "bench.features" or i.startswith("bench.features.")]
+    assert not bad, bad
+
+
 def test_every_subcommand_and_report_section_is_a_declared_feature_s():
     """The parser's subcommands are the declared commands, each once; every bench/cli module with
     an ``add_parser`` is one of them; every reports module with ``sections`` is a declared section

@@ -26,7 +26,7 @@ from bench.errors import first_line
 from bench.measure.bound import BoundVariant, bind_variant, case_inputs
 from bench.measure.cellsteps import Keep, Step, Timed, kept_calls
 from bench.measure.cellsteps import free_device_memory as _free
-from bench.measure.correctness import check_form, determinism, reference, run_and_check, same_bits
+from bench.measure.correctness import check_form, determinism, guarded, reference, run_and_check, same_bits
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import interleave, make_timer, release_flush_buffer
 from bench.model.case import Case
@@ -199,7 +199,8 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
         if skip_reference:  # timed unchecked: the output's form is still checked, its values cannot be
             result.reference_skipped = skip_reference
             with bound.scope(), spans.span("checked call"):
-                check = check_form(case, bound.fn(q, k, v))
+                guard = guarded(case, q, k, v, grad_out)
+                check = guard.verdict(check_form(case, bound.fn(q, k, v)))
         else:
             with bound.scope(), spans.span("checked call against the reference"):
                 check = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),

@@ -15,7 +15,6 @@ import torch
 from bench.engine import spans
 from bench.engine.cell import nowhere, timed_span
 from bench.errors import first_line
-from bench.features.contention import contention
 from bench.measure import cpuload
 from bench.measure.bound import bind_variant, case_inputs
 from bench.measure.cellsteps import free_device_memory
@@ -114,5 +113,5 @@ def _visit_figures(t, device: str, other_cpu) -> dict:
     out = dict(median_ms=summary.median_ms, samples=summary.samples, samples_ms=list(summary.samples_ms),
                timed_s=summary.timed_s, number=summary.number)
     if device == "cpu":
-        out.update(contention.verdict(summary.cpu_util, other_cpu, summary.threads, summary.samples_ms))
+        out.update(cpuload.verdict(summary.cpu_util, other_cpu, summary.threads, summary.samples_ms))
     return out

@@ -352,6 +352,51 @@ def _what(value) -> str:
     return f"a {type(value).__name__}"
 
 
+class InputGuard:
+    """The tensors a variant is handed (q, k and v, the upstream gradient; in a layer its x, memory
+    and weights), copied to the host before its checked call and held against it after: ``changed()``
+    names those it wrote to in place, and ``restore()`` puts their values back, so that the next
+    variant of the case runs on the inputs its reference was computed from.  A variant that changes
+    its inputs corrupts what a real model's next layer reads, and every later timed call runs on
+    other inputs than the checked one: its cell is ``mismatch``, naming them."""
+
+    def __init__(self, named: dict):
+        self.named = {k: t for k, t in named.items() if isinstance(t, torch.Tensor)}
+        self.copies = {k: t.detach().to("cpu", copy=True) for k, t in self.named.items()}
+
+    @staticmethod
+    def _bits(t: torch.Tensor) -> torch.Tensor:
+        t = t.detach().to("cpu")
+        return t.view(torch.uint8) if t.dtype.is_floating_point and t.element_size() == 1 else t  # fp8: no equal
+
+    def changed(self) -> list[str]:
+        """The names of the tensors whose values differ from their copies (bitwise)."""
+        return [k for k, t in self.named.items() if not torch.equal(self._bits(t), self._bits(self.copies[k]))]
+
+    def restore(self, names) -> None:
+        with torch.no_grad():
+            for k in names:
+                self.named[k].copy_(self.copies[k].to(self.named[k].device))
+
+    def verdict(self, result: CheckResult, what: str = "the variant") -> CheckResult:
+        """``result``, failed when an input was changed (and the inputs restored)."""
+        changed = self.changed()
+        if changed:
+            self.restore(changed)
+            names = ", ".join(changed)
+            # this reason comes before any other: the output's own figures may have been computed on other inputs
+            result.ok, result.kind, result.outputs = False, "mismatch-values", None
+            result.reason = (f"{what} changed its input{'s' if len(changed) > 1 else ''} {names} in place (it "
+                             f"must leave every input as it got it: a model's next layer reads them, and each later "
+                             f"call would run on other inputs than the checked one)")
+        return result
+
+
+def guarded(case: Case, q, k, v, grad_out=None) -> InputGuard:
+    """An InputGuard over a core cell's inputs: q, k, v and, with a backward, the upstream gradient."""
+    return InputGuard({"q": q, "k": k, "v": v, "grad_out": grad_out})
+
+
 def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None = None,
                   error_budget: float | None = None, approximate: bool = False) -> CheckResult:
     """Run ``fn`` once (with backward when ``grad_out`` is given) and check it.
@@ -359,22 +404,23 @@ def run_and_check(case: Case, fn, q, k, v, grad_out=None, ref: Reference | None 
     ``ref`` may carry a precomputed ``reference(...)`` for these inputs; ``approximate`` and
     ``error_budget`` are the variant's (see ``check``).
     """
+    ref = ref if ref is not None else reference(case, q, k, v, grad_out)
+    guard = guarded(case, q, k, v, grad_out)
     out = fn(q, k, v)
-    if not isinstance(out, torch.Tensor):
-        return check_form(case, out)
+    if not isinstance(out, torch.Tensor) or guard.changed():  # said before a backward trips over the change
+        return guard.verdict(check_form(case, out))
     grads = None
     if grad_out is not None:
         grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
     outputs = (out.detach(), tuple(None if g is None else g.detach() for g in grads) if grads is not None else None)
-    ref = ref if ref is not None else reference(case, q, k, v, grad_out)
     form = check_form(case, out)
     if not form.ok:
-        return form
+        return guard.verdict(form)
     out, grads = ref.select(out, grads)
     result = check(case, out, ref.out, grads, ref.grads, error_budget, approximate, ref.atol_scale)
     result.max_logit = ref.max_logit
     result.outputs = outputs
-    return result
+    return guard.verdict(result)
 
 
 def same_bits(case: Case, first, timed_outputs) -> tuple[bool, float]:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.measure.cellsteps import Step, Timed
-from bench.measure.correctness import CheckResult, relative_errors
+from bench.measure.correctness import CheckResult, InputGuard, check_form, relative_errors
 from bench.measure.stats import median_ci, quantile
 from bench.measure.timing import direction_call
 from bench.model import layer as shapes
@@ -309,7 +309,10 @@ class LayerBound:
         grad = case.needs_grad
         x, memory = (None if t is None else t.detach().requires_grad_(grad) for t in (self.x, self.memory))
         w = {k: t.detach().requires_grad_(grad) for k, t in self.layer.w.items()}
-        out = Layer(case, w, self.layer.cores).forward(x, memory)
+        try:
+            out = Layer(case, w, self.layer.cores).forward(x, memory, run=_checked_cores(case))
+        except _CoreRefused as refused:  # the variant's own bug, said before the harness uses what it returned
+            return refused.result
         ref_layer = Layer(case, {k: t.detach().double().cpu().requires_grad_(grad) for k, t in w.items()},
                           {name: exact_core(c, batches) for name, c in shapes.core_cases(case).items()})
         ref_in = [None if t is None else t.detach()[batches].double().cpu().requires_grad_(grad) for t in (x, memory)]
@@ -354,6 +357,33 @@ class LayerBound:
             elif not result.grad_cosine >= g_cos:
                 result.fail(f"the layer's gradients: cosine {result.grad_cosine:.6g} < {g_cos:g} ({case.dtype})")
         return result
+
+
+class _CoreRefused(Exception):
+    def __init__(self, result: CheckResult):
+        super().__init__(result.reason)
+        self.result = result
+
+
+def _checked_cores(case: Case) -> Callable:
+    """The layer's ``run`` for its check: each core's call held to what a core cell's is before the
+    layer reads its output (one tensor shaped like q, in the case's dtype and device, finite), and
+    its q, k and v held to what it got (InputGuard); _CoreRefused with the mismatch where not."""
+    cores = shapes.core_cases(case)
+
+    def run(part, fn, args, used):
+        if part not in cores:
+            return fn(*args)
+        guard = InputGuard(dict(zip("qkv", args)))
+        out = fn(*args)
+        result = guard.verdict(check_form(cores[part], out))
+        if not result.ok:
+            core = "cross-attention" if part == "core_cross" else \
+                "self-attention" if case.scope == "decoder" else "attention"
+            result.reason = f"{result.reason} (in the {case.scope}'s {core} core)"
+            raise _CoreRefused(result)
+        return out
+    return run
 
 
 SUM_AGREES = 0.15  # the parts' medians sum to the whole's within this share, or the row says they do not

@@ -18,12 +18,17 @@ tensors live in ``bench.measure.layer``; this module has no torch.
 
 from __future__ import annotations
 
+from bench.model import digits
+
 SCOPES = ("core", "block", "encoder", "decoder")
 FFN_KINDS = {"mlp": 2, "swiglu": 3}  # kind: its weight matrices of d_model x d_ff
 CROSS_MASK = "padding"  # the decoder's cross-attention: the encoder output's padding
 # a layer's parts, in the order a layer runs them; norms are every residual add and norm together
 PARTS = ("qkv", "core", "core_cross", "out", "norms", "ffn")
 LINEAR_FACTOR = {"fwd": 1.0, "bwd": 2.0, "fwd+bwd": 3.0}  # a linear map's backward: the input's and the weight's
+# the widest FFN a --ffn names: 16x the widest published model's (Llama 3.1 405B, d_ff 53,248) and as wide as
+# --ffn-mult's largest multiple (64) of a d_model of 16,384
+MAX_D_FF = 1 << 20
 
 
 class LayerError(ValueError):
@@ -31,11 +36,11 @@ class LayerError(ValueError):
 
 
 def parse_ffn(text: str) -> tuple[str, int]:
-    """``mlp:2048`` -> ("mlp", 2048); a LayerError says what is valid."""
+    """``mlp:2048`` -> ("mlp", 2048); a LayerError says what is valid (D_FF in ASCII digits, 1 to MAX_D_FF)."""
     kind, _, size = str(text).strip().lower().partition(":")
-    if kind not in FFN_KINDS or not size.isdigit() or int(size) < 1:
-        raise LayerError(f"--ffn {text}: valid: {' or '.join(f'{k}:D_FF' for k in FFN_KINDS)} with D_FF a positive "
-                         f"integer, e.g. mlp:2048 or swiglu:14336")
+    if kind not in FFN_KINDS or not digits.is_digits(size) or not 1 <= int(size) <= MAX_D_FF:
+        raise LayerError(f"--ffn {text}: valid: {' or '.join(f'{k}:D_FF' for k in FFN_KINDS)} with D_FF a whole "
+                         f"number from 1 to {MAX_D_FF:,} in {digits.ASCII}, e.g. mlp:2048 or swiglu:14336")
     return kind, int(size)
 
 

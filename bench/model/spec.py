@@ -267,7 +267,16 @@ class _Spec:
         """A layer's FFN: --ffn, or an MLP --ffn-mult times d_model wide; none in core and block."""
         if scope in ("core", "block"):
             return "none"
-        return self.ffn or f"mlp:{max(1, round(self.ffn_mult * d_model))}"
+        if self.ffn:
+            return self.ffn
+        from bench.model.layer import MAX_D_FF
+
+        width = max(1, round(self.ffn_mult * d_model))
+        if width > MAX_D_FF:
+            raise UsageError(f"--ffn-mult {self.ffn_mult:g} x d_model {d_model:,} gives an FFN {width:,} wide, past "
+                             f"the widest a layer takes ({MAX_D_FF:,}); give a smaller --ffn-mult, fewer heads or "
+                             f"a smaller head dim, or --ffn mlp:D_FF")
+        return f"mlp:{width}"
 
     def _shapes(self, batch_given: int | None) -> list[dict]:
         """The batch shapes of the sweep, small to large n within each workload: a batch and its
