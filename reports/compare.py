@@ -104,8 +104,8 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
     relative to it, against its own drift: a cell is slower when it moved more than the run did.
     Without it no cell is called faster or slower, only same or unsure (judge.between_runs)."""
     keys = list(row.IDENTITY)
-    cols = [*row.SPREAD, "status", "shaky", "timer", "samples_ms", "visit_medians_ms"]
-    a, b = (x.assign(shaky=x["shaky"] if "shaky" in x else False,
+    cols = [*row.SPREAD, "status", "shaky", "share", "timer", "samples_ms", "visit_medians_ms"]
+    a, b = (x.assign(shaky=x["shaky"] if "shaky" in x else False, share=_shares(x),
                      timer=x["timer"].fillna("") if "timer" in x else "",
                      samples_ms=x["samples_ms"] if "samples_ms" in x else None,
                      visit_medians_ms=x["visit_medians_ms"] if "visit_medians_ms" in x else None) for x in (a, b))
@@ -119,7 +119,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
     m["other_timer"] = m["timer_a"].astype(str) != m["timer_b"].astype(str)
     evidence, visited = {}, set()
     for i, r in m.iterrows():
-        if r["shaky"] or r["other_timer"]:
+        if r["other_timer"]:
             continue
         va, vb = _samples(r["visit_medians_ms_a"]), _samples(r["visit_medians_ms_b"])
         if va and vb:  # visits in fresh processes: the runs measured their own between-run spread
@@ -131,14 +131,18 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
             seed = zlib.crc32(repr(tuple(r[k] for k in keys)).encode())  # the same cell, the same draws
             evidence[i] = ratio_evidence(sa, sb, margin, seed=seed)
     m.attrs["visited"] = len(visited)
-    within = {i: e for i, e in evidence.items() if i not in visited}  # one process per cell and run
+    clean = {i for i in evidence if not m.loc[i, "shaky"]}  # a shaky cell's evidence is read apart (_beyond_load)
+    within = {i: e for i, e in evidence.items() if i not in visited and i in clean}  # one process per cell and run
     if drift is not None and len(within) >= 3:
         shift = run_shift([math.log(e.ratio) for e in within.values()], drift, margin)
         m.attrs["shift"] = shift
         evidence |= {i: _relative(e, math.log(shift["ratio"]), drift, margin) for i, e in within.items()}
     elif drift is not None:  # too few cells for a shift of their own
         evidence |= {i: _relative(e, 0.0, drift, margin) for i, e in within.items()}
-    judged = list(evidence)
+    shaky_evidence = {i: e for i, e in evidence.items() if i not in clean}
+    shaky_evidence |= {i: _relative(e, 0.0, drift, margin) for i, e in shaky_evidence.items()
+                       if i not in visited and drift is not None}
+    judged = [i for i in evidence if i in clean]
     rejected, qvalues = benjamini_hochberg([evidence[i].p for i in judged], fdr)
     m["ratio_lo"] = m["ratio_hi"] = m["p"] = m["q"] = float("nan")
     verdicts = []
@@ -146,7 +150,10 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
         if r["other_timer"]:
             verdicts.append(OTHER_TIMER)
         elif r["shaky"]:
-            verdicts.append(SHAKY)
+            e = shaky_evidence.get(i)
+            if e is not None:
+                m.loc[i, ["ratio_lo", "ratio_hi", "p"]] = [e.lo, e.hi, e.p]
+            verdicts.append(_beyond_load(r, e, margin, drift is not None or i in visited))
         elif i in evidence:
             k = judged.index(i)
             e = evidence[i]
@@ -158,8 +165,46 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPA
             verdicts.append(judge.between_runs(verdict({"q1_ms": r["q1_ms_a"], "q3_ms": r["q3_ms_a"]},
                                                        {"q1_ms": r["q1_ms_b"], "q3_ms": r["q3_ms_b"]}), drift))
     m["verdict"] = verdicts
-    m["slowdown_beyond_noise"] = m["ratio_lo"].where(m["ratio_lo"].notna(), m["q1_ms_b"] / m["q3_ms_a"]) - 1.0
+    # a cell without samples has its quartiles; between two single processes they also move by the drift
+    # (the cell's and the run's, in each of the two runs)
+    widen = math.exp(1.96 * math.sqrt(2) * math.hypot(drift.cell, drift.run)) if drift is not None else 1.0
+    factor = pd.Series([1.0 if i in visited else widen for i in m.index], index=m.index, dtype=float)
+    lo = m["ratio_lo"].where(m["ratio_lo"].notna(), m["q1_ms_b"] / m["q3_ms_a"] / factor)
+    hi = m["ratio_hi"].where(m["ratio_hi"].notna(), m["q3_ms_b"] / m["q1_ms_a"] * factor)
+    bounds = [judge.load_bounded(x, y, sa, sb) for x, y, sa, sb in zip(lo, hi, _share(m["share_a"]),
+                                                                       _share(m["share_b"]))]
+    m["bound_lo"] = [x for x, _ in bounds]  # the interval widened by what each side's load can explain
+    m["bound_hi"] = [y for _, y in bounds]
+    m["slowdown_beyond_noise"] = m["bound_lo"] - 1.0
     return m
+
+
+def _shares(x: pd.DataFrame) -> list:
+    """Each row's load share (judge.load_share): 1 clean, the share of its cores for a contended one."""
+    if x.empty:
+        return []
+    fields = [c for c in ("status", *row.FLAGS, "visit_se", "cpu_util", "other_cpu") if c in x]
+    return [judge.load_share(r) for r in x[fields].to_dict("records")]
+
+
+def _share(column) -> list:
+    return [None if v is None or v != v else float(v) for v in column]
+
+
+def _beyond_load(r, e, margin: float, can_call: bool) -> str:
+    """A shaky cell's verdict: slower or faster where its change is larger than the two runs' load
+    can explain (judge.load_bounded on its interval, or its quartiles without one), else shaky.
+    ``can_call``: the interval holds the between-run drift (visits, or a drift to judge against)."""
+    if e is not None:
+        lo, hi = e.lo, e.hi
+    else:
+        lo, hi = r["q1_ms_b"] / r["q3_ms_a"], r["q3_ms_b"] / r["q1_ms_a"]
+    low, high = judge.load_bounded(lo, hi, *(_share([r["share_a"], r["share_b"]])))
+    if can_call and low > 1 + margin:
+        return "slower"
+    if can_call and high < 1 / (1 + margin):
+        return "faster"
+    return SHAKY
 
 
 def evidence_line(r) -> str:
@@ -189,32 +234,63 @@ def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None, margin: f
                  fdr: float = judge.COMPARE_FDR):
     """Returns (table, regressions, warnings, chart path, trust lines of A and B).
     ``fail_pct``: a percentage (the median rule) or (metric, percentage) with metric
-    'median' (B's q1 over A's q3, beyond noise) or 'min' (B's fastest sample over A's).  A
-    cell shaky in either run is never a regression: its verdict is 'shaky'."""
+    'median' (B's q1 over A's q3, beyond noise) or 'min' (B's fastest sample over A's).  With it,
+    the table's ``gate`` column says per cell ``regression``, ``clear`` or ``unjudged``
+    (``gate_cells``).  Until an A/A has calibrated this machine, single-process cells are judged
+    against the largest drift measured on its kind of machine (``m.attrs["drift"]["default"]``)."""
     from bench.engine import drift as calibration
     from reports.trust import trust_line
 
     da, (env_a,) = load_runs([run_a])
     db, (env_b,) = load_runs([run_b])
     known = calibration.lookup(env_a) if calibration.key(env_a) == calibration.key(env_b) else None
+    if known is None and env_a.get("device") == env_b.get("device"):
+        known = calibration.largest(env_a)
     m = compare_frames(da, db, margin, fdr, drift=Drift(known["cell"], known["run"]) if known else None)
     m.attrs["drift"] = known
     warnings = env_differences(env_a, env_b)
     trust = [trust_line(with_peaks(da, [env_a]), [env_a]), trust_line(with_peaks(db, [env_b]), [env_b])]
     regressions = m.iloc[0:0]
     if fail_pct is not None and not m.empty:
-        metric, pct = fail_pct if isinstance(fail_pct, tuple) else ("median", float(fail_pct))
-        clean = m[~m["shaky"] & ~m["other_timer"]]
-        if metric == "min":
-            regressions = clean[clean["min_ms_b"] / clean["min_ms_a"] - 1.0 > pct / 100.0]
-        else:
-            regressions = clean[(clean["verdict"] == "slower") & (clean["slowdown_beyond_noise"] > pct / 100.0)]
+        m["gate"] = gate_cells(m, fail_pct)
+        regressions = m[m["gate"] == "regression"]
     chart = None
     if out is not None and not m.empty:
         out.mkdir(parents=True, exist_ok=True)
         m.to_csv(out / "compare.csv", index=False)
         chart = _chart(m, out / "compare.png", Path(run_a).name, Path(run_b).name)
     return m, regressions, warnings, chart, trust
+
+
+def gate_cells(m: pd.DataFrame, fail_pct) -> list[str]:
+    """--fail-on-regression's word on each matched cell (judge.gate_verdict): ``regression``, ``clear``
+    or ``unjudged``.  The median rule reads the cell's interval widened by its load (a shaky cell whose
+    change is larger than its load could explain is judged); the min rule B's fastest sample over A's,
+    bounded the same way.  A cell timed with another timer is never judged."""
+    metric, pct = fail_pct if isinstance(fail_pct, tuple) else ("median", float(fail_pct))
+    gate = pct / 100.0
+    out = []
+    for _, r in m.iterrows():
+        if r["other_timer"]:
+            out.append("unjudged")
+            continue
+        if metric == "min":
+            ratio = r["min_ms_b"] / r["min_ms_a"]
+            lo, hi = judge.load_bounded(ratio, ratio, *_share([r["share_a"], r["share_b"]]))
+            out.append("regression" if lo - 1.0 > gate else judge.gate_verdict("", lo, hi, gate))
+            continue
+        if not _can_clear(m, r):  # a single process's own interval says nothing of a rerun
+            out.append("unjudged")
+            continue
+        out.append(judge.gate_verdict(r["verdict"], r["bound_lo"], r["bound_hi"], gate))
+    return out
+
+
+def _can_clear(m: pd.DataFrame, r) -> bool:
+    """Whether the cell's interval holds what a rerun would see: its runs' visits, or a drift it was
+    judged against (a single process's own interval, uncalibrated, clears nothing)."""
+    visits = all(_samples(r.get(f"visit_medians_ms_{x}")) for x in "ab")
+    return visits or m.attrs.get("drift") is not None
 
 
 COMPARE_COLORS = {"faster": "#2e8b57", "slower": "#c0392b", "same": "#8c8c8c", "unsure": "#b0b0b0",

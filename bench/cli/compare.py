@@ -58,7 +58,7 @@ def command(args):
                              f"has the same variant and case, with status ok, in both)")
         print("no matching ok cells between the two runs: no cell has the same variant and case, "
               "with status ok, in both", file=sys.stderr)
-        return 3 if rule else 0
+        return judge.GATE_EXIT["no match"] if rule else 0
     if args.explain is not None:
         return _explain(m, args)
     shaky, other = _print_verdicts(m, args, chart)
@@ -67,7 +67,7 @@ def command(args):
         pairs = sorted({f"{a} in A, {b} in B" for a, b in zip(m["timer_a"], m["timer_b"]) if a != b})
         print(f"warning: {other} matching cell(s) were timed with different timers ({'; '.join(pairs)}): their "
               f"times measure different things and are not judged", file=sys.stderr)
-    return _gate(regressions, rule, shaky, args.strict_trust)
+    return _gate(m, regressions, rule, shaky, args.strict_trust)
 
 
 def _print_verdicts(m, args, chart) -> tuple[int, int]:
@@ -104,6 +104,14 @@ def _print_drift(m) -> None:
               file=sys.stderr)
     if visited == len(m):
         return
+    if known is not None and known.get("default"):
+        print(f"note: this machine's between-run drift is not calibrated: cells timed in one process per run are "
+              f"judged against the largest drift measured on its kind of machine ({known['measured on']}: "
+              f"{100 * known['run']:.0f}% for a run as a whole, {100 * known['cell']:.0f}% more for each cell), "
+              f"which only a large change passes; `python -m bench ab . . <the sweep's flags>` (an A/A) calibrates "
+              f"compare here, and `python -m bench ab A_TREE B_TREE <flags>` measures both builds in turns",
+              file=sys.stderr)
+        return
     if known is None:  # cells timed in one process per run: a calibration decides
         print("note: two separate runs differ by what changed between them (the process, the minute, the "
               "machine's load) as well as by the build; this machine's between-run drift is not calibrated, so no "
@@ -121,24 +129,56 @@ def _print_drift(m) -> None:
               + (" (the machine's state between the runs can explain it)" if shift["verdict"] == "unsure" else ""))
 
 
-def _gate(regressions, rule, shaky: int, strict_trust: bool) -> int:
-    """The exit code: 1 for shaky cells under --strict-trust or a regression past the rule, else 0."""
+def _gate(m, regressions, rule, shaky: int, strict_trust: bool) -> int:
+    """The exit code (judge.GATE_EXIT): 1 for shaky cells under --strict-trust or a regression past the
+    rule; with a rule, 4 when no judged cell regressed but some matched cells could not be judged
+    (shaky within what their load explains, timed with another timer, or an interval that reaches past
+    the rule), 0 only when every matched cell was judged; 0 without a rule."""
     if shaky and strict_trust:
         print(f"strict trust: {shaky} matching cell(s) are shaky (short of samples, contended or throttled) in A or "
               f"B; re-measure them (sweep --resume RUN --retry shaky) before comparing", file=sys.stderr)
         return 1
-    if rule and shaky:
-        print(f"note: {shaky} shaky cell(s) were not judged for regressions (short of samples, contended or "
-              f"throttled in A or B; --strict-trust fails on them)", file=sys.stderr)
-    if rule and len(regressions):
-        from reports.compare import evidence_line
+    if not rule:
+        return 0
+    from reports.compare import evidence_line
 
-        beyond = "beyond noise" if rule[0] == "median" else "in their fastest sample"
+    if len(regressions):
+        beyond = "beyond noise and load" if rule[0] == "median" else "in their fastest sample"
         print(f"{len(regressions)} cell(s) slower by more than {rule[1]:g}% {beyond} ({rule[0]}):", file=sys.stderr)
         for _, r in regressions.iterrows():
             print(f"  {evidence_line(r)}", file=sys.stderr)
-        return 1
-    return 0
+        return judge.GATE_EXIT["regression"]
+    unjudged = m[m["gate"] == "unjudged"]
+    if len(unjudged):
+        print(f"gate: {len(unjudged)} of {len(m)} matched cell(s) could not be judged against {rule[1]:g}% "
+              f"(exit {judge.GATE_EXIT['unjudged']}: no judged cell regressed): {_unjudged_why(m, unjudged)}",
+              file=sys.stderr)
+        for _, r in unjudged.head(8).iterrows():
+            print(f"  {evidence_line(r)}", file=sys.stderr)
+        return judge.GATE_EXIT["unjudged"]
+    print(f"gate: all {len(m)} matched cells judged, none slower by more than {rule[1]:g}% ({rule[0]})",
+          file=sys.stderr)
+    return judge.GATE_EXIT["clear"]
+
+
+def _unjudged_why(m, unjudged) -> str:
+    """Why the unjudged cells were not judged, by kind, with what would judge them."""
+    why = []
+    other = int(unjudged["other_timer"].sum())
+    shaky = int((unjudged["verdict"] == "shaky").sum())
+    single = m.attrs.get("drift") is None and int((~unjudged["other_timer"] & (unjudged["verdict"] != "shaky")).sum())
+    wide = len(unjudged) - other - shaky - (single or 0)
+    if shaky:
+        why.append(f"{shaky} shaky within what their load could explain (sweep --resume RUN --retry shaky)")
+    if other:
+        why.append(f"{other} timed with another timer")
+    if single:
+        why.append(f"{single} timed in one process per run on a machine whose drift is not calibrated "
+                   f"(`python -m bench ab . . <the sweep's flags>` calibrates it)")
+    if wide:
+        why.append(f"{wide} whose interval reaches past the rule without being a regression (more --visits or "
+                   f"`python -m bench ab` narrows it)")
+    return "; ".join(why)
 
 
 def _explain(m, args) -> int:
@@ -187,7 +227,8 @@ def add_parser(sub) -> None:
     cp.add_argument("--fail-on-regression", dest="fail_on_regression", metavar="RULE",
                     help="exit 1 when a cell regressed: PCT, or median:PCT%% (B's first quartile more than "
                          "PCT%% above A's third), or min:PCT%% (B's fastest sample more than PCT%% above A's); "
-                         "exit 3 when no cell matches")
+                         "0 only when every matched cell was judged, 4 when some could not be (shaky, another "
+                         "timer, uncalibrated) and none judged regressed, 3 when no cell matches")
     cp.add_argument("--strict-trust", dest="strict_trust", action="store_true",
                     help="exit 1 when a matching cell is noisy or contended in either run (by default such "
                          "cells are counted as Shaky and never judged a regression)")

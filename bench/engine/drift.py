@@ -1,8 +1,9 @@
 """This machine's between-run drift, as an A/A ``ab`` measured it: how far a cell's median moves
 from one run to the next (one sd of its log, per run).  ``compare`` of two separate runs reads it
-to judge what the runs' own samples cannot show; without it, compare calls no cell faster or
-slower.  Kept in the machine's cache folder (bench.engine.cachefiles.cache_dir), keyed by
-what the drift depends on."""
+to judge what the runs' own samples cannot show; until an A/A has calibrated this machine, compare
+judges against the largest drift measured on its kind of machine (``LARGEST``), and says so.  Kept
+in the machine's cache folder (bench.engine.cachefiles.cache_dir), keyed by what the drift depends
+on."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from bench.engine.cachefiles import cache_dir
 
 FILE = "drift.json"
 KEYS = ("device", "device_name", "cpu_count", "threads")  # the machine and how it is used, not the build
+
+
+# the largest between-run drift measured on each kind of machine (A/As of the 12-cell ab_check sweep, quiet and
+# beside one and two busy loops: python tests/benchmarks/ab_check.py --out DIR --parts aa --busy N); a GPU has none
+# measured, so an uncalibrated compare of GPU runs judges no single-process cell
+LARGEST = {"cpu": {"cell": 0.12, "run": 0.08, "measured on": "a 2-core CPU VM beside two busy loops"}}
 
 
 def key(env: dict) -> str:
@@ -31,6 +38,12 @@ def record(env: dict, cell: float, run: float, cells: int, repeats: int) -> None
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(known, indent=2))
     tmp.replace(path)
+
+
+def largest(env: dict) -> dict | None:
+    """The largest drift measured on the kind of machine ``env`` describes (``LARGEST``), or None."""
+    entry = LARGEST.get(str(env.get("device")))
+    return None if entry is None else dict(entry, default=True)
 
 
 def lookup(env: dict) -> dict | None:

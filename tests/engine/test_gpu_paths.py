@@ -461,8 +461,9 @@ def test_compare_gate_never_fails_on_another_timer(tmp_path, capsys):
 
     a = _run_folder(tmp_path / "a", [r | {"timer": "cuda-graph"} for r in _timed_rows("naive", 1.0, 0.01)])
     b = _run_folder(tmp_path / "b", [r | {"timer": "cuda-events+l2-flush"} for r in _timed_rows("naive", 2.0, 0.01)])
-    assert main(["compare", str(a), str(b), "--fail-on-regression", "5"]) == 0
+    assert main(["compare", str(a), str(b), "--fail-on-regression", "5"]) == 4  # unjudged, not a pass
     out = capsys.readouterr()
+    assert "3 timed with another timer" in out.err
     assert "Other timer 3" in out.out and "timed with different timers (cuda-graph in A, cuda-events+l2-flush" \
         in out.err
 

@@ -65,19 +65,41 @@ def test_bad_remeasure_and_retry_values_exit_2(capsys, tmp_path):
 
 def test_compare_counts_shaky_cells_apart_and_strict_trust_fails_on_them(capsys, tmp_path):
     a = _run_folder(tmp_path / "a", _timed_rows("naive", 1.0, 0.03))
-    slow = [r | {"contended": True, "contended_why": "timed with 0.45 of its cores"}
+    slow = [r | {"contended": True, "contended_why": "timed with 0.45 of its cores", "cpu_util": 0.45}
             for r in _timed_rows("naive", 2.0, 0.03)]
     b = _run_folder(tmp_path / "b", slow)
-    assert main(["compare", str(a), str(b), "--fail-on-regression", "5"]) == 0  # 2x slower, but shaky
+    # 2x slower at 0.45 of its cores: the load alone could explain up to 2.2x, so no cell is judged
+    assert main(["compare", str(a), str(b), "--fail-on-regression", "5"]) == 4
     out = capsys.readouterr()
     assert [value(out.out, k) for k in ("Better", "Same", "Worse", "Unsure", "Shaky")] == [0, 0, 0, 0, 3]
-    assert count(out.out, "matching cells") == 3 and count(out.err, "shaky cell(s)") == 3 and "not judged" in out.err
+    assert count(out.out, "matching cells") == 3
+    (gate,) = [line for line in out.err.splitlines() if line.startswith("gate:")]
+    assert numbers(gate)[:2] == [3, 3] and "exit 4" in gate and count(gate, "shaky within") == 3
     assert "trust A: trustworthy" in out.out and "trust B: read with care" in out.out
     assert "worst: naive at n=" in out.out and "timed with 0.45 of its cores" in out.out
     assert main(["compare", str(a), str(b), "--strict-trust"]) == 1
     err = capsys.readouterr().err
     (strict,) = [line for line in err.splitlines() if line.startswith("strict trust:")]
     assert count(strict, "matching cell(s)") == 3 and "shaky" in strict
+
+
+def test_a_doubled_cell_timed_at_084_of_its_cores_fails_the_gate(capsys, tmp_path, calibrated):
+    """Contended is not a pass: a cell timed at 0.84 of its cores cannot be 2x slower from its load alone."""
+    calibrated({"device": "cpu"}, sigma=0.03)  # an A/A here measured 3% drift per run
+    a = _run_folder(tmp_path / "a", _timed_rows("naive", 1.0, 0.03))
+    slow = [r | {"contended": True, "contended_why": "timed with 0.84 of its cores", "cpu_util": 0.84}
+            for r in _timed_rows("naive", 2.0, 0.03)]
+    b = _run_folder(tmp_path / "b", slow)
+    assert main(["compare", str(a), str(b), "--fail-on-regression", "10"]) == 1
+    out = capsys.readouterr()
+    assert value(out.out, "Worse") == 3 and value(out.out, "Shaky") == 0
+    (said,) = [line for line in out.err.splitlines() if "cell(s) slower by more than" in line]
+    assert numbers(said) == [3, 10] and "load" in said
+    # the same doubling at 0.84 of its cores with no reading of the load at all bounds nothing: unjudged
+    unread = [{k: v for k, v in r.items() if k != "cpu_util"} for r in slow]
+    c = _run_folder(tmp_path / "c", unread)
+    assert main(["compare", str(a), str(c), "--fail-on-regression", "10"]) == 4
+    assert "exit 4" in capsys.readouterr().err
 
 
 def test_the_trust_line_names_each_invocation_and_says_when_conditions_differ():

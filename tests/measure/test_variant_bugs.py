@@ -155,4 +155,5 @@ def test_an_ffn_at_either_end_of_its_range_is_taken(capsys):
 
 def test_an_ffn_mult_that_makes_the_ffn_too_wide_names_the_flag(capsys):
     wide = ["--variants", "naive", "--seq-lens", "16", "--heads", "512", "--head-dims", "512", *SMALL[8:]]
-    _refused(capsys, ["sweep", *wide, "--scope", "encoder", "--ffn-mult", "64"], "--ffn-mult 64", "16,777,216", "1,048,576")
+    _refused(capsys, ["sweep", *wide, "--scope", "encoder", "--ffn-mult", "64"], "--ffn-mult 64", "16,777,216",
+             "1,048,576")

@@ -149,6 +149,48 @@ def severity(row: dict) -> float:
     return 1.0 / (1.0 + max(0.0, float(other)))
 
 
+def load_share(row: dict) -> float | None:
+    """How much a row's time can be off by its load, as the share of its cores it was timed with: 1
+    for a clean row, its ``severity`` for one shaky for contention alone (its time is at most 1 / that
+    of a quiet machine's: a cell timed at 0.84 of its cores cannot be 2x slower from that alone), None
+    when something else makes it shaky (throttled, too few samples) or its load was not read: no
+    bound is known."""
+    flags = shaky_flags(row)
+    if not flags:
+        return 1.0
+    if flags == ["contended"] and any(_known(row.get(k)) for k in ("cpu_util", "other_cpu")):
+        return min(1.0, max(1e-3, severity(row)))
+    return None  # a contended row with no reading of its load bounds nothing
+
+
+def _known(value) -> bool:
+    return value is not None and value == value
+
+
+def load_bounded(lo: float, hi: float, share_a: float | None, share_b: float | None) -> tuple[float, float]:
+    """A B/A interval [lo, hi] widened by what the two rows' load can explain: B's time may be up to
+    1 / share_b of a quiet one's (the true ratio is at least lo x share_b), A's up to 1 / share_a (at most
+    hi / share_a).  An unknown share (None) bounds nothing on its side."""
+    low = lo * share_b if share_b is not None else 0.0
+    high = hi / share_a if share_a is not None else math.inf
+    return low, high
+
+
+def gate_verdict(verdict: str, lo: float, hi: float, gate: float) -> str:
+    """A regression gate's word on one cell: ``regression`` (called slower, and its interval's lower end
+    more than ``gate`` above 1), ``clear`` (its upper end at most 1 + gate: no regression of that size),
+    or ``unjudged`` (its interval reaches past 1 + gate and it is not a regression, or it has none)."""
+    if verdict == "slower" and lo == lo and lo - 1.0 > gate:
+        return "regression"
+    if hi == hi and hi <= 1.0 + gate:
+        return "clear"
+    return "unjudged"
+
+
+GATE_EXIT = {"clear": 0, "regression": 1, "no match": 3, "unjudged": 4}  # --fail-on-regression's exit codes
+# (2 is a usage error): 4 when no judged cell regressed but some matched cells could not be judged
+
+
 def shaky_counts(rows) -> dict:
     """How many of the ok ``rows`` are shaky for each reason (a row may have several), then how many
     carry each other flag (noisy)."""
