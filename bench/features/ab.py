@@ -18,6 +18,7 @@ command line does.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -92,14 +93,49 @@ def slices(settings: dict) -> list[dict]:
     return [settings | {"seq_lens": [n]} for n in settings["seq_lens"]]
 
 
-class Server:
-    """A side's server process: one slice a request, its worker kept between them."""
+ENV_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TEMP", "TMP", "LANG", "LANGUAGE", "TZ",
+            "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "SLURM_JOB_ID")
+ENV_KEEP_PREFIXES = ("LC_", "ATTNBENCH_")  # a locale's parts; the harness's own settings (its cache folder)
 
-    def __init__(self, s: Side):
-        env = os.environ | {"PYTHONPATH": s.tree + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+def pair_env(seed: int | None) -> dict:
+    """The environment both sides of a repeat run with (a whitelist, as pyperf's workers have:
+    whatever else the shell holds cannot differ between them or tilt one side), with the repeat's
+    hash seed."""
+    env = {k: v for k, v in os.environ.items() if k in ENV_KEEP or k.startswith(ENV_KEEP_PREFIXES)}
+    if seed is not None:
+        env["PYTHONHASHSEED"] = str(seed)
+    return env
+
+
+def conditions(repeat: int, threads: int | None = None, allowed: list[int] | None = None) -> dict:
+    """What both sides of repeat ``repeat`` share and the next repeat varies: the hash seed (drawn
+    from the repeat's number), the cores the servers and their workers may run on (a window of
+    ``threads`` cores that moves by one each repeat; all of them when the sweep uses every core),
+    and the thread count (the sweep's: another count would time another cell)."""
+    import zlib
+
+    if allowed is None:
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    seed = zlib.crc32(f"attnbench-ab-{repeat}".encode()) % 4294967295
+    width = min(threads or len(allowed), len(allowed))
+    cpus = [allowed[(repeat + i) % len(allowed)] for i in range(width)] if allowed else []
+    return {"repeat": repeat + 1, "seed": seed, "cpus": sorted(cpus), "threads": threads or width or None}
+
+
+class Server:
+    """A side's server process: one slice a request, its worker kept between them, started with its
+    repeat's ``conditions`` (the hash seed, the environment, the cores: both sides alike)."""
+
+    def __init__(self, s: Side, conditions: dict | None = None):
+        conditions = conditions or {}
+        env = pair_env(conditions.get("seed"))
+        env["PYTHONPATH"] = s.tree + os.pathsep + os.environ.get("PYTHONPATH", "")
+        cpus = conditions.get("cpus")
         self.side = s
         self.proc = subprocess.Popen([s.python, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env, cwd=s.tree)
+                                     stderr=subprocess.DEVNULL, text=True, env=env, cwd=s.tree,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         self._answer()
 
     def _answer(self) -> dict:
@@ -156,6 +192,45 @@ def together(sides: tuple[Side, Side]) -> bool:
     return bool(a.plugins and b.plugins) and (a.python, a.tree) == (b.python, b.tree)
 
 
+def tree_difference(a: str, b: str) -> dict:
+    """Which of the two trees' Python files differ, by top-level folder: {"bench": [...], "variants":
+    [...], "other": [...]} (paths relative to the tree)."""
+    import hashlib
+
+    def files(root: Path) -> dict:
+        return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for top in ("bench", "variants") for p in sorted((root / top).rglob("*.py"))
+                if "__pycache__" not in p.parts}
+    fa, fb = files(Path(a)), files(Path(b))
+    changed = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
+    return {"bench": [k for k in changed if k.startswith("bench")],
+            "variants": [k for k in changed if k.startswith("variants")]}
+
+
+def mode(sides: tuple[Side, Side]) -> tuple[str, str]:
+    """How the two sides are measured, and why: ``together`` (two plugin files: one sweep, B's
+    variants as NAME@B in the same rounds of the same workers) or ``turns`` (a server per side, the
+    slices in turn)."""
+    a, b = sides
+    if together(sides):
+        return "together", ("both sides are plugin files under one interpreter and tree, so B's variants (as "
+                            "NAME@B) take turns with A's in the same rounds of the same workers")
+    if a.python != b.python:
+        return "turns", "the sides run different interpreters, so each has its own server; they take the slices in turn"
+    if a.tree != b.tree and not a.plugins and not b.plugins:
+        diff = tree_difference(a.tree, b.tree)
+        if not diff["bench"] and not diff["variants"]:
+            return "turns", ("the two trees hold the same bench/ and variants/ (an A/A of trees): a server per tree, "
+                             "the slices in turn")
+        if not diff["bench"]:
+            return "turns", (f"the trees differ only in variants/ ({len(diff['variants'])} file(s)); each tree's "
+                             f"server takes the slices in turn (to measure them in the same rounds, give the changed "
+                             f"variant files as two plugin files)")
+        return "turns", (f"the trees' harnesses differ ({len(diff['bench'])} file(s) under bench/), so each runs its "
+                         f"own: a server per tree, the slices in turn")
+    return "turns", "a server per side, the slices in turn"
+
+
 def renamed_plugin(side_b: Side, out: Path) -> str:
     """A plugin file that loads B's, its variants renamed with B_SUFFIX."""
     path = Path(out) / "side-b-renamed.py"
@@ -174,51 +249,112 @@ def folder(out: Path, repeat: int, index: int, label: str) -> Path:
     return Path(out) / f"repeat-{repeat + 1}" / label / f"slice-{index + 1}"
 
 
-def run(sides: tuple[Side, Side], settings: dict, out: Path, repeats: int,
-        start: Callable[[Side], object] = Server, progress: Callable[[str], None] = lambda _m: None) -> Path:
-    """Measure ``settings`` under both sides, ``repeats`` times, into ``out``; ``start`` starts a
-    side's server (a fake in tests).  Each repeat starts both servers afresh.  The servers get the
+def plan(sides: tuple[Side, Side], settings: dict, out: Path) -> tuple[dict, list[dict], list[Side]]:
+    """The settings each repeat measures, their slices, and the servers each repeat starts (two plugin
+    files together: one, with B's file renamed; else one per side)."""
+    out = Path(out).resolve()
+    if not together(sides):
+        return settings, slices(settings), list(sides)
+    a, b = sides
+    from bench.engine.discovery import discover
+
+    plugins = [*a.plugins, renamed_plugin(b, out)]
+    known = discover(plugins).names()
+    names = settings.get("variants") or [n for n in known if not n.endswith(B_SUFFIX)]
+    theirs = [n + B_SUFFIX for n in names if n + B_SUFFIX in known]  # what B's file defines, B's own
+    if not theirs:
+        raise UsageError(f"ab: {b.given} defines none of the variants measured ({', '.join(names)}): two plugin "
+                         f"files are compared by the variants they both define")
+    settings = settings | {"variants": [*names, *theirs], "visits": TOGETHER_VISITS, "plugins": plugins}
+    return settings, slices(settings), [Side("AB", f"{a.given} + {b.given}", a.python, a.tree, tuple(plugins))]
+
+
+def run_repeat(sides: tuple[Side, Side], settings: dict, out: Path, k: int, start: Callable = Server,
+               progress: Callable[[str], None] = lambda _m: None, of: int | str = "?") -> dict:
+    """Repeat ``k`` (from 0): fresh servers for both sides, started with the same ``conditions``,
+    take the slices in turn (``turns``).  Returns the repeat's conditions.  The servers get the
     folders as absolute paths: a tree side runs in its own tree, where a relative one would land."""
     out = Path(out).resolve()
-    parts = slices(settings)
-    if together(sides):
-        a, b = sides
-        from bench.engine.discovery import discover
+    settings, parts, servers_of = plan(sides, settings, out)
+    cond = conditions(k, settings.get("threads"))
+    by_label = {s.label: s for s in servers_of}
+    servers = {}
+    try:
+        for s in servers_of:
+            servers[s.label] = start(s, cond)
+        for i, part in enumerate(parts):
+            for label in (("AB",) if "AB" in by_label else turns(k, i)):
+                s = by_label[label]
+                values = part | ({"plugins": list(s.plugins)} if s.plugins else {})
+                servers[label].measure(values, folder(out, k, i, label))
+            progress(f"repeat {k + 1}/{of}, slice {i + 1}/{len(parts)}")
+    finally:
+        for srv in servers.values():
+            srv.close()
+    return cond
 
-        plugins = [*a.plugins, renamed_plugin(b, out)]
-        known = discover(plugins).names()
-        names = settings.get("variants") or [n for n in known if not n.endswith(B_SUFFIX)]
-        theirs = [n + B_SUFFIX for n in names if n + B_SUFFIX in known]  # what B's file defines, B's own
-        if not theirs:
-            raise UsageError(f"ab: {b.given} defines none of the variants measured ({', '.join(names)}): two plugin "
-                             f"files are compared by the variants they both define")
-        settings = settings | {"variants": [*names, *theirs], "visits": TOGETHER_VISITS}
-        parts = slices(settings)
-        for k in range(repeats):
-            server = start(Side("AB", f"{a.given} + {b.given}", a.python, a.tree, tuple(plugins)))
-            try:
-                for i, part in enumerate(parts):
-                    server.measure(part | {"plugins": plugins}, folder(out, k, i, "AB"))
-                    progress(f"repeat {k + 1}/{repeats}, slice {i + 1}/{len(parts)}")
-            finally:
-                server.close()
-        return Path(out)
-    by_label = {s.label: s for s in sides}
+
+def run(sides: tuple[Side, Side], settings: dict, out: Path, repeats: int, start: Callable = Server,
+        progress: Callable[[str], None] = lambda _m: None) -> Path:
+    """Measure ``settings`` under both sides, ``repeats`` times, into ``out``; ``start`` starts a
+    side's server (a fake in tests).  Each repeat starts both servers afresh."""
     for k in range(repeats):
-        servers = {}
-        try:
-            for label in ("A", "B"):
-                servers[label] = start(by_label[label])
-            for i, part in enumerate(parts):
-                for label in turns(k, i):
-                    s = by_label[label]
-                    values = part | ({"plugins": list(s.plugins)} if s.plugins else {})
-                    servers[label].measure(values, folder(out, k, i, label))
-                progress(f"repeat {k + 1}/{repeats}, slice {i + 1}/{len(parts)}")
-        finally:
-            for srv in servers.values():
-                srv.close()
+        run_repeat(sides, settings, out, k, start, progress, repeats)
     return Path(out)
+
+
+MAX_REPEATS = 50  # the most repeats a sequential ab takes, whatever its budget
+
+
+def looks(first: int, most: int = MAX_REPEATS) -> list[int]:
+    """The repeat counts at which a sequential ab looks at its cells: ``first``, then each about 1.5
+    times the last (3, 5, 8, 12, 18, 27, 41, 50): few looks, so that the alpha each one spends
+    (``look_weight``) stays large."""
+    out, r = [], first
+    while r < most:
+        out.append(r)
+        r = max(r + 1, math.ceil(r * 1.5))
+    return [*out, most]
+
+
+def look_weight(j: int) -> float:
+    """The share of the false-discovery rate look ``j`` (from 1) spends: 1 / (j (j + 1)), which sums
+    to 1 over any number of looks (a Bonferroni split over the sequence, fixed in advance)."""
+    return 1.0 / (j * (j + 1))
+
+
+def sequential(sides: tuple[Side, Side], settings: dict, out: Path, first: int, budget_s: float,
+               decided: Callable[[int, int], bool], start: Callable = Server,
+               progress: Callable[[str], None] = lambda _m: None, clock: Callable[[], float] = None) -> dict:
+    """Repeat after repeat until every cell is decided or the budget is spent.  ``decided(repeats,
+    look)`` analyses the repeats so far at look ``look`` and says whether every cell is decided.  A
+    repeat starts only where the repeats' mean wall says it ends inside ``budget_s`` (the first
+    ``first`` always run).  Returns {"repeats", "looks", "walls_s", "conditions", "stopped"}."""
+    import time
+
+    clock = clock or time.monotonic
+    t0, walls, conds, seen = clock(), [], [], []
+    schedule = looks(first)
+    stopped = "the most repeats"
+    k = 0
+    while k < MAX_REPEATS:
+        t = clock()
+        conds.append(run_repeat(sides, settings, out, k, start, progress, "?"))
+        walls.append(clock() - t)
+        k += 1
+        if k in schedule:
+            seen.append(k)
+            if decided(k, len(seen)):
+                stopped = "every cell decided"
+                break
+        if k >= first and clock() - t0 + sum(walls) / len(walls) > budget_s:
+            stopped = "the budget"
+            break
+    if not seen or seen[-1] != k:  # a last look at what the budget left
+        seen.append(k)
+        decided(k, len(seen))
+    return {"repeats": k, "looks": seen, "walls_s": walls, "conditions": conds, "stopped": stopped,
+            "budget_s": budget_s, "wall_s": clock() - t0}
 
 
 def rows_by_cell(out: Path, repeats: int, n_slices: int) -> dict:
@@ -252,30 +388,100 @@ def rows_by_cell(out: Path, repeats: int, n_slices: int) -> dict:
         if {k for k, _ in v["A"]} != set(range(repeats)) or {k for k, _ in v["B"]} != set(range(repeats)):
             continue  # a repeat that one side lacks
         paired = sorted(set(v["A"]) & set(v["B"]))
-        out_cells[key] = {"A": [v["A"][u] for u in paired], "B": [v["B"][u] for u in paired], "row": v["row"]}
+        out_cells[key] = {"A": [v["A"][u] for u in paired], "B": [v["B"][u] for u in paired], "row": v["row"],
+                          "repeat": [k for k, _ in paired]}
     return out_cells
 
 
-def analyse(cells: dict, margin: float, fdr: float) -> list[dict]:
-    """Per cell: the repeats' medians of A and B, the paired ratio with its interval, p and q, and the
-    verdict (bench.engine.judge.compare_verdict, false discoveries controlled across the cells)."""
-    from statistics import median
+VERDICTS = ("faster", "slower", "same", "undecided")
 
-    from bench.engine import judge
+
+def _prefix(cell: dict, repeats: int) -> tuple[list, list]:
+    """A cell's pairs from its first ``repeats`` repeats."""
+    keep = [i for i, k in enumerate(cell.get("repeat") or range(len(cell["A"]))) if k < repeats]
+    return [cell["A"][i] for i in keep], [cell["B"][i] for i in keep]
+
+
+def analyse(cells: dict, margin: float, fdr: float, seen: list[int] | None = None) -> list[dict]:
+    """Per cell: the repeats' medians of A and B, the paired ratio with its 95% interval, and the
+    verdict: ``faster`` or ``slower`` beyond ``margin``, ``same`` (its interval inside the margin
+    at the last look's level) or ``undecided``.  ``seen``: the repeat counts it was looked at, in
+    order (None: one look at everything).  Look j tests the pairs of its first seen[j] repeats; a
+    cell's p over the sequence is min_j p_j / look_weight(j) (Bonferroni over the looks, with
+    weights fixed in advance), and Benjamini-Hochberg over the cells holds the false-discovery rate
+    ``fdr`` across the cells and the sequence."""
+    from statistics import NormalDist, median
+
     from bench.measure.stats import benjamini_hochberg, paired_evidence
 
     keys = sorted(cells)
-    evidence = [paired_evidence(cells[k]["A"], cells[k]["B"], margin) for k in keys]
-    rejected, qvalues = benjamini_hochberg([e.p for e in evidence], fdr)
+    seen = list(seen) if seen else [max((max(c.get("repeat") or [0]) for c in cells.values()), default=0) + 1]
+    combined, evidence = [], []
+    for key in keys:
+        best = 1.0
+        for j, r in enumerate(seen, 1):
+            e = paired_evidence(*_prefix(cells[key], r), margin)
+            best = min(best, e.p / look_weight(j) if len(seen) > 1 else e.p)
+        combined.append(min(1.0, best))
+        evidence.append(paired_evidence(cells[key]["A"], cells[key]["B"], margin))
+    rejected, qvalues = benjamini_hochberg(combined, fdr)
+    level = fdr * (look_weight(len(seen)) if len(seen) > 1 else 1.0)  # the last look's share of the rate
+    z = NormalDist().inv_cdf(1.0 - level / 2)
     out = []
-    for key, e, rej, q in zip(keys, evidence, rejected, qvalues):
+    for key, e, p, rej, q in zip(keys, evidence, combined, rejected, qvalues):
         r = cells[key]["row"]
+        logs = [math.log(b / a) for a, b in zip(cells[key]["A"], cells[key]["B"]) if a > 0 and b > 0]
+        sd = _sd(logs)
+        half = z * sd / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
+        mean = sum(logs) / len(logs) if logs else math.nan
+        inside = abs(mean) + half <= math.log1p(margin)
+        verdict = ("slower" if e.p_slower <= e.p_faster else "faster") if rej else "same" if inside else "undecided"
         out.append({"variant": r["variant"], "dtype": r["dtype"], "mask": r["mask"], "direction": r["direction"],
                     "q_len": r["q_len"], "kv_len": r["kv_len"], "batch": r["batch"], "heads": r["heads"],
                     "head_dim": r["head_dim"], "a_ms": median(cells[key]["A"]), "b_ms": median(cells[key]["B"]),
-                    "ratio": e.ratio, "ratio_lo": e.lo, "ratio_hi": e.hi, "p": e.p, "q": q, "repeats": e.repeats,
-                    "verdict": judge.compare_verdict(e, rej, margin)})
+                    "ratio": e.ratio, "ratio_lo": e.lo, "ratio_hi": e.hi, "p": p, "q": q, "repeats": e.repeats,
+                    "sd": sd, "power_10pct": power(sd, len(logs), margin, level), "verdict": verdict})
     return out
+
+
+def _sd(logs: list[float]) -> float:
+    if len(logs) < 2:
+        return math.nan
+    mu = sum(logs) / len(logs)
+    return math.sqrt(sum((x - mu) ** 2 for x in logs) / (len(logs) - 1))
+
+
+def power(sd: float, pairs: int, margin: float, level: float, change: float = 0.10) -> float:
+    """The chance that ``pairs`` pairs of this sd (of the log ratio per pair) call a true ``change``
+    slower beyond ``margin`` at a two-sided ``level`` (normal approximation)."""
+    from statistics import NormalDist
+
+    if not (sd == sd and sd > 0 and pairs > 1):
+        return math.nan
+    n = NormalDist()
+    effect = math.log1p(change) - math.log1p(margin)
+    return n.cdf(effect / (sd / math.sqrt(pairs)) - n.inv_cdf(1.0 - level / 2))
+
+
+def pairs_for(sd: float, margin: float, level: float, change: float = 0.10, want: float = 0.90) -> float:
+    """How many pairs of this sd find a true ``change`` with probability ``want`` at ``level``."""
+    from statistics import NormalDist
+
+    n = NormalDist()
+    effect = math.log1p(change) - math.log1p(margin)
+    if not (sd == sd and effect > 0):
+        return math.nan
+    return ((n.inv_cdf(1.0 - level / 2) + n.inv_cdf(want)) * sd / effect) ** 2
+
+
+def all_decided(table: list[dict], gate: float | None = None) -> bool:
+    """Whether every cell is decided: faster, slower or same, or, under a gate, judged by it."""
+    from bench.engine import judge
+
+    def done(r):
+        return r["verdict"] != "undecided" or (
+            gate is not None and judge.gate_verdict(r["verdict"], r["ratio_lo"], r["ratio_hi"], gate) != "unjudged")
+    return bool(table) and all(done(r) for r in table)
 
 
 def aa_drift(cells: dict) -> tuple[float, float]:

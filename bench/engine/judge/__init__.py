@@ -418,7 +418,8 @@ AB_MARGIN = 0.02  # ab's: its two builds take turns, so the drift between runs f
 COMPARE_FDR = 0.05  # Benjamini-Hochberg's false-discovery rate over the cells of one comparison
 
 
-AB_REPEATS = 5  # ab's default: pairs of fresh processes, each repeat one more degree of freedom for its t test
+AB_REPEATS = 3  # ab's first look: pairs of fresh processes, each repeat one more degree of freedom for its t test
+AB_BUDGET_S = 120.0  # ab's default budget: more repeats while cells are undecided, for up to 2 minutes
 
 
 def between_runs(verdict: str, drift: float | None) -> str:
