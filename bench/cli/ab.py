@@ -73,7 +73,8 @@ def command(args) -> int:
     def decided(repeats: int, look: int) -> bool:
         cells = ab.rows_by_cell(out, repeats, n_slices)
         state["seen"] = state.get("seen", []) + [repeats]
-        state["table"] = ab.analyse(cells, margin, fdr, state["seen"]) if cells else []
+        seen = state["seen"] if budget > 0 else None  # no budget: one look, which spends the whole rate
+        state["table"] = ab.analyse(cells, margin, fdr, seen) if cells else []
         state["cells"] = cells
         left = sum(r["verdict"] == "undecided" for r in state["table"])
         print(f"  look {look} at {repeats} repeats: {len(state['table']) - left} of {len(state['table'])} cells "
@@ -87,7 +88,7 @@ def command(args) -> int:
         print("ab: no cell was ok on both sides in every repeat", file=sys.stderr)
         return 1
     for r in table:
-        r |= {"mode": mode, "pairs": [c for c in seq["conditions"]]}
+        r |= {"mode": mode, "pairs": list(seq["conditions"])}
     store.write_json(out, "ab.json", table, indent=2)
     store.write_json(out, "ab-run.json", {"mode": mode, "why": why, "margin": margin, "fdr": fdr,
                                           "gate": gate, "looks": seq["looks"], "repeats": seq["repeats"],
@@ -118,7 +119,7 @@ def _print_power(table: list[dict], seq: dict, margin: float, fdr: float) -> Non
         return
     sd = median(sds)
     pairs = int(median(r["repeats"] for r in table))
-    level = fdr * (ab.look_weight(len(seq["looks"])) if len(seq["looks"]) > 1 else 1.0)
+    level = fdr * (ab.look_weight(len(seq["looks"])) if seq["budget_s"] > 0 else 1.0)
     need = ab.pairs_for(sd, margin, level)
     print(f"ab: {seq['repeats']} repeats in {seq['wall_s']:.0f} s (stopped: {seq['stopped']}); the sd of log(B/A) per "
           f"pair is {sd:.3f} (median over the cells), so {pairs} pairs find a true 10% change with probability "

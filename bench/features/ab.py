@@ -270,12 +270,12 @@ def plan(sides: tuple[Side, Side], settings: dict, out: Path) -> tuple[dict, lis
 
 
 def run_repeat(sides: tuple[Side, Side], settings: dict, out: Path, k: int, start: Callable = Server,
-               progress: Callable[[str], None] = lambda _m: None, of: int | str = "?") -> dict:
+               progress: Callable[[str], None] = lambda _m: None, of: int | str = "?", planned=None) -> dict:
     """Repeat ``k`` (from 0): fresh servers for both sides, started with the same ``conditions``,
     take the slices in turn (``turns``).  Returns the repeat's conditions.  The servers get the
     folders as absolute paths: a tree side runs in its own tree, where a relative one would land."""
     out = Path(out).resolve()
-    settings, parts, servers_of = plan(sides, settings, out)
+    settings, parts, servers_of = planned or plan(sides, settings, out)
     cond = conditions(k, settings.get("threads"))
     by_label = {s.label: s for s in servers_of}
     servers = {}
@@ -298,8 +298,9 @@ def run(sides: tuple[Side, Side], settings: dict, out: Path, repeats: int, start
         progress: Callable[[str], None] = lambda _m: None) -> Path:
     """Measure ``settings`` under both sides, ``repeats`` times, into ``out``; ``start`` starts a
     side's server (a fake in tests).  Each repeat starts both servers afresh."""
+    planned = plan(sides, settings, out)
     for k in range(repeats):
-        run_repeat(sides, settings, out, k, start, progress, repeats)
+        run_repeat(sides, settings, out, k, start, progress, repeats, planned)
     return Path(out)
 
 
@@ -333,13 +334,14 @@ def sequential(sides: tuple[Side, Side], settings: dict, out: Path, first: int, 
     import time
 
     clock = clock or time.monotonic
+    planned = plan(sides, settings, out)
     t0, walls, conds, seen = clock(), [], [], []
     schedule = looks(first)
     stopped = "the most repeats"
     k = 0
     while k < MAX_REPEATS:
         t = clock()
-        conds.append(run_repeat(sides, settings, out, k, start, progress, "?"))
+        conds.append(run_repeat(sides, settings, out, k, start, progress, "?", planned))
         walls.append(clock() - t)
         k += 1
         if k in schedule:
@@ -409,23 +411,25 @@ def analyse(cells: dict, margin: float, fdr: float, seen: list[int] | None = Non
     order (None: one look at everything).  Look j tests the pairs of its first seen[j] repeats; a
     cell's p over the sequence is min_j p_j / look_weight(j) (Bonferroni over the looks, with
     weights fixed in advance), and Benjamini-Hochberg over the cells holds the false-discovery rate
-    ``fdr`` across the cells and the sequence."""
+    ``fdr`` across the cells and the sequence (a sequence that stopped at its first look still spent
+    only that look's weight)."""
     from statistics import NormalDist, median
 
     from bench.measure.stats import benjamini_hochberg, paired_evidence
 
     keys = sorted(cells)
+    sequence = bool(seen)  # looks of a sequence spend the rate by their weights, a stop at the first one too
     seen = list(seen) if seen else [max((max(c.get("repeat") or [0]) for c in cells.values()), default=0) + 1]
     combined, evidence = [], []
     for key in keys:
         best = 1.0
         for j, r in enumerate(seen, 1):
             e = paired_evidence(*_prefix(cells[key], r), margin)
-            best = min(best, e.p / look_weight(j) if len(seen) > 1 else e.p)
+            best = min(best, e.p / look_weight(j) if sequence else e.p)
         combined.append(min(1.0, best))
         evidence.append(paired_evidence(cells[key]["A"], cells[key]["B"], margin))
     rejected, qvalues = benjamini_hochberg(combined, fdr)
-    level = fdr * (look_weight(len(seen)) if len(seen) > 1 else 1.0)  # the last look's share of the rate
+    level = fdr * (look_weight(len(seen)) if sequence else 1.0)  # the last look's share of the rate
     z = NormalDist().inv_cdf(1.0 - level / 2)
     out = []
     for key, e, p, rej, q in zip(keys, evidence, combined, rejected, qvalues):

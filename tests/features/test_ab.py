@@ -268,9 +268,10 @@ def _sequential(tmp_path, seed, slowdown, budget_s, gate=None, step=10.0):
     return seq, state["table"]
 
 
-def test_a_large_change_stops_at_the_first_look_and_an_aa_spends_the_budget(tmp_path):
+def test_a_large_change_stops_early_and_an_aa_spends_the_budget(tmp_path):
     seq, table = _sequential(tmp_path, 31, {"naive": 3.0, "sdpa": 3.0, "chunked.online": 3.0}, budget_s=120)
-    assert seq["repeats"] == 3 and seq["stopped"] == "every cell decided" and seq["looks"] == [3]
+    assert seq["stopped"] == "every cell decided" and seq["repeats"] < 12  # long before the budget
+    assert seq["looks"] == ab.looks(3)[:len(seq["looks"])]
     assert {r["verdict"] for r in table} == {"slower"}
     seq, table = _sequential(tmp_path, 32, {}, budget_s=120)
     assert seq["stopped"] == "the budget" and seq["repeats"] == 12  # 10 s a repeat: the 13th would end past 120 s
