@@ -186,10 +186,98 @@ TOGETHER_VISITS = 3  # two plugin files in one sweep: each repeat visits every c
 
 
 def together(sides: tuple[Side, Side]) -> bool:
-    """Two plugin files under one interpreter and tree: their variants take turns within one sweep, in
-    the same interleaved rounds of the same worker (drift at every time scale lands on both alike)."""
+    """Whether B's variants can take turns with A's within one sweep, in the same interleaved rounds
+    of the same worker (drift at every time scale lands on both alike): two plugin files under one
+    interpreter and tree, or two trees under one interpreter whose harnesses (bench/) are the same
+    (B's variants/ loaded beside A's, ``tree_plugin``)."""
     a, b = sides
-    return bool(a.plugins and b.plugins) and (a.python, a.tree) == (b.python, b.tree)
+    if a.python != b.python:
+        return False
+    if a.plugins and b.plugins:
+        return a.tree == b.tree
+    return not a.plugins and not b.plugins and a.tree != b.tree and not tree_difference(a.tree, b.tree)["bench"]
+
+
+B_PACKAGE = "attnbench_side_b_variants"  # the package B's variants/ is loaded under, beside A's own
+TREE_SHIM = '''"""Tree B's variants/ for ab, loaded beside A's as the package {package}: each module's
+source read from B's tree with its imports of `variants` turned to {package} (so that a variant
+importing a helper from its own tree gets B's), each variant renamed NAME@B and none a baseline."""
+import importlib
+import importlib.abc
+import importlib.util
+import pkgutil
+import re
+import sys
+from pathlib import Path
+
+import bench.model.registry as _model
+import bench.registry as _public
+
+_ROOT, _PACKAGE = Path({root!r}), {package!r}
+_FROM = re.compile(r"^(\\s*from\\s+)variants(?=[.\\s])", re.M)
+_IMPORT = re.compile(r"^(\\s*)import\\s+variants((?:\\.\\w+)*)\\s*$", re.M)
+_IMPORT_AS = re.compile(r"^(\\s*import\\s+)variants((?:\\.\\w+)*\\s+as\\s)", re.M)
+
+
+def _rewrite(text):
+    text = _FROM.sub(lambda m: m.group(1) + _PACKAGE, text)
+    text = _IMPORT_AS.sub(lambda m: m.group(1) + _PACKAGE + m.group(2), text)
+    return _IMPORT.sub(lambda m: f"{{m.group(1)}}variants = __import__({{(_PACKAGE + m.group(2))!r}})", text)
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, path):
+        self.path = path
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):  # never through a bytecode cache: B's own .pyc holds the unrewritten imports
+        exec(compile(_rewrite(Path(self.path).read_text()), self.path, "exec", dont_inherit=True), module.__dict__)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != _PACKAGE and not fullname.startswith(_PACKAGE + "."):
+            return None
+        where = _ROOT.joinpath("variants", *fullname.split(".")[1:])
+        if (where / "__init__.py").is_file():
+            return importlib.util.spec_from_file_location(fullname, where / "__init__.py",
+                                                          loader=_Loader(str(where / "__init__.py")),
+                                                          submodule_search_locations=[str(where)])
+        if where.with_suffix(".py").is_file():
+            return importlib.util.spec_from_file_location(fullname, where.with_suffix(".py"),
+                                                          loader=_Loader(str(where.with_suffix(".py"))))
+        return None
+
+
+sys.meta_path.insert(0, _Finder())
+
+_original = _model.variant
+
+
+def _renamed(name, *args, **kwargs):
+    return _original(name + {suffix!r}, *args, **(kwargs | {{"baseline": False}}))
+
+
+_mine = _model.module_variants(sys.modules[__name__], create=True)
+_model.variant = _public.variant = _renamed
+try:
+    _package = importlib.import_module(_PACKAGE)
+    for _info in sorted(pkgutil.iter_modules(_package.__path__), key=lambda m: m.name):
+        if not _info.name.startswith("_"):
+            _mine.extend(_model.module_variants(importlib.import_module(f"{{_PACKAGE}}.{{_info.name}}")))
+finally:
+    _model.variant = _public.variant = _original
+'''
+
+
+def tree_plugin(side_b: Side, out: Path) -> str:
+    """A plugin file that loads tree B's variants/ beside A's (``TREE_SHIM``), renamed with B_SUFFIX."""
+    path = Path(out) / "side-b-variants.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(TREE_SHIM.format(root=side_b.tree, package=B_PACKAGE, suffix=B_SUFFIX))
+    return str(path)
 
 
 def tree_difference(a: str, b: str) -> dict:
@@ -212,20 +300,18 @@ def mode(sides: tuple[Side, Side]) -> tuple[str, str]:
     variants as NAME@B in the same rounds of the same workers) or ``turns`` (a server per side, the
     slices in turn)."""
     a, b = sides
-    if together(sides):
+    if together(sides) and a.plugins:
         return "together", ("both sides are plugin files under one interpreter and tree, so B's variants (as "
                             "NAME@B) take turns with A's in the same rounds of the same workers")
+    if together(sides):
+        changed = len(tree_difference(a.tree, b.tree)["variants"])
+        return "together", (f"the trees' harnesses are the same and they differ in {changed} file(s) under variants/, "
+                            f"so B's variants/ is loaded into A's workers (as NAME@B) and takes turns with A's in the "
+                            f"same rounds")
     if a.python != b.python:
         return "turns", "the sides run different interpreters, so each has its own server; they take the slices in turn"
     if a.tree != b.tree and not a.plugins and not b.plugins:
         diff = tree_difference(a.tree, b.tree)
-        if not diff["bench"] and not diff["variants"]:
-            return "turns", ("the two trees hold the same bench/ and variants/ (an A/A of trees): a server per tree, "
-                             "the slices in turn")
-        if not diff["bench"]:
-            return "turns", (f"the trees differ only in variants/ ({len(diff['variants'])} file(s)); each tree's "
-                             f"server takes the slices in turn (to measure them in the same rounds, give the changed "
-                             f"variant files as two plugin files)")
         return "turns", (f"the trees' harnesses differ ({len(diff['bench'])} file(s) under bench/), so each runs its "
                          f"own: a server per tree, the slices in turn")
     return "turns", "a server per side, the slices in turn"
@@ -258,13 +344,13 @@ def plan(sides: tuple[Side, Side], settings: dict, out: Path) -> tuple[dict, lis
     a, b = sides
     from bench.engine.discovery import discover
 
-    plugins = [*a.plugins, renamed_plugin(b, out)]
+    plugins = [*a.plugins, renamed_plugin(b, out) if b.plugins else tree_plugin(b, out)]
     known = discover(plugins).names()
     names = settings.get("variants") or [n for n in known if not n.endswith(B_SUFFIX)]
     theirs = [n + B_SUFFIX for n in names if n + B_SUFFIX in known]  # what B's file defines, B's own
     if not theirs:
-        raise UsageError(f"ab: {b.given} defines none of the variants measured ({', '.join(names)}): two plugin "
-                         f"files are compared by the variants they both define")
+        raise UsageError(f"ab: {b.given} defines none of the variants measured ({', '.join(names)}): two "
+                         f"{'plugin files' if b.plugins else 'trees'} are compared by the variants they both define")
     settings = settings | {"variants": [*names, *theirs], "visits": TOGETHER_VISITS, "plugins": plugins}
     return settings, slices(settings), [Side("AB", f"{a.given} + {b.given}", a.python, a.tree, tuple(plugins))]
 

@@ -1,14 +1,22 @@
-"""ab on this machine, with real sweeps: an A/A of this tree against itself, an A/A of two identical
-plugin files, and two plugin files of which the second does 10% more work (A/B).  Every cell an A/A
-calls changed is a false discovery; the share of the A/B's cells called slower is the power to find
-a real 10% slowdown.
+"""ab on this machine, with real sweeps, at ab's defaults (its first look, its budget) on 12 cells:
+naive at n = 256, 512, 1024, masks none and causal, 4 and 8 heads of 64, float32 forward.
 
-    python tests/benchmarks/ab_check.py --out DIR [--repeats 5] [--busy] [--parts aa,aa-plugin,ab]
+    python tests/benchmarks/ab_check.py --out DIR [--busy N] [--parts aa,aa-plugin,ab-plugin,naive,bench]
 
-The A/A is the 18-cell sweep of the trust issue (naive, sdpa, chunked.online; n = 256, 512, 1024;
-none and causal; 4 heads of 64; float32 forward); the A/B times one plugin variant over the same
-lengths and masks.  ``--busy`` runs a busy loop on one core throughout.  It prints the rates and
-asserts nothing.
+The parts:
+
+- ``aa``: two clones of this tree (its last commit), A/A;
+- ``aa-plugin``: two identical plugin files, A/A;
+- ``ab-plugin``: a plugin variant, against a copy of it doing 10% more work;
+- ``naive``: a clone whose ``variants/naive.py`` does 10% more work, against a clone of the tree;
+- ``bench``: a clone whose harness (``bench/measure/timing.py``: the forward it times) does 10% more
+  work, against a clone of the tree.
+
+Every cell an A/A calls changed is a false discovery; the share of an A/B's cells called slower is
+its power to find a real 10% slowdown.  ab runs from a clone of the tree (its last commit), so that
+the working tree can change meanwhile.  ``--busy N`` runs N busy loops throughout (a shared
+machine).  It prints each part's verdicts, sd of log(B/A) per pair, pairs and wall, writes them to
+DIR/summary.json, and asserts nothing.
 """
 
 from __future__ import annotations
@@ -19,11 +27,15 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from collections import Counter
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parents[2]
-CELLS = ["--seq-lens", "256,512,1024", "--heads", "4", "--head-dims", "64", "--masks", "none,causal", "--dtypes",
+CELLS = ["--seq-lens", "256,512,1024", "--heads", "4,8", "--head-dims", "64", "--masks", "none,causal", "--dtypes",
          "float32", "--directions", "fwd", "--device", "cpu"]
+SLOWER = 0.10
 PLUGIN = '''
 import time
 
@@ -46,56 +58,107 @@ def candidate(case):
         return out
     return attention
 '''
+SPIN = '''{indent}def _spun(call, extra={extra}):
+{indent}    import time
+
+{indent}    def spun(*args):
+{indent}        t0 = time.perf_counter()
+{indent}        out = call(*args)
+{indent}        end = time.perf_counter() + extra * (time.perf_counter() - t0)
+{indent}        while time.perf_counter() < end:
+{indent}            pass
+{indent}        return out
+{indent}    return spun
+'''
+# where each clone does more: (file, the text it replaces, its replacement)
+SLOWED = {
+    "naive": ("variants/naive.py", "    return Prepared(attention, {\"materialised_bytes\"",
+              SPIN.format(indent="    ", extra=SLOWER) + "    attention = _spun(attention)\n"
+              "    return Prepared(attention, {\"materialised_bytes\""),
+    "bench": ("bench/measure/timing.py", "    if direction == \"fwd\":\n        return forward\n",
+              "    if direction == \"fwd\":\n" + SPIN.format(indent="        ", extra=SLOWER)
+              + "        return _spun(forward)\n"),
+}
 
 
-def ab(out: Path, a: str, b: str, repeats: int, *flags: str) -> list[dict]:
-    subprocess.run([sys.executable, "-m", "bench", "ab", a, b, *flags, *CELLS, "--repeats", str(repeats), "--out",
-                    str(out)], check=True, cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT)},
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return json.loads((out / "ab.json").read_text())
+def clone(out: Path, name: str, slowed: str | None = None) -> Path:
+    """A clone of this tree's last commit under ``out``, with ``slowed``'s file made to do more."""
+    path = out / name
+    if not path.exists():
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(path)], check=True)
+        if slowed:
+            rel, old, new = SLOWED[slowed]
+            f = path / rel
+            text = f.read_text()
+            if text.count(old) != 1:
+                raise SystemExit(f"ab_check: {rel} no longer holds the line it slows; update SLOWED")
+            f.write_text(text.replace(old, new))
+    return path
+
+
+def ab(driver: Path, out: Path, a: str, b: str, variants: str) -> dict:
+    """One ab at its defaults; its rows, its run record and its wall."""
+    t0 = time.monotonic()
+    cmd = [sys.executable, "-m", "bench", "ab", a, b, "--variants", variants, *CELLS, "--out", str(out)]
+    done = subprocess.run(cmd, cwd=driver, env=os.environ | {"PYTHONPATH": str(driver)}, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    (out.parent / f"{out.name}.log").write_text(done.stdout + done.stderr)
+    if not (out / "ab.json").exists():
+        raise SystemExit(f"ab_check: ab {a} {b} wrote no ab.json (exit {done.returncode}); see {out}.log")
+    data = json.loads((out / "ab.json").read_text())
+    run = json.loads((out / "ab-run.json").read_text()) if (out / "ab-run.json").exists() else {}
+    return {"rows": data, "run": run, "wall_s": wall, "exit": done.returncode}
+
+
+def summary(name: str, res: dict) -> dict:
+    rows = res["rows"]
+    verdicts = Counter(r["verdict"] for r in rows)
+    sds = [r["sd"] for r in rows if r.get("sd") == r.get("sd") and r.get("sd") is not None]
+    return {"part": name, "cells": len(rows), "verdicts": dict(verdicts),
+            "sd_median": median(sds) if sds else None,
+            "pairs_median": median(r["repeats"] for r in rows) if rows else 0,
+            "ratios": [round(r["ratio"], 4) for r in rows], "mode": res["run"].get("mode"), "exit": res["exit"],
+            "wall_s": round(res["wall_s"], 1),
+            "repeats": res["run"].get("repeats"), "stopped": res["run"].get("stopped")}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--busy", action="store_true")
-    p.add_argument("--parts", default="aa,aa-plugin,ab",
-                   help="aa (the tree twice), aa-plugin (two identical plugin files), ab (the 10%% slower one)")
+    p.add_argument("--busy", type=int, default=0, metavar="N", help="busy loops to run throughout")
+    p.add_argument("--parts", default="aa,aa-plugin,naive,bench")
     args = p.parse_args()
-    parts = set(args.parts.split(","))
-    out = Path(args.out)
+    parts = args.parts.split(",")
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+    driver = clone(out, "tree-a")
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    results = []
     try:
-        aa = ab(out / "aa", str(ROOT), str(ROOT), args.repeats, "--variants", "naive,sdpa,chunked.online") \
-            if "aa" in parts else None
-        slowed = same_files = None
-        if "aa-plugin" in parts:  # two files of identical content: together in one sweep, as the A/B is
-            a, b = out / "first.py", out / "second.py"
-            a.write_text(textwrap.dedent(PLUGIN.format(extra=0.0)))
-            b.write_text(textwrap.dedent(PLUGIN.format(extra=0.0)))
-            same_files = ab(out / "aap", str(a), str(b), args.repeats, "--variants", "candidate")
-        if "ab" in parts:
-            a, b = out / "same.py", out / "slower.py"
-            a.write_text(textwrap.dedent(PLUGIN.format(extra=0.0)))
-            b.write_text(textwrap.dedent(PLUGIN.format(extra=0.1)))
-            slowed = ab(out / "ab", str(a), str(b), args.repeats, "--variants", "candidate")
+        for part in parts:
+            if part == "aa":
+                res = ab(driver, out / part, str(driver), str(clone(out, "tree-b")), "naive")
+            elif part in ("aa-plugin", "ab-plugin"):
+                a, b = out / f"{part}-a.py", out / f"{part}-b.py"
+                a.write_text(textwrap.dedent(PLUGIN.format(extra=0.0)))
+                b.write_text(textwrap.dedent(PLUGIN.format(extra=SLOWER if part == "ab-plugin" else 0.0)))
+                res = ab(driver, out / part, str(a), str(b), "candidate")
+            elif part in SLOWED:
+                res = ab(driver, out / part, str(driver), str(clone(out, f"tree-{part}", part)), "naive")
+            else:
+                raise SystemExit(f"ab_check: unknown part {part!r}; valid: aa, aa-plugin, ab-plugin, naive, bench")
+            s = summary(part, res)
+            results.append(s)
+            print(json.dumps(s), flush=True)
     finally:
-        if loop:
+        for loop in loops:
             loop.kill()
-    if aa is not None:
-        called = sum(r["verdict"] in ("faster", "slower") for r in aa)
-        print(f"A/A (this tree twice, {args.repeats} repeats): {called} of {len(aa)} cells called changed")
-    if same_files is not None:
-        called = sum(r["verdict"] in ("faster", "slower") for r in same_files)
-        print(f"A/A (two identical plugin files together, {args.repeats} repeats): {called} of {len(same_files)} cells "
-              f"called changed; ratios " + ", ".join(f"{r['ratio']:.3f}" for r in same_files))
-    if slowed is not None:
-        found = sum(r["verdict"] == "slower" for r in slowed)
-        print(f"A/B (a plugin variant doing 10% more work): {found} of {len(slowed)} cells called slower; ratios "
-              + ", ".join(f"{r['ratio']:.3f} ({r['ratio_lo']:.3f}-{r['ratio_hi']:.3f}, {r['repeats']} pairs)"
-                          for r in slowed))
+    (out / "summary.json").write_text(json.dumps({"busy": args.busy, "parts": results}, indent=1))
+    for s in results:
+        changed = s["verdicts"].get("faster", 0) + s["verdicts"].get("slower", 0)
+        print(f"{s['part']}: {changed} of {s['cells']} changed ({s['verdicts']}), sd {s['sd_median']}, "
+              f"{s['pairs_median']} pairs, {s['repeats']} repeats ({s['stopped']}), mode {s['mode']}, "
+              f"{s['wall_s']:.0f} s")
     return 0
 
 

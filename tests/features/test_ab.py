@@ -342,10 +342,89 @@ def test_ab_says_which_mode_and_why(tmp_path):
     b = tmp_path / "b"
     shutil.copytree(a, b)
     sides = (ab.side("A", str(a)), ab.side("B", str(b)))
-    assert ab.mode(sides)[0] == "turns" and "same bench/" in ab.mode(sides)[1]
+    assert ab.mode(sides)[0] == "together" and "0 file(s) under variants/" in ab.mode(sides)[1]
     (b / "variants" / "naive.py").write_text((b / "variants" / "naive.py").read_text() + "\n# changed\n")
-    assert "only in variants/" in ab.mode(sides)[1]
+    assert ab.mode(sides)[0] == "together" and "1 file(s) under variants/" in ab.mode(sides)[1]
+    assert ab.plan(sides, SETTINGS | {"variants": ["naive"]}, tmp_path / "o")[0]["variants"] == ["naive", "naive@B"]
     (b / "bench" / "errors.py").write_text((b / "bench" / "errors.py").read_text() + "\n# changed\n")
-    assert "harnesses differ" in ab.mode(sides)[1]
+    assert ab.mode(sides)[0] == "turns" and "1 file(s) under bench/" in ab.mode(sides)[1]
+    assert ab.mode((ab.side("A", str(a)), ab.side("A", str(a))))[0] == "turns"  # ab . .: two runs, calibrating
     p1, p2 = write_plugin(tmp_path, "p1", "x = 1\n"), write_plugin(tmp_path, "p2", "x = 1\n")
     assert ab.mode((ab.side("A", str(p1)), ab.side("B", str(p2))))[0] == "together"
+
+
+TREE_B = {
+    "__init__.py": "",
+    "_helper.py": "SCALE = 2.0\n",
+    "naive.py": """
+        from bench.registry import variant
+        from variants._helper import SCALE
+        import variants._helper
+        import variants._helper as helper
+
+        @variant("naive", masks=("none",), baseline=True, description=f"scaled by {SCALE}")
+        def naive(case):
+            import torch.nn.functional as F
+            scale = variants._helper.SCALE * helper.SCALE / SCALE
+            return lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * scale
+    """,
+}
+
+
+def test_tree_b_s_variants_load_beside_a_s_renamed_with_their_own_helpers(tmp_path):
+    """B's variants/ is read under another package: B's naive is naive@B, not a baseline, and the
+    helper it imports from its own tree (three import forms) is B's; A's naive is untouched, and B's
+    tree gets no bytecode of the rewritten source."""
+    import json
+    import subprocess
+    import textwrap
+
+    b = tmp_path / "b"
+    (b / "bench").mkdir(parents=True)
+    (b / "bench" / "__init__.py").write_text("")
+    for name, text in TREE_B.items():
+        (b / "variants").mkdir(exist_ok=True)
+        (b / "variants" / name).write_text(textwrap.dedent(text))
+    shim = ab.tree_plugin(ab.side("B", str(b)), tmp_path / "out")
+    probe = f"""
+import json
+from bench.engine.discovery import discover
+reg = discover([{shim!r}])
+out = {{}}
+for name in ("naive", "naive@B"):
+    v = reg[name]
+    out[name] = [v.description, v.baseline, v.module]
+print(json.dumps(out | {{"baseline": reg.baseline().name}}))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                          env=os.environ | {"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["naive@B"][:2] == ["scaled by 2.0", False] and got["naive@B"][2].startswith(ab.B_PACKAGE)
+    assert got["naive"][1] is True and got["naive"][2] == "variants.naive" and got["baseline"] == "naive"
+    assert not list(b.rglob("*.pyc"))
+
+
+@pytest.mark.slow
+def test_ab_of_two_trees_differing_in_variants_measures_them_together(tmp_path):
+    import json
+    import shutil
+
+    a = tmp_path / "a"
+    for top in ("bench", "variants"):
+        shutil.copytree(ROOT / top, a / top, ignore=shutil.ignore_patterns("__pycache__"))
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    naive = b / "variants" / "naive.py"
+    naive.write_text(naive.read_text().replace("        return p @ v  # (B, H, Lq, D)",
+                                               "        return (p @ v) * 1.0  # (B, H, Lq, D)"))
+    res = run_cli("ab", a, b, "--variants", "naive", "--seq-lens", "64", "--heads", "2", "--head-dims", "16",
+                  "--masks", "none", "--budget-ms", "20", "--repeats", "2", "--budget-s", "0", "--device", "cpu",
+                  "--out", tmp_path / "o")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0].startswith("ab: mode together")
+    rows = read_jsonl(tmp_path / "o" / "repeat-1" / "AB" / "slice-1" / "results.jsonl")
+    assert {r["variant"] for r in rows} == {"naive", "naive@B"}
+    assert {r["status"] for r in rows} == {"ok"}
+    table = json.loads((tmp_path / "o" / "ab.json").read_text())
+    assert [r["variant"] for r in table] == ["naive"] and table[0]["mode"] == "together"
