@@ -86,11 +86,33 @@ def trust_line(df, envs, lead: bool = True, said: judge.Conclusions | None = Non
     bad_peaks = _unreliable_peaks(ok)
     if bad_peaks:
         text += f"; the matmul peak is unreliable for {', '.join(bad_peaks)} (marked † in % of peak)"
+    heap = heap_words(envs)
+    if heap:
+        text += f"; {heap}"
     mixed = [f"{e['run']}: {', '.join(e['mixed_env'])}" for e in envs if e.get("mixed_env")]
     if mixed:
         text += "; MIXED RUN, resumed on a machine that differs (" + "; ".join(mixed) + ")"
     history = "; ".join(h for e in envs if (h := invocations(e)))
     return text + (f"; {history}" if history else f"; {loads}" if loads else "") + "."
+
+
+HEAP_WORDS = {
+    "fixed": "CPU heap fixed (each worker's glibc mmap threshold fixed and its heap never trimmed, so every worker "
+             "times in one state; a default process can pay page faults on large buffers that these figures do "
+             "not: selfcheck prints both, bench/measure/README.md)",
+    "system": "CPU heap system (glibc's own, as a default process has: a large buffer's page faults are in the "
+              "figures)",
+}
+
+
+def heap_words(envs) -> str:
+    """What the trust box says of the C heap the CPU runs' workers timed under (--heap; a run from
+    before the setting: fixed, the only heap its workers had)."""
+    heaps = sorted({e.get("heap") or "fixed" for e in envs if e.get("device") == "cpu"})
+    if len(heaps) > 1:
+        return "CPU heaps differ between the runs (" + ", ".join(f"{e.get('run')}: {e.get('heap') or 'fixed'}"
+                                                                  for e in envs if e.get("device") == "cpu") + ")"
+    return HEAP_WORDS.get(heaps[0], "") if heaps else ""
 
 
 def worst_contended(ok: pd.DataFrame) -> str:

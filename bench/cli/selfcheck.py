@@ -14,7 +14,7 @@ def command(args):
     from bench.model.parsers import positive
 
     budget = positive("milliseconds")(args.budget_ms, "--budget-ms")
-    from bench.features.selfcheck import check_cell, default_cases
+    from bench.features.selfcheck import check_cell, default_cases, under_heaps
     from bench.model.registry import available
 
     if any(getattr(args, k) for k in ("variants", "seq_lens", "heads", "head_dims", "masks", "dtypes")):
@@ -27,18 +27,22 @@ def command(args):
 
         registry = discover(args.plugin)
         cells = default_cases(registry, args.device or default_device())
-    rows = []
+    rows, runnable = [], []
     for name, case in cells:
         ok, why = available(registry[name], case)
         if not ok:
             print(f"{name} {case.label()}: unsupported: {why}")
             continue
-        rows.append(check_cell(registry[name], case, budget))
+        runnable.append((name, case))
+    cpu = [c for c in runnable if c[1].device == "cpu"]
+    if cpu:  # each heap in a process of its own (bench.features.selfcheck.under_heaps)
+        rows += under_heaps(cpu, budget, list(getattr(args, "plugin", None) or ()))
+    rows += [check_cell(registry[name], case, budget) for name, case in runnable if case.device != "cpu"]
     for r in rows:
         for tool in ("tub", "do_bench"):
             if f"ratio_{tool}" in r:
                 r[f"spread_{tool}"] = f"{r[f'ratio_{tool}_lo']:.3f}-{r[f'ratio_{tool}_hi']:.3f}"
-    headers = {"variant": "variant", "case": "case", "harness_ms": "harness median ms",
+    headers = {"variant": "variant", "case": "case", "heap": "heap", "harness_ms": "harness median ms",
                "harness_iqr_ms": "IQR", "tub_ms": "torch.utils.benchmark ms", "ratio_tub": "ratio",
                "spread_tub": "per-round", "do_bench_ms": "do_bench ms", "ratio_do_bench": "ratio",
                "spread_do_bench": "per-round", "other_cpu": "other CPU (cores)", "contended": "contended"}
@@ -47,6 +51,12 @@ def command(args):
                    floatfmt=".4g"))
     print(f"ratio = harness median / reference tool median (1.00 = same figure): the median of the "
           f"per-round ratios, the tools taking turns in {rows[0]['rounds'] if rows else 3} interleaved rounds")
+    crossed = [r for r in rows if "default_process" in r]
+    if crossed:
+        print("heap: each CPU cell twice, each time both tools in one fresh process, under the heap the sweep's "
+              "workers keep (fixed, --heap's default) and under glibc's own (system, as a default process has); "
+              "the sweep's figure over a default process's (harness under fixed / torch.utils.benchmark under "
+              "system): " + ", ".join(f"{r['variant']} {r['case']} {r['default_process']:.2f}" for r in crossed))
     if any(r.get("contended") for r in rows):
         print("warning: the machine was shared during the check (contended): both tools were hit alike, so "
               "their agreement says nothing about either; rerun on a quiet machine or with --threads",

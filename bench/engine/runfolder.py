@@ -70,6 +70,7 @@ def open_run(run_dir: Path, resumed: bool, spec, given: dict, registry, allow_en
 
     # what the workers run under (--deterministic sets it in each, per job)
     env["deterministic_algorithms"] = bool(spec.deterministic) or torch.are_deterministic_algorithms_enabled()
+    env["heap"] = spec.heap or "fixed"  # the workers' C heap (--heap; bench.engine.runner.steady_heap)
     baseline = registry.baseline()
     from bench.model.spec import sweep_id
 

@@ -95,7 +95,8 @@ def steady_heap() -> None:
     one and not the other, by what ran before it (without this, naive at n = 512 took three
     times as long in one fresh worker as in another).  A fixed
     threshold and no trimming give each process the state a long-lived one settles into.
-    Nothing where the C library is not glibc."""
+    Nothing where the C library is not glibc.  It cannot be undone: a worker of ``--heap system``
+    never calls it, and never takes over a worker started ahead (which does)."""
     try:
         import ctypes
 
@@ -291,7 +292,8 @@ def _enter(conn, settings: WorkerSettings | None, environ: dict | None, lifeline
     for key, value in WORKER_ENV.items():  # before torch is imported, here or by a prestarted worker
         os.environ.setdefault(key, value)
     _die_with_parent()
-    steady_heap()
+    if settings is None or settings.measure.heap != "system":  # one started ahead is only taken for a fixed heap
+        steady_heap()
     if settings is not None:
         _pin(settings)
     try:
@@ -497,9 +499,9 @@ _PARKED: list = []  # idle workers kept by park() for the next sweep of this pro
 
 
 def _place(settings: WorkerSettings) -> tuple:
-    """What a worker is bound to for its life: its plugins, environment, cores and threads."""
+    """What a worker is bound to for its life: its plugins, environment, cores, threads and heap."""
     return (tuple(settings.plugins), tuple(sorted(settings.env.items())), tuple(settings.cpus),
-            settings.measure.threads)
+            settings.measure.threads, settings.measure.heap)
 
 
 def reuse(settings: WorkerSettings) -> Worker:
@@ -543,7 +545,7 @@ class Worker:
         self.device_name: str | None = None  # what it measures on, once started
 
     def _start(self) -> None:
-        ahead = _take_prestarted() if not self.settings.env else None
+        ahead = _take_prestarted() if not self.settings.env and self.settings.measure.heap != "system" else None
         if ahead is not None:  # its imports are done: it only needs the settings
             self._proc, parent, self._lifeline = ahead
             parent.send(self.settings)

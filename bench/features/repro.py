@@ -51,6 +51,8 @@ def command(row: dict, spec: dict | None = None, out: str | None = None) -> str:
         flags += ["--threads", str(int(row["threads"]))]
     if row.get("precision") is not None:
         flags += ["--precision", f"{100 * float(row['precision']):g}"]
+    if row.get("heap") == "system":
+        flags += ["--heap", "system"]
     for key, flag in (("rounds", "--rounds"), ("timer", "--timer"), ("ceiling_s", "--ceiling-s"),
                       ("timeout", "--timeout")):
         if spec.get(key) is not None and (key != "timer" or spec[key] != "events"):

@@ -31,6 +31,7 @@ class MeasureSettings:
     dynamic: bool = False  # variants that compile do so with dynamic shapes (--dynamic)
     retime: bool = True  # a contended case is timed again in place (contention.retime.Held); --remeasure 0: not
     peak_age_h: float = 24.0  # a memory peak recorded this many hours ago is still taken (bench.engine.memcache)
+    heap: str = "fixed"  # the worker's C heap: fixed (bench.engine.runner.steady_heap) or system (--heap)
 
     @classmethod
     def from_spec(cls, spec, threads: int | None = None) -> MeasureSettings:
@@ -42,7 +43,7 @@ class MeasureSettings:
                    ceiling_ms=max(float(spec.budget_ms), 1e3 * ceiling if ceiling is not None else DEFAULT_CEILING_MS),
                    deterministic=bool(getattr(spec, "deterministic", False)), steps=int(getattr(spec, "steps", 0) or 0),
                    dynamic=bool(getattr(spec, "dynamic", False)), retime=int(getattr(spec, "remeasure", 1) or 0) > 0,
-                   peak_age_h=float(getattr(spec, "peak_age", 24.0)))
+                   peak_age_h=float(getattr(spec, "peak_age", 24.0)), heap=getattr(spec, "heap", None) or "fixed")
 
     def replace(self, **changes) -> MeasureSettings:
         return replace(self, **changes)
@@ -52,8 +53,9 @@ class MeasureSettings:
 
     def stamp(self, row: dict, device: str) -> dict:
         """Write the settings a row was measured under on it (every row, failed ones too): the
-        budget, the threads, and the precision target where one applies (the CPU timer; the
-        GPU timers take a fixed number of samples, so a CUDA row's precision is None)."""
+        budget, the threads, the precision target where one applies (the CPU timer; the
+        GPU timers take a fixed number of samples, so a CUDA row's precision is None) and the
+        worker's C heap (--heap)."""
         row.update(budget_ms=self.budget_ms, threads=self.threads,
-                   precision=self.precision if device == "cpu" else None)
+                   precision=self.precision if device == "cpu" else None, heap=self.heap)
         return row

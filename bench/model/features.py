@@ -52,7 +52,7 @@ CORE = Feature(
     "core", "cases of the spec's axes, timed in interleaved rounds, checked against float64, judged",
     settings=("variants", "seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes", "masks", "window",
               "directions", "device", "preset", "timeout", "budget_ms", "plugins", "threads", "precision", "rounds",
-              "ceiling_s", "timer", "deterministic", "dynamic", "peak_age", "workers", "gpus"),
+              "ceiling_s", "timer", "heap", "deterministic", "dynamic", "peak_age", "workers", "gpus"),
     groups=("work", "check"), steps=("bench.engine.cell:DETERMINISM",),
     commands=("bench.cli.listing", "bench.cli.sweep", "bench.cli.report"),
     modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/model/registry.py",

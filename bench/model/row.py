@@ -78,7 +78,8 @@ OUTCOME = ("status", "reason", "reason_kind")
 WORKLOAD = ("mask_params", "density", "flops", "bytes", "approximate", "seq_lengths", "padding_waste",
             "layout", "phases")  # a ragged batch: each sequence's length, padded over real FLOPs, how the variant
 # held it; a mixed batch: each phase's sequences, tokens, FLOPs and bytes (bench.measure.flops.mix_phases)
-SETTING_COLUMNS = ("threads", "budget_ms", "precision", "worker")  # worker: where it ran (cpu, cpu:0-3, cuda:1)
+SETTING_COLUMNS = ("threads", "budget_ms", "precision", "worker", "heap")  # worker: where it ran (cpu, cpu:0-3,
+# cuda:1); heap: the worker's C heap (--heap: fixed or system)
 TIMING = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth",
           "noisy", "few_samples", "median_confidence", "ci_lo_ms", "ci_hi_ms", "number", "warmup_calls", "timer",
           "samples_ms", "round_medians_ms", "rounds", "timed_s", "bwd_forward", "interleave_id")
@@ -118,7 +119,7 @@ ALWAYS = (*IDENTITY, *OUTCOME, "mask_params", "density", "flops", "bytes", *MEAS
 
 # what each column holds (None aside, which any column may: not measured, or not applicable)
 Number = float  # an int is a number too (samples, flops, threads)
-TEXT = ("reason", "layout", "worker", "timer", "bwd_forward", "interleave_id", "contended_why", "retimed",
+TEXT = ("reason", "layout", "worker", "timer", "heap", "bwd_forward", "interleave_id", "contended_why", "retimed",
         "reference_skipped",
         "backend_ran", "kernel_mismatch", "timer_mismatch", "kernels_error", "graph_error", "throttle_reasons",
         "throttled_why", "energy_why")

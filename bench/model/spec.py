@@ -188,6 +188,11 @@ class _Spec:
     timer: str = setting("GPU timer: events (CUDA events around each call, L2 flushed; the default) or graph (the "
                          "call captured in a CUDA graph and replayed: no launch overhead)",
                          choice("timer", ("events", "graph")), default="events")
+    heap: str = setting("CPU: the C heap each worker times under: fixed (glibc's mmap threshold fixed at 64 MiB "
+                        "and the heap never trimmed: every worker settles into one state; the default) or system "
+                        "(glibc's own, as a default process has: a large buffer can be mapped and its pages faulted "
+                        "in again at each call); selfcheck prints the difference (bench/measure/README.md)",
+                        choice("heap", ("fixed", "system")), default="fixed", later=True)
     visits: int = setting("visits to each cell, each in a fresh worker process, spread over the sweep: its figure is "
                           "the visits' geometric mean and its interval theirs, which holds what a rerun sees; the "
                           "first visit checks and measures memory, the others only time (default 3; 1: one visit, "

@@ -5,6 +5,7 @@ import pytest
 
 from bench.case import Case
 from tests.conftest import run_cli
+from tests.support.text import numbers
 
 
 @pytest.mark.slow
@@ -41,5 +42,11 @@ def test_selfcheck_command_prints_a_paired_ratio_per_cell():
                    "--budget-ms", "50")
     assert proc.returncode == 0, proc.stderr
     assert "median of the per-round ratios" in proc.stdout
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("naive", "sdpa.math"))]
-    assert len(lines) == 2 and all("-" in ln.split()[-3] for ln in lines)  # the per-round spread
+    lines = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith(("naive", "sdpa.math"))]
+    # each cell twice, under the heap the workers keep and under the system's, each in a process of its own
+    want = [(v, h) for v in ("naive", "sdpa.math") for h in ("fixed", "system")]
+    assert sorted((ln[0], next(t for t in ln if t in ("fixed", "system"))) for ln in lines) == want
+    assert all("-" in ln[-3] for ln in lines)  # the per-round spread
+    crossed = next(ln for ln in proc.stdout.splitlines() if ln.startswith("heap:"))
+    tail = crossed.split("system):")[1]
+    assert tail.count("naive") == 1 and tail.count("sdpa.math") == 1 and numbers(tail)

@@ -337,7 +337,7 @@ def test_measure_settings_come_from_the_spec_once_in_one_unit():
     assert (s.budget_ms, s.precision, s.rounds, s.threads, s.timer) == (7.0, 0.05, 2, 1, "events")
     assert MeasureSettings.from_spec(spec, threads=3).threads == 3  # a worker's own share of the cores
     row = s.stamp({}, "cuda")
-    assert row == {"budget_ms": 7.0, "threads": 1, "precision": None}  # no precision target on the GPU timers
+    assert row == {"budget_ms": 7.0, "threads": 1, "precision": None, "heap": "fixed"}  # no precision on the GPU timers
 
 
 @pytest.mark.slow
