@@ -67,18 +67,19 @@ def command(args) -> int:
     n_slices = len(ab.slices(settings))
     print(f"ab: {first} repeats x {n_slices} slices, then more while cells are undecided, for up to {budget:g} s "
           f"(looks at {', '.join(map(str, ab.looks(first)[:6]))}, ... repeats; the false-discovery rate {100 * fdr:g}% "
-          f"is split over the looks, 1/(j(j+1)) of it to look j); folder {out}", flush=True)
+          f"is spent over the looks, a look at k of the K repeats the budget allows spending (k/K)^2 of it less what "
+          f"the looks before spent, the last look the rest); folder {out}", flush=True)
     state = {"table": []}
 
-    def decided(repeats: int, look: int) -> bool:
+    def decided(repeats: int, look: int, weights: list[float]) -> bool:
         cells = ab.rows_by_cell(out, repeats, n_slices)
         state["seen"] = state.get("seen", []) + [repeats]
         seen = state["seen"] if budget > 0 else None  # no budget: one look, which spends the whole rate
-        state["table"] = ab.analyse(cells, margin, fdr, seen) if cells else []
+        state["table"] = ab.analyse(cells, margin, fdr, seen, weights) if cells else []
         state["cells"] = cells
         left = sum(r["verdict"] == "undecided" for r in state["table"])
-        print(f"  look {look} at {repeats} repeats: {len(state['table']) - left} of {len(state['table'])} cells "
-              f"decided", file=sys.stderr, flush=True)
+        print(f"  look {look} at {repeats} repeats ({100 * weights[-1]:.0f}% of the rate): "
+              f"{len(state['table']) - left} of {len(state['table'])} cells decided", file=sys.stderr, flush=True)
         return ab.all_decided(state["table"], gate)
 
     seq = ab.sequential(sides, settings, out, first, budget, decided,
@@ -91,7 +92,8 @@ def command(args) -> int:
         r |= {"mode": mode, "pairs": list(seq["conditions"])}
     store.write_json(out, "ab.json", table, indent=2)
     store.write_json(out, "ab-run.json", {"mode": mode, "why": why, "margin": margin, "fdr": fdr,
-                                          "gate": gate, "looks": seq["looks"], "repeats": seq["repeats"],
+                                          "gate": gate, "looks": seq["looks"], "weights": seq["weights"],
+                                          "repeats": seq["repeats"],
                                           "stopped": seq["stopped"], "budget_s": budget, "wall_s": seq["wall_s"],
                                           "walls_s": seq["walls_s"], "conditions": seq["conditions"]}, indent=2)
     counts = _print_verdicts(table, ab.together(sides), seq["repeats"], margin, fdr, out)
@@ -119,7 +121,7 @@ def _print_power(table: list[dict], seq: dict, margin: float, fdr: float) -> Non
         return
     sd = median(sds)
     pairs = int(median(r["repeats"] for r in table))
-    level = fdr * (ab.look_weight(len(seq["looks"])) if seq["budget_s"] > 0 else 1.0)
+    level = fdr * (seq["weights"][-1] if seq["budget_s"] > 0 else 1.0)
     need = ab.pairs_for(sd, margin, level)
     print(f"ab: {seq['repeats']} repeats in {seq['wall_s']:.0f} s (stopped: {seq['stopped']}); the sd of log(B/A) per "
           f"pair is {sd:.3f} (median over the cells), so {pairs} pairs find a true 10% change with probability "

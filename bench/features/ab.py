@@ -405,44 +405,65 @@ def looks(first: int, most: int = MAX_REPEATS) -> list[int]:
 
 
 def look_weight(j: int) -> float:
-    """The share of the false-discovery rate look ``j`` (from 1) spends: 1 / (j (j + 1)), which sums
-    to 1 over any number of looks (a Bonferroni split over the sequence, fixed in advance)."""
+    """A split of the false-discovery rate over looks whose number is not known: 1 / (j (j + 1)) to
+    look ``j`` (from 1), which sums to 1 over any number of looks (``analyse``'s default)."""
     return 1.0 / (j * (j + 1))
+
+
+def spend(repeats: int, last: int, spent: float, final: bool) -> float:
+    """The share of the false-discovery rate a look at ``repeats`` spends (an alpha-spending rule,
+    Bonferroni over the looks): (repeats / last)^2 less what earlier looks ``spent``, where ``last``
+    is the most repeats the budget is expected to allow (from the repeats' walls, never from what
+    they measured); a ``final`` look (no repeat fits after it) spends all that is left.  The early
+    looks spend little and the last most of it, and the shares never sum past 1."""
+    if final:
+        return max(0.0, 1.0 - spent)
+    return max(0.0, min(1.0, (repeats / max(last, repeats)) ** 2) - spent)
 
 
 def sequential(sides: tuple[Side, Side], settings: dict, out: Path, first: int, budget_s: float,
                decided: Callable[[int, int], bool], start: Callable = Server,
                progress: Callable[[str], None] = lambda _m: None, clock: Callable[[], float] = None) -> dict:
     """Repeat after repeat until every cell is decided or the budget is spent.  ``decided(repeats,
-    look)`` analyses the repeats so far at look ``look`` and says whether every cell is decided.  A
+    look, weights)`` analyses the repeats so far at look ``look``, each look's share of the
+    false-discovery rate in ``weights`` (``spend``), and says whether every cell is decided.  A
     repeat starts only where the repeats' mean wall says it ends inside ``budget_s`` (the first
-    ``first`` always run).  Returns {"repeats", "looks", "walls_s", "conditions", "stopped"}."""
+    ``first`` always run).  Returns {"repeats", "looks", "weights", "walls_s", "conditions",
+    "stopped"}."""
     import time
 
     clock = clock or time.monotonic
     planned = plan(sides, settings, out)
-    t0, walls, conds, seen = clock(), [], [], []
+    t0, walls, conds, seen, weights = clock(), [], [], [], []
     schedule = looks(first)
     stopped = "the most repeats"
     k = 0
+
+    def fitting() -> int:  # the repeats after this one that the budget is expected to allow
+        mean = sum(walls) / len(walls)
+        return min(MAX_REPEATS - k, max(0, int((budget_s - (clock() - t0)) // mean))) if mean > 0 else 0
+
     while k < MAX_REPEATS:
         t = clock()
         conds.append(run_repeat(sides, settings, out, k, start, progress, "?", planned))
         walls.append(clock() - t)
         k += 1
+        more = fitting()
         if k in schedule:
             seen.append(k)
-            if decided(k, len(seen)):
+            weights.append(spend(k, k + more, sum(weights), final=more == 0 or k == MAX_REPEATS))
+            if decided(k, len(seen), list(weights)):
                 stopped = "every cell decided"
                 break
-        if k >= first and clock() - t0 + sum(walls) / len(walls) > budget_s:
+        if k >= first and more == 0:
             stopped = "the budget"
             break
-    if not seen or seen[-1] != k:  # a last look at what the budget left
+    if not seen or seen[-1] != k:  # a last look at what the budget left: it spends the rest
         seen.append(k)
-        decided(k, len(seen))
-    return {"repeats": k, "looks": seen, "walls_s": walls, "conditions": conds, "stopped": stopped,
-            "budget_s": budget_s, "wall_s": clock() - t0}
+        weights.append(spend(k, k, sum(weights), final=True))
+        decided(k, len(seen), list(weights))
+    return {"repeats": k, "looks": seen, "weights": weights, "walls_s": walls, "conditions": conds,
+            "stopped": stopped, "budget_s": budget_s, "wall_s": clock() - t0}
 
 
 def rows_by_cell(out: Path, repeats: int, n_slices: int) -> dict:
@@ -490,15 +511,16 @@ def _prefix(cell: dict, repeats: int) -> tuple[list, list]:
     return [cell["A"][i] for i in keep], [cell["B"][i] for i in keep]
 
 
-def analyse(cells: dict, margin: float, fdr: float, seen: list[int] | None = None) -> list[dict]:
+def analyse(cells: dict, margin: float, fdr: float, seen: list[int] | None = None,
+            weights: list[float] | None = None) -> list[dict]:
     """Per cell: the repeats' medians of A and B, the paired ratio with its 95% interval, and the
     verdict: ``faster`` or ``slower`` beyond ``margin``, ``same`` (its interval inside the margin
     at the last look's level) or ``undecided``.  ``seen``: the repeat counts it was looked at, in
     order (None: one look at everything).  Look j tests the pairs of its first seen[j] repeats; a
-    cell's p over the sequence is min_j p_j / look_weight(j) (Bonferroni over the looks, with
-    weights fixed in advance), and Benjamini-Hochberg over the cells holds the false-discovery rate
-    ``fdr`` across the cells and the sequence (a sequence that stopped at its first look still spent
-    only that look's weight)."""
+    cell's p over the sequence is min_j p_j / w_j (Bonferroni over the looks), w_j the share of the
+    rate look j spent (``weights``: ``spend``'s, or by default ``look_weight``'s), and
+    Benjamini-Hochberg over the cells holds the false-discovery rate ``fdr`` across the cells and the
+    sequence (a sequence that stopped at a look spent only the shares of the looks it made)."""
     from statistics import NormalDist, median
 
     from bench.measure.stats import benjamini_hochberg, paired_evidence
@@ -506,16 +528,20 @@ def analyse(cells: dict, margin: float, fdr: float, seen: list[int] | None = Non
     keys = sorted(cells)
     sequence = bool(seen)  # looks of a sequence spend the rate by their weights, a stop at the first one too
     seen = list(seen) if seen else [max((max(c.get("repeat") or [0]) for c in cells.values()), default=0) + 1]
+    if not sequence:
+        weights = [1.0]
+    elif weights is None:
+        weights = [look_weight(j) for j in range(1, len(seen) + 1)]
     combined, evidence = [], []
     for key in keys:
         best = 1.0
-        for j, r in enumerate(seen, 1):
-            e = paired_evidence(*_prefix(cells[key], r), margin)
-            best = min(best, e.p / look_weight(j) if sequence else e.p)
+        for r, w in zip(seen, weights):
+            if w > 0:
+                best = min(best, paired_evidence(*_prefix(cells[key], r), margin).p / w)
         combined.append(min(1.0, best))
         evidence.append(paired_evidence(cells[key]["A"], cells[key]["B"], margin))
     rejected, qvalues = benjamini_hochberg(combined, fdr)
-    level = fdr * (look_weight(len(seen)) if sequence else 1.0)  # the last look's share of the rate
+    level = fdr * (weights[-1] or max(weights))  # the last look's share of the rate
     z = NormalDist().inv_cdf(1.0 - level / 2)
     out = []
     for key, e, p, rej, q in zip(keys, evidence, combined, rejected, qvalues):

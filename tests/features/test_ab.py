@@ -258,9 +258,10 @@ def _sequential(tmp_path, seed, slowdown, budget_s, gate=None, step=10.0):
         def close(self):
             clock.t += step / 2  # two servers a repeat
 
-    def decided(repeats, look):
+    def decided(repeats, look, weights):
         seen.append(repeats)
-        state["table"] = ab.analyse(ab.rows_by_cell(out, repeats, 3), 0.02, 0.05, list(seen))
+        state["weights"] = weights
+        state["table"] = ab.analyse(ab.rows_by_cell(out, repeats, 3), 0.02, 0.05, list(seen), weights)
         return ab.all_decided(state["table"], gate)
 
     seq = ab.sequential(sides, SETTINGS, out, 3, budget_s, decided, start=lambda s, c: Timed(s, rng, slowdown),
@@ -276,6 +277,10 @@ def test_a_large_change_stops_early_and_an_aa_spends_the_budget(tmp_path):
     seq, table = _sequential(tmp_path, 32, {}, budget_s=120)
     assert seq["stopped"] == "the budget" and seq["repeats"] == 12  # 10 s a repeat: the 13th would end past 120 s
     assert seq["looks"] == [3, 5, 8, 12]  # the schedule (12 is on it: no extra last look)
+    # each look spends (k/12)^2 of the rate less what was spent, and the last one, with no repeat after it, the rest
+    assert seq["weights"][:3] == pytest.approx([(3 / 12) ** 2, (5 / 12) ** 2 - (3 / 12) ** 2,
+                                                (8 / 12) ** 2 - (5 / 12) ** 2])
+    assert sum(seq["weights"]) == pytest.approx(1.0) and seq["weights"][-1] == max(seq["weights"])
     assert sum(r["verdict"] in ("faster", "slower") for r in table) == 0
     assert all(r["repeats"] == 12 and r["sd"] > 0 and 0 < r["power_10pct"] < 1 for r in table)
 
@@ -293,6 +298,13 @@ def test_more_pairs_decide_what_the_first_look_could_not(tmp_path):
 
 def test_the_looks_spend_the_rate_once_over_the_sequence():
     assert ab.looks(3) == [3, 5, 8, 12, 18, 27, 41, 50] and ab.looks(4)[:3] == [4, 6, 9]
+    assert ab.spend(3, 5, 0.0, False) == pytest.approx(0.36) and ab.spend(5, 5, 0.36, True) == pytest.approx(0.64)
+    # a budget that turns out shorter than it looked (the expected last look moving down) never overspends
+    spent = 0.0
+    for k, last, final in ((3, 12, False), (5, 6, False), (6, 6, True)):
+        spent += ab.spend(k, last, spent, final)
+    assert spent == pytest.approx(1.0)
+    assert ab.spend(5, 5, 1.0, False) == 0.0 and ab.spend(8, 40, 0.5, False) == 0.0
     assert sum(ab.look_weight(j) for j in range(1, 10_000)) == pytest.approx(1.0, abs=1e-3)
     # a cell's p over the sequence is its smallest look's p over that look's weight: 3 looks of p 0.01 give 0.02
     cells = {("x",): {"A": [1.0] * 9, "B": [1.0 + 0.01 * (i % 3) for i in range(9)], "repeat": list(range(9)),
