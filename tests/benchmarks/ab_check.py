@@ -1,11 +1,13 @@
 """ab on this machine, with real sweeps, at ab's defaults (its first look, its budget) on 12 cells:
 naive at n = 256, 512, 1024, masks none and causal, 4 and 8 heads of 64, float32 forward.
 
-    python tests/benchmarks/ab_check.py --out DIR [--busy N] [--parts aa,aa-plugin,ab-plugin,naive,bench]
+    python tests/benchmarks/ab_check.py --out DIR [--busy N] [--parts aa,aa-plugin,ab-plugin,naive,bench,aa-runs]
 
 The parts:
 
 - ``aa``: two clones of this tree (its last commit), A/A;
+- ``aa-runs``: one clone twice (``ab T T``: two runs in turns, as ``ab . .`` is), A/A, with the
+  between-run drift it records for ``compare`` (each cell's own, a run's common shift; one sd per run);
 - ``aa-plugin``: two identical plugin files, A/A;
 - ``ab-plugin``: a plugin variant, against a copy of it doing 10% more work;
 - ``naive``: a clone whose ``variants/naive.py`` does 10% more work, against a clone of the tree;
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -103,11 +106,13 @@ def ab(driver: Path, out: Path, a: str, b: str, variants: str) -> dict:
     done = subprocess.run(cmd, cwd=driver, env=os.environ | {"PYTHONPATH": str(driver)}, capture_output=True, text=True)
     wall = time.monotonic() - t0
     (out.parent / f"{out.name}.log").write_text(done.stdout + done.stderr)
+    drift = re.search(r"shifts by ([\d.]+)% and each cell by ([\d.]+)%", done.stdout)
     if not (out / "ab.json").exists():
         raise SystemExit(f"ab_check: ab {a} {b} wrote no ab.json (exit {done.returncode}); see {out}.log")
     data = json.loads((out / "ab.json").read_text())
     run = json.loads((out / "ab-run.json").read_text()) if (out / "ab-run.json").exists() else {}
-    return {"rows": data, "run": run, "wall_s": wall, "exit": done.returncode}
+    return {"rows": data, "run": run, "wall_s": wall, "exit": done.returncode,
+            "drift": {"run": float(drift.group(1)) / 100, "cell": float(drift.group(2)) / 100} if drift else None}
 
 
 def summary(name: str, res: dict) -> dict:
@@ -118,7 +123,7 @@ def summary(name: str, res: dict) -> dict:
             "sd_median": median(sds) if sds else None,
             "pairs_median": median(r["repeats"] for r in rows) if rows else 0,
             "ratios": [round(r["ratio"], 4) for r in rows], "mode": res["run"].get("mode"), "exit": res["exit"],
-            "wall_s": round(res["wall_s"], 1),
+            "wall_s": round(res["wall_s"], 1), "drift": res["drift"],
             "repeats": res["run"].get("repeats"), "stopped": res["run"].get("stopped")}
 
 
@@ -138,6 +143,8 @@ def main() -> int:
         for part in parts:
             if part == "aa":
                 res = ab(driver, out / part, str(driver), str(clone(out, "tree-b")), "naive")
+            elif part == "aa-runs":
+                res = ab(driver, out / part, str(driver), str(driver), "naive")
             elif part in ("aa-plugin", "ab-plugin"):
                 a, b = out / f"{part}-a.py", out / f"{part}-b.py"
                 a.write_text(textwrap.dedent(PLUGIN.format(extra=0.0)))
@@ -146,7 +153,8 @@ def main() -> int:
             elif part in SLOWED:
                 res = ab(driver, out / part, str(driver), str(clone(out, f"tree-{part}", part)), "naive")
             else:
-                raise SystemExit(f"ab_check: unknown part {part!r}; valid: aa, aa-plugin, ab-plugin, naive, bench")
+                raise SystemExit(f"ab_check: unknown part {part!r}; valid: aa, aa-runs, aa-plugin, ab-plugin, naive, "
+                                 f"bench")
             s = summary(part, res)
             results.append(s)
             print(json.dumps(s), flush=True)
@@ -158,7 +166,8 @@ def main() -> int:
         changed = s["verdicts"].get("faster", 0) + s["verdicts"].get("slower", 0)
         print(f"{s['part']}: {changed} of {s['cells']} changed ({s['verdicts']}), sd {s['sd_median']}, "
               f"{s['pairs_median']} pairs, {s['repeats']} repeats ({s['stopped']}), mode {s['mode']}, "
-              f"{s['wall_s']:.0f} s")
+              f"{s['wall_s']:.0f} s" + (f"; drift per run: a run {s['drift']['run']:.3f}, a cell "
+                                      f"{s['drift']['cell']:.3f}" if s["drift"] else ""))
     return 0
 
 

@@ -19,7 +19,8 @@ the cells: the spread between fresh runs and between kept passes (the sd of log 
 the relative sd), the within-run precision the rows claim (their 95% half-width / 1.96), and the
 coverage: how often one run's 95% interval (with --visits, the interval for a rerun's figure)
 holds another run's estimate, as the row gives it and with the between-run drift added to it in
-quadrature (bench.engine.judge.BETWEEN_RUN_SIGMA).  It writes DIR/drift.json and asserts
+quadrature (bench.engine.judge.BETWEEN_RUN_SIGMA), and with the drift this machine's A/A
+recorded (``ab . .``: bench.engine.drift) in its place.  It writes DIR/drift.json and asserts
 nothing.
 """
 
@@ -90,8 +91,19 @@ def _quantile(xs, q):
 ESTIMATORS = {"median": lambda xs: _quantile(xs, 0.5), "min": min, "q10": lambda xs: _quantile(xs, 0.1)}
 
 
+def calibration(folder: Path) -> float | None:
+    """The between-run sd of a log ratio of two runs that this machine's A/A (``ab . .``) recorded,
+    sqrt(2) x (each cell's own drift (+) a run's shift), or None where none was recorded."""
+    from bench.engine import drift, store
+
+    known = drift.lookup(store.read_env(folder))
+    return math.sqrt(2) * math.hypot(known["cell"], known["run"]) if known else None
+
+
 def summarize(folders: list[Path], drift: float) -> dict:
     runs = [_rows(f) for f in folders]
+    calibrated = calibration(folders[0]) if folders else None
+    covered_cal = 0
     cells = sorted(set.intersection(*(set(r) for r in runs)))
     between = {name: [] for name in (*ESTIMATORS, "estimate")}
     within, covered_own, covered_drift, pairs = [], 0, 0, 0
@@ -110,12 +122,15 @@ def summarize(folders: list[Path], drift: float) -> dict:
             covered_own += ra["ci_lo_ms"] <= rb["median_ms"] <= ra["ci_hi_ms"]
             d = abs(math.log(rb["median_ms"] / ra["median_ms"]))
             covered_drift += d <= 1.96 * math.hypot(half / 1.96, drift * math.sqrt(2))
+            covered_cal += calibrated is not None and d <= 1.96 * math.hypot(half / 1.96, calibrated)
     return {"runs": len(folders), "cells": len(cells),
             "between_sd": {k: statistics.median(v) for k, v in between.items()},
             "between_sd_p90": {k: _quantile(v, 0.9) for k, v in between.items()},
             "within_sd": statistics.median(within) if within else None,
             "coverage_own_interval": covered_own / pairs if pairs else None,
-            "coverage_with_drift": covered_drift / pairs if pairs else None}
+            "coverage_with_drift": covered_drift / pairs if pairs else None,
+            "calibrated_sd": calibrated,
+            "coverage_with_calibration": covered_cal / pairs if pairs and calibrated is not None else None}
 
 
 def main() -> int:
@@ -156,7 +171,9 @@ def main() -> int:
             print(f"{name}: {s['runs']} runs x {s['cells']} cells; between-run sd "
                   + ", ".join(f"{k} {v:.3f} (p90 {s['between_sd_p90'][k]:.3f})" for k, v in s["between_sd"].items())
                   + f"; within-run sd {s['within_sd']:.4f}; coverage of another run's median: own interval "
-                    f"{s['coverage_own_interval']:.0%}, with the drift {s['coverage_with_drift']:.0%}")
+                    f"{s['coverage_own_interval']:.0%}, with the drift {s['coverage_with_drift']:.0%}"
+                  + (f", with this machine's A/A calibration (sd {s['calibrated_sd']:.3f}) "
+                     f"{s['coverage_with_calibration']:.0%}" if s["calibrated_sd"] is not None else ""))
     print(f"wall {result['wall_s']} s; {out / 'drift.json'}")
     return 0
 
