@@ -86,7 +86,8 @@ def _command(args, flags: dict) -> int:
 
     resume = Path(args.resume) if args.resume else None
     with spans.span("start-up: the spec and its variants"):
-        spec, registry, given = sweep_spec(flags, resume, args.config)  # the one path bench.api takes too
+        spec, registry, given = sweep_spec(flags, resume, args.config,  # the one path bench.api takes too
+                                           here=not args.dry_run)  # a dry run plans a GPU sweep on any machine
     if flags.get("window") is not None and not any(masks.uses_window_flag(m) for m in spec.masks):
         print(f"warning: --window {','.join(map(str, flags['window']))} has no effect: no window mask in --masks "
               f"({','.join(spec.masks)}); add window to --masks to use it", file=sys.stderr)
@@ -116,7 +117,7 @@ def _command(args, flags: dict) -> int:
     lines = [covers] if covers else []
     lines += projection.lines() if projection is not None else [f"{len(prepared.todo)} cells"]
     if args.dry_run:
-        print("\n".join(lines))
+        print("\n".join(lines + _elsewhere(spec)))
         return 0
     run_dir = _run_folder(resume, args.out, spec)  # a folder that cannot be written is refused before the plan
     print("plan: " + "; ".join(lines), file=sys.stderr)
@@ -128,6 +129,30 @@ def _command(args, flags: dict) -> int:
                            model=getattr(projection, "model", None), others_cores_start=others)
     summary = run_sweep(spec, run_dir, options, registry, prepared)
     return _finish(summary, spec, args, options.projected_s)
+
+
+def _elsewhere(spec) -> list[str]:
+    """A dry run of a device this machine lacks (a GPU sweep planned on a laptop): where its rates come
+    from, the GPUs earlier runs here measured on, or the cost model's defaults."""
+    from bench.engine import store
+    from bench.model.specbuild import default_device
+
+    if spec.device == default_device():
+        return []
+    gpus = set()
+    for path in sorted(Path(store.DEFAULT_ROOT).glob(f"*/{store.ENV}"), key=lambda p: p.stat().st_mtime)[-100:]:
+        try:
+            env = store.read_env(path.parent)
+        except Exception:  # an unreadable env.json says nothing of where rates come from
+            continue
+        if env.get("device") == spec.device and env.get("device_name"):
+            gpus.add(str(env["device_name"]))
+    gpus = sorted(gpus)
+    return [f"planned for {spec.device}, which this machine lacks: "
+            + (f"rates from earlier runs here on {', '.join(gpus)}" if gpus else
+               f"no {spec.device} run is recorded here, so the rates are the cost model's defaults for {spec.device} "
+               f"(bench.features.cost_model.plan), not a measured GPU's; a dry run on the GPU itself prices with "
+               f"what its earlier runs measured")]
 
 
 def _tree_alignment_warning(spec) -> None:

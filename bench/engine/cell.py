@@ -41,7 +41,7 @@ __all__ = ["REFERENCE", "ReferenceCache", "WorkerTainted", "after_timing", "buil
 def cuda_broken() -> bool:
     """True when the CUDA context is unusable (a sticky error such as an illegal address):
     the worker must not take another cell."""
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+    if not torch.cuda.is_initialized() or not torch.cuda.is_available():  # a CPU worker asks CUDA nothing
         return False
     try:
         torch.cuda.synchronize()
@@ -326,7 +326,13 @@ def _make_timers(item: _Live, case: Case, settings: MeasureSettings, per_turn: b
             item.call = item.bound.timed()
     item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer,
                             make_call=item.bound.timed, keep_outputs=item.checked is not None)
-    if case.scope != "core":  # each part, a timer of its own in the same rounds
+    if case.scope != "core" and graph:  # each part built when its graph is captured, on the capturing stream, as
+        from bench.model import layer as shapes  # the whole is (a backward's forward run there: PyTorch issue 15623)
+
+        item.parts = {part: make_timer(case.device, None, settings.budget_ms, settings.precision, settings.timer,
+                                       make_call=lambda p=part: item.bound.part_calls()[p])
+                      for part in shapes.parts(case)}
+    elif case.scope != "core":  # each part, a timer of its own in the same rounds
         with item.bound.scope():
             item.parts = {part: make_timer(case.device, call, settings.budget_ms, settings.precision,
                                            settings.timer, make_call=lambda c=call: c)

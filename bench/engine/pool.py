@@ -44,7 +44,7 @@ class WorkerPool:
         many = len(slots) > 1
         self.settings = {s.label: MeasureSettings.from_spec(spec, s.threads) for s in slots}
         self.workers = [reuse(WorkerSettings(measure=self.settings[slot.label], plugins=spec.plugins,
-                                             env=dict(slot.env), cpus=tuple(slot.cpus),
+                                             env=dict(slot.env), cpus=tuple(slot.cpus), device=spec.device,
                                              log_path=str(run_dir / (f"worker-{i}.log" if many else "worker.log"))))
                         for i, slot in enumerate(slots)]
         self.counts = dict.fromkeys(STATUSES, 0)

@@ -21,10 +21,11 @@ from bench.model.specbuild import build_spec, load_config
 
 
 def sweep_spec(given: dict | None = None, resume: Path | str | None = None,
-               config: str | None = None) -> tuple[Spec, Registry, dict]:
+               config: str | None = None, here: bool = True) -> tuple[Spec, Registry, dict]:
     """(the Spec, the registry of its variants, the settings given, merged) for ``given`` (settings
     by name, parsed: ``bench.model.specbuild.parse_values``), over ``config`` (a TOML file) and, with
-    ``resume``, over that run folder's saved spec."""
+    ``resume``, over that run folder's saved spec.  ``here=False``: a spec to plan, not to run here
+    (``sweep --dry-run``: its device need not be this machine's)."""
     from bench.engine.discovery import discover
 
     flags = dict(given or {})
@@ -40,7 +41,7 @@ def sweep_spec(given: dict | None = None, resume: Path | str | None = None,
         new_modules = {plugin_module(p) for p in plugins}  # a resumed run adds new plugins' variants
         added = [v.name for v in registry if v.module in new_modules]
         merged["variants"] = list(dict.fromkeys([*base.variants, *added]))
-    return build_spec(merged, registry, base), registry, merged
+    return build_spec(merged, registry, base, here=here), registry, merged
 
 
 def saved_spec(run_dir: Path | str) -> Spec:

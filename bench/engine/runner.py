@@ -30,6 +30,7 @@ class WorkerSettings:
     log_path: str | None = None  # the worker's stdout and stderr go here
     env: dict = field(default_factory=dict)  # set before torch is imported (CUDA_VISIBLE_DEVICES)
     cpus: tuple = ()  # the cores this worker may use (its affinity); empty: any
+    device: str = ""  # what its cells run on (the spec's device): a CPU worker never touches CUDA
 
 
 # How a worker process starts.  Where no GPU driver is present: forked from a fork server that
@@ -117,10 +118,12 @@ def _pin(settings: WorkerSettings) -> None:
             pass
 
 
-def _device_name() -> str:
+def _device_name(device: str = "") -> str:
+    """What a worker measures on: the GPU's name for a CUDA worker, else the CPU's (a CPU worker on
+    a GPU host asks CUDA nothing, so it starts no CUDA context and its rows name the CPU)."""
     import torch
 
-    if torch.cuda.is_available():
+    if device != "cpu" and torch.cuda.is_available():
         return torch.cuda.get_device_name()
     from bench.measure.envinfo import cpu_name
 
@@ -246,10 +249,10 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
     vecisa.trust()  # Inductor's CPU probe, skipped where this machine's record says what it finds
     # what the features keep across cells (the memory record, contended cases held, the leftover
     # check's baseline, taken against the worker as it is now, its libraries' pools started first)
-    kept = {keep.name: keep.make(_device_name()) for keep in worker_keeps()}
+    kept = {keep.name: keep.make(_device_name(settings.device)) for keep in worker_keeps()}
     gc.collect()
     gc.freeze()  # torch's, the registry's and the kept objects: never scanned again by a collection
-    conn.send(Ready(torch.get_num_threads(), _device_name()))
+    conn.send(Ready(torch.get_num_threads(), _device_name(settings.device)))
     while True:
         try:
             job = conn.recv()
@@ -499,9 +502,11 @@ _PARKED: list = []  # idle workers kept by park() for the next sweep of this pro
 
 
 def _place(settings: WorkerSettings) -> tuple:
-    """What a worker is bound to for its life: its plugins, environment, cores, threads and heap."""
+    """What a worker is bound to for its life: its plugins, environment, cores, threads, heap and
+    device, and whether it runs deterministic algorithms (cuBLAS reads CUBLAS_WORKSPACE_CONFIG at a
+    process's first GEMM, so a worker that ran without them cannot take them up later)."""
     return (tuple(settings.plugins), tuple(sorted(settings.env.items())), tuple(settings.cpus),
-            settings.measure.threads, settings.measure.heap)
+            settings.measure.threads, settings.measure.heap, settings.device, settings.measure.deterministic)
 
 
 def reuse(settings: WorkerSettings) -> Worker:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 
 from bench.measure.cellsteps import Step, Timed, free_device_memory
+from bench.measure.timing import release
 
 
 @contextlib.contextmanager
@@ -82,7 +83,9 @@ def _memory(t: Timed) -> None:
     """The peak of the whole step, from the machine's record or a memory pass."""
     item, case, result = t.item, t.case, t.result
     item.call = None  # the retained graph of a bwd call goes before the memory pass
-    item.parts = {}  # and a layer's parts' graphs
+    for timer in (item.timer, *item.parts.values()):  # and what each timer holds: its call, its CUDA graph
+        release(timer)
+    item.parts = {}
     free_device_memory(case.device)
     record = t.kept.get("memory")  # the machine's record (bench.engine.memcache), in a sweep's worker
     key = record.key(item.variant, case, t.settings.threads) if record is not None else None

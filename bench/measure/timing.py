@@ -358,6 +358,14 @@ class GraphTimer:
         return self.REPLAYS
 
 
+def release(timer) -> None:
+    """Drop what a timer holds to call its cell again (its call, with a backward's retained graph; a
+    CUDA graph and what builds it); its samples stay, and so does its result."""
+    for name in ("call", "graph", "make_call"):
+        if hasattr(timer, name):
+            setattr(timer, name, None)
+
+
 GRAPH_CHECK_MS = 0.1  # a CUDA cell whose event median is below this is timed again as a graph
 AGREE = 0.10  # event time, graph time and the profiler's kernel sum agree within 10%, or the cell is flagged
 

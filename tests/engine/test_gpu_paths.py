@@ -20,7 +20,7 @@ from bench.measure.bound import bind_variant
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 from tests.conftest import ROOT
-from tests.support.text import numbers
+from tests.support.text import count, numbers
 
 # -- a stand-in for torch.cuda: streams, capture and events ------------------------------------------
 
@@ -532,3 +532,79 @@ def test_deterministic_cells_run_with_cublas_fixed_workspace(monkeypatch):
         import torch
 
         torch.use_deterministic_algorithms(False)
+
+
+def test_a_cpu_worker_on_a_gpu_host_asks_cuda_nothing(monkeypatch):
+    """A CPU worker names the CPU it measures on and never calls into CUDA (no context, no GPU name
+    in env.json's worker_devices); a CUDA worker names the GPU; the after-job check of a worker that
+    never initialised CUDA asks it nothing."""
+    from bench.engine import cell, runner
+    from bench.measure.envinfo import cpu_name
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append("is_available") or True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: asked.append("name") or "Fake H100")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert runner._device_name("cpu") == cpu_name() and asked == []
+    assert cell.cuda_broken() is False and asked == []
+    assert runner._device_name("cuda") == "Fake H100" and asked == ["is_available", "name"]
+
+
+def test_a_parked_worker_is_reused_only_for_the_same_device_and_determinism():
+    """cuBLAS reads CUBLAS_WORKSPACE_CONFIG at a process's first GEMM: a worker kept from a sweep
+    without --deterministic is not handed to one with it, nor a CPU worker to a CUDA sweep."""
+    from bench.engine import runner
+
+    class Parked:
+        alive = True
+
+        def __init__(self, settings):
+            self.settings = settings
+
+    base = runner.WorkerSettings(measure=MeasureSettings(threads=1), device="cpu")
+    kept = Parked(base)
+    runner._PARKED.append(kept)
+    try:
+        for other in (runner.WorkerSettings(measure=MeasureSettings(threads=1, deterministic=True), device="cpu"),
+                      runner.WorkerSettings(measure=MeasureSettings(threads=1), device="cuda"),
+                      runner.WorkerSettings(measure=MeasureSettings(threads=1, heap="system"), device="cpu")):
+            assert runner._place(other) != runner._place(base)
+        assert runner.reuse(runner.WorkerSettings(measure=MeasureSettings(threads=1), device="cpu")) is kept
+    finally:
+        if kept in runner._PARKED:
+            runner._PARKED.remove(kept)
+
+
+def test_a_layer_s_attention_kernel_is_found_past_its_gemms(registry):
+    """A decoder launches at least 11 GEMMs, each longer than its attention kernel: the backend is
+    read from every kernel that ran, the row keeps the longest few."""
+    from bench.features.gpu_state.kernels import TOP, gpu_check_columns
+
+    gemms = [f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_{i}" for i in range(11)]
+    case = Case(batch=1, heads=2, kv_heads=2, q_len=32, kv_len=32, head_dim=8, direction="fwd")
+    bound, result = _timed(registry, case)
+    bound.prepared.info["backend"] = "flash"
+    cols = gpu_check_columns(bound, 5.0, MeasureSettings(), names_of=lambda call, dev: ([*gemms, "flash_fwd_kernel"],
+                                                                                       1.0))
+    assert cols["backend_ran"] == "flash" and cols["kernel_mismatch"] is None
+    assert cols["kernels"] == gemms[:TOP]
+    cols = gpu_check_columns(bound, 5.0, MeasureSettings(), names_of=lambda call, dev: (gemms, 1.0))
+    assert cols["backend_ran"] == "math" and cols["kernel_mismatch"]  # no attention kernel at all: math's
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="plans a GPU sweep on a machine without one")
+def test_a_gpu_sweep_is_planned_on_a_machine_without_a_gpu(tmp_path, monkeypatch, capsys):
+    """``sweep --device cuda --dry-run`` prices the sweep where it cannot run, and says whose rates
+    it prices with: none recorded here, the cost model's defaults."""
+    from bench.cli import main
+    from bench.engine import store
+
+    monkeypatch.setattr(store, "DEFAULT_ROOT", tmp_path / "runs")
+    assert main(["sweep", "--device", "cuda", "--variants", "naive,sdpa", "--seq-lens", "1024,2048",
+                 "--masks", "none,causal", "--heads", "8", "--head-dims", "64", "--batch", "1", "--dtypes", "bf16",
+                 "--directions", "fwd", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert count(out, "cells in") == 8 and "projected wall time" in out
+    assert "planned for cuda" in out and "defaults for cuda" in out
+    assert main(["sweep", "--device", "cuda", "--variants", "naive", "--seq-lens", "64"]) == 2  # running it: refused
+    assert "CUDA is not available" in capsys.readouterr().err

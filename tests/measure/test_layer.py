@@ -249,3 +249,34 @@ def test_every_series_is_drawn_in_charts_of_at_most_twelve_panels(tmp_path):
     charts = share_charts(layer_frame(pd.DataFrame(rows)), tmp_path / "layer_share")
     assert [p.name for p in charts] == ["layer_share.png", "layer_share-2.png"]
     assert all(p.stat().st_size > 0 for p in charts)
+
+
+def test_under_the_graph_timer_each_part_is_built_on_its_capturing_stream(monkeypatch):
+    """--timer graph with a layer backward: the whole and each part are built by the graph timer's
+    make_call (run on the stream that captures it), never beforehand on the default stream."""
+    from bench.api import discover
+    from bench.engine import cell
+    from bench.measure.bound import bind_variant
+    from bench.measure.settings import MeasureSettings
+    from bench.measure.timing import GraphTimer
+    from bench.model.layer import parts
+
+    naive = discover(entry_points=False)["naive"]
+    case = _case(mask="causal", scope="encoder", ffn="mlp:128", direction="bwd")
+    bound = bind_variant(naive, case)
+    built = []
+    real = type(bound).part_calls
+    monkeypatch.setattr(type(bound), "part_calls", lambda self, *a: built.append("parts") or real(self, *a))
+
+    class Item:
+        call, checked, parts = None, None, {}
+        result = type("R", (), {"bwd_forward": None})()
+
+    item = Item()
+    item.bound = bound
+    cell._make_timers(item, case.replace(device="cuda"), MeasureSettings(timer="graph"), per_turn=False)
+    assert isinstance(item.timer, GraphTimer) and list(item.parts) == list(parts(case))
+    assert all(isinstance(t, GraphTimer) for t in item.parts.values()) and built == []  # nothing built yet
+    with bound.scope():
+        grads = item.parts["ffn"].make_call()()  # what its capture builds and runs, on its stream
+    assert built == ["parts"] and all(g is None or g.shape for g in grads)

@@ -27,3 +27,37 @@ def test_fused_and_windowed_memory_grows_at_most_linearly(registry, name, mask, 
     large = _peak(registry, name, 2048, mask, window)
     assert 0 < small and large / small <= 2.5
     assert large < _peak(registry, "naive", 2048, mask, window) / 4
+
+
+def test_the_memory_pass_frees_what_every_timer_of_the_cell_holds():
+    """A timed call holds its inputs (a backward's: its retained graph); the memory pass drops the
+    cell's and its parts' before it measures, though the cell still keeps the timers themselves."""
+    import gc
+    import types
+    import weakref
+
+    import torch
+
+    from bench.measure import memory
+    from bench.measure.timing import CpuTimer
+
+    held = torch.ones(1 << 16)
+    gone = weakref.ref(held)
+    whole, part = CpuTimer(lambda t=held: t.sum()), CpuTimer(lambda t=held: t.mean())
+    del held
+
+    class Record:  # the machine's record of this cell's peak: no profiled pass here
+        def key(self, *a):
+            return "k"
+
+        def get(self, key, age):
+            return 123
+
+    item = types.SimpleNamespace(call=None, timer=whole, parts={"ffn": part}, variant="v", bound=None)
+    result = types.SimpleNamespace()
+    t = types.SimpleNamespace(item=item, case=Case(), result=result, kept={"memory": Record()},
+                              settings=types.SimpleNamespace(threads=1, peak_age_h=24.0))
+    timers = [whole, part]  # the cell's rounds keep them, as its interleave did
+    memory._memory(t)
+    gc.collect()
+    assert gone() is None and result.peak_mem_bytes == 123 and len(timers) == 2

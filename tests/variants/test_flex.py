@@ -111,3 +111,20 @@ def test_flex_declares_head_dims_past_256_unsupported_on_cuda_with_the_reason():
     assert why and "1024" in why and "shared memory" in why
     assert _check(big.replace(head_dim=192, head_dim_v=128)) is None
     assert _check(big.replace(device="cpu", dtype="float32")) is None  # the CPU's C++ template takes it
+
+
+def test_a_layer_setup_counts_the_two_dynamo_cache_entries_it_stores(monkeypatch):
+    """A layer's recording and its checked call run under different grad modes: two cache entries per
+    setup, so the reset comes before a worker's layer cases reach the limit (scaled down to 8 here)."""
+    import variants.flex as flex
+    from bench.registry import Prepared
+
+    monkeypatch.setattr(flex, "CACHE_SIZE_LIMIT", 8)
+    monkeypatch.setattr(flex, "_prepare", lambda case, compiled: Prepared(lambda q, k, v: q, {}))
+    factory = flex.FlexFactory()
+    stored = []
+    for scope in ("core", "block", "decoder", "encoder", "block"):
+        ffn = "none" if scope in ("core", "block") else "mlp:64"
+        factory(Case(q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16, scope=scope, ffn=ffn))
+        stored.append((factory.compiles, factory.resets))
+    assert stored == [(1, 0), (3, 0), (5, 0), (7, 0), (2, 1)]  # 7 + 2 would reach 8: reset first

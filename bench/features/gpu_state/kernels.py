@@ -52,8 +52,9 @@ def mismatch(declared: str | None, ran: str) -> str:
 
 
 def names_of_one_call(call, device: str) -> tuple[list[str], float | None]:
-    """The CUDA kernels one ``call`` launches, by total device time (at most TOP), and the sum
-    of their device time in ms (the profiler's figure for the call, beside the timers')."""
+    """The CUDA kernels one ``call`` launches, by total device time (all of them: a layer's GEMMs
+    can outnumber the row's TOP, and its attention kernels are looked for among every one), and
+    the sum of their device time in ms (the profiler's figure for the call, beside the timers')."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -71,7 +72,7 @@ def names_of_one_call(call, device: str) -> tuple[list[str], float | None]:
         us = getattr(e, "self_device_time_total", 0) or 0
         if us > 0:
             totals[e.key] = totals.get(e.key, 0) + us
-    names = [k for k, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]]
+    names = [k for k, _ in sorted(totals.items(), key=lambda kv: -kv[1])]
     return names, sum(totals.values()) / 1e3 if totals else None
 
 
@@ -96,7 +97,7 @@ def gpu_check_columns(bound, median_ms: float, settings, names_of=names_of_one_c
                 errors["graph_error"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     ran = backend_of(names) if names else None
     return errors | dict(
-        kernels=names or None, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
+        kernels=names[:TOP] or None, backend_ran=ran, kernel_sum_ms=kernel_ms, graph_median_ms=graph_ms,
         kernel_mismatch=(mismatch(bound.prepared.info.get("backend"), ran) or None) if names else None,
         timer_mismatch=timer_disagreement(median_ms, graph_ms, kernel_ms) or None)
 
