@@ -10,7 +10,7 @@ from bench.registry import Prepared, prep, variant
          rates={"cpu": 0.4}, colour=11,  # near-black: the default baseline
          memory_exponents={"cuda": (1.8, 2.2), "cpu": (1.8, 2.2)},  # it materialises the n x n scores
          selfcheck={"cpu": dict(q_len=1024, kv_len=1024), "cuda": dict(q_len=2048, kv_len=2048)},
-         checks=("scaling-causal", "profile", "timer", "trace"),
+         checks=("scaling-causal", "profile", "timer", "trace", "layers", "layer-graph", "ab"),
          description="textbook QK^T/sqrt(d) -> -inf mask -> softmax -> @V; materialises the scores "
                      "(a ragged or mixed batch: one sequence at a time; a paged cache: gathered first)")
 def naive(case):

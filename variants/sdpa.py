@@ -187,7 +187,7 @@ def _check(factory, backend, case):
 _FUSED_CHECKS = ("scaling-causal", "mix", "cross-gqa", "ragged")
 TRAITS = {
     "sdpa": dict(work="causal", rates={"cpu": 1.6}, colour=4, peak_share=0.35, checks=("tiny", "mix", "cross-gqa",
-                                                                                          "mla")),
+                                                                                          "mla", "layers", "anchor")),
     "sdpa.math": dict(rates={"cpu": 0.45}, colour=6, checks=("profile",),
                       selfcheck={"cpu": dict(q_len=512, kv_len=512, mask="causal"),
                                  "cuda": dict(q_len=1024, kv_len=1024, mask="causal")}),

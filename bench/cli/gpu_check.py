@@ -33,7 +33,7 @@ from pathlib import Path
 from bench.engine import store
 from bench.engine.judge import acceptance
 from bench.errors import UsageError
-from bench.model.case import Case
+from bench.model.case import FP8, Case
 from bench.model.registry import CHECKS
 
 SCALING_MASKS = ("causal", "window")  # the full check's scaling sweeps: the variants that declare scaling-MASK
@@ -309,15 +309,31 @@ def extra_steps(registry, device: str) -> dict[str, Step]:
         steps["paged-64"] = Step("paged-64", dict(variants=taking(registry, "paged-64"), seq_lens=[4],
                                                   kv_lens=[4 * n], heads=[8], kv_heads=[2], head_dims=[64], batch=[4],
                                                   kv_layout=["paged:64"], masks=["causal"], directions=["fwd"]))
+    # the layer scopes, each forward and backward, around the plainest cores (a cell's three visits: the ab check)
+    steps["layers"] = Step("layers", dict(base, variants=taking(registry, "layers"), seq_lens=[n // 4],
+                                          masks=["causal"], scope=["block", "encoder", "decoder"],
+                                          directions=["fwd", "bwd"]))
+    if device == "cuda":  # a layer backward under the graph timer, fp8 in each variant that takes it, an anchor
+        steps["layer-graph"] = Step("layer-graph", dict(base, variants=taking(registry, "layer-graph"),
+                                                        seq_lens=[n // 4], masks=["causal"], scope=["block"],
+                                                        directions=["bwd"], timer="graph"))
+        steps["fp8"] = Step("fp8", dict(base, variants=[v for v in registry.names() if FP8 in registry[v].dtypes],
+                                        seq_lens=[n], masks=["causal"], dtypes=[FP8]))
+        steps["anchor"] = Step("anchor", dict(variants=taking(registry, "anchor"), dtypes=None, anchors=[ANCHOR]))
     return {k: v for k, v in steps.items() if v.settings["variants"]}
 
 
+ANCHOR = "fa3-h100-d128-512"  # the cheapest anchor: 16k tokens of FlashAttention-3's forward
 EXTRA_CHECKS = {"sinks": "flex's learned sink from its log-sum-exp, fwd and bwd",
                 "mla": "head dims 192/128 in flex, SDPA and cuDNN", "mix": "a mixed batch (q != kv, block-diagonal)",
                 "cross-gqa": "GQA cross-attention aligned bottom-right (causal_lower_right)",
                 "ragged": "a ragged batch through the pinned flash, efficient and cuDNN backends",
                 "decode-gqa": "flex decode with a GQA group of 4 at 64 queries",
-                "paged-64": "flex over a paged cache of 64-token pages"}
+                "paged-64": "flex over a paged cache of 64-token pages",
+                "layers": "block, encoder and decoder scopes, fwd and bwd, around naive and sdpa",
+                "layer-graph": "a block's backward under the CUDA-graph timer, each part captured on its stream",
+                "fp8": "float8_e4m3fn in each variant that takes it",
+                "anchor": f"the published anchor {ANCHOR} (measured / published)"}
 
 
 def run_extra_check(out: Path | None, device: str = "cuda") -> int:
@@ -335,7 +351,46 @@ def run_extra_check(out: Path | None, device: str = "cuda") -> int:
         if device == "cuda" and not any(r.get("status") == "ok" for r in rows):  # each path is there to run on a GPU
             ok, detail = False, f"no cell ran ({detail})"
         checks.add(check, ok, detail)
+    for variant in taking(registry, "ab")[:1]:
+        ok, detail = ab_check(out / "ab", device, variant)
+        checks.add(f"x{len(steps) + 1} {AB_CHECK}: ok, every cell judged or undecided with its pairs", ok, detail)
     return _exit_code(checks.items)
+
+
+AB_CHECK = "ab of this tree against a copy of it over two cells, two repeats (together: three visits each)"
+# two repeats, each a server (an interpreter importing torch, ~5 s) whose sweep visits each cell in 3 fresh workers
+# (the cost model's GPU worker start, 10 s each), and the ab process's own start: the starts dominate
+AB_CHECK_S = {"cpu": 20.0, "cuda": 75.0}
+
+
+def ab_flags(device: str, variant: str) -> list[str]:
+    n = QUICK[device]["n"] // 4
+    return ["--variants", variant, "--seq-lens", str(n), "--heads", "8", "--head-dims", "64", "--batch", "2",
+            "--masks", "none,causal", "--dtypes", QUICK[device]["dtype"], "--directions", "fwd", "--device", device,
+            "--budget-ms", str(QUICK[device]["budget_ms"]), "--repeats", "2", "--budget-s", "0"]
+
+
+def ab_check(out: Path, device: str, variant: str) -> tuple[bool, str]:
+    """``ab`` of this tree against a copy of it: the same harness, so B's variants/ is loaded beside
+    A's (NAME@B) and each repeat's sweep visits every cell in three fresh workers (``--visits 3``),
+    A and B in the same rounds; every cell in ab.json with its pairs, the command's exit 0."""
+    import shutil
+    import subprocess
+    import sys
+
+    from bench.features.ab import ROOT
+
+    copy = out.parent / "ab-tree"
+    for top in ("bench", "variants"):
+        shutil.copytree(ROOT / top, copy / top, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    cmd = [sys.executable, "-m", "bench", "ab", str(ROOT), str(copy), *ab_flags(device, variant), "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0 or not (out / "ab.json").exists():
+        return False, f"exit {done.returncode}: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"
+    table = json.loads((out / "ab.json").read_text())
+    if len(table) != 2 or any(r["repeats"] < 2 or r.get("mode") != "together" for r in table):
+        return False, f"{len(table)} cells in ab.json, pairs {[r['repeats'] for r in table]}"
+    return True, ", ".join(f"{r['mask']} {r['verdict']} ({r['ratio']:.3f}, {r['repeats']} pairs)" for r in table)
 
 
 def dry_run(registry, device: str, extra: bool) -> int:
@@ -347,6 +402,10 @@ def dry_run(registry, device: str, extra: bool) -> int:
         print(f"{name}: {n} cells, {wall:.0f} s projected")
         for v, c in cells:
             print(f"  {v} {c.label()}")
+    for variant in taking(registry, "ab")[:1] if extra else ():
+        total += AB_CHECK_S[device]
+        print(f"ab: 2 cells, {AB_CHECK_S[device]:.0f} s projected ({AB_CHECK})\n  python -m bench ab . COPY "
+              + " ".join(ab_flags(device, variant)))
     what = "gpu-check --quick --extra" if extra else "gpu-check --quick"
     print(f"{what} on {device}: {total / 60:.1f} min projected" + ("" if extra else
           f" (of it {QUICK_FIXED_S:.0f} s for the timer checks and the profile; the limit: "
@@ -478,8 +537,9 @@ def quick_projection(registry, device: str = "cuda") -> float:
 
 
 def extra_projection(registry, device: str = "cuda") -> float:
-    """The extra step's projected wall time, as quick_projection prices the first."""
-    return sum(w for _, _, w, _ in steps_projection(extra_steps(registry, device), registry, device))
+    """The extra step's projected wall time, as quick_projection prices the first, and its ab."""
+    ab = AB_CHECK_S[device] if taking(registry, "ab") else 0.0
+    return ab + sum(w for _, _, w, _ in steps_projection(extra_steps(registry, device), registry, device))
 
 
 class Verdicts:

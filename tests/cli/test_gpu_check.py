@@ -229,7 +229,9 @@ def test_the_quick_check_and_its_extra_step_dry_run_with_their_cells_and_project
     assert "causal+learned_sink" in extra and "192/128" in extra and "paged:64" in extra and "align=bottom-right" \
         in extra
     every = discover()
-    assert set(extra_steps(every, "cuda")) >= {"sinks", "mla", "mix", "cross-gqa", "ragged", "decode-gqa", "paged-64"}
+    assert set(extra_steps(every, "cuda")) >= {"sinks", "mla", "mix", "cross-gqa", "ragged", "decode-gqa", "paged-64",
+                                               "layers", "layer-graph", "fp8", "anchor"}
+    assert "scope=decoder" in extra and "float8_e4m3fn" in extra and "python -m bench ab" in extra
     assert quick_projection(every, "cuda") <= QUICK_LIMIT_S
     assert quick_projection(every, "cuda") + extra_projection(every, "cuda") <= 8 * 60  # one device script
     assert main(["gpu-check", "--extra"]) == 2  # with --quick only
