@@ -237,7 +237,7 @@ def _owner(key) -> str:
 def builds_per_turn(case: Case, variants: int, settings: MeasureSettings) -> bool:
     """Whether each variant's turn builds its own forward (a backward beside other variants: one
     graph alive at a time), which a held case cannot keep."""
-    return case.direction == "bwd" and variants > 1 and settings.timer != "graph" and case.scope == "core"
+    return case.direction == "bwd" and variants > 1 and settings.timer != "graph"
 
 
 def _time_all(live: list[_Live], case: Case, settings: MeasureSettings, emit, at, kept: dict) -> bool:
@@ -296,8 +296,15 @@ def _turns(by_name: dict, per_turn: bool, watches: list, at):
         at(name)
         item = by_name[name]
         if key != name:  # a layer's part: its turn in the same rounds, nothing watched around it
+            part = item.parts[key[1]]
             with item.bound.scope():
-                yield
+                if per_turn:  # its graph built here, outside the timed turn, and dropped after it
+                    part.call = item.bound.part_calls(only=key[1])[key[1]]
+                try:
+                    yield
+                finally:
+                    if per_turn:
+                        part.call = None
             return
         with item.bound.scope():
             if per_turn:
@@ -331,6 +338,11 @@ def _make_timers(item: _Live, case: Case, settings: MeasureSettings, per_turn: b
 
         item.parts = {part: make_timer(case.device, None, settings.budget_ms, settings.precision, settings.timer,
                                        make_call=lambda p=part: item.bound.part_calls()[p])
+                      for part in shapes.parts(case)}
+    elif case.scope != "core" and per_turn:  # each part's call built at its turn (_turns), as the whole's is
+        from bench.model import layer as shapes
+
+        item.parts = {part: make_timer(case.device, None, settings.budget_ms, settings.precision, settings.timer)
                       for part in shapes.parts(case)}
     elif case.scope != "core":  # each part, a timer of its own in the same rounds
         with item.bound.scope():

@@ -224,9 +224,10 @@ class LayerBound:
         return _call_with_grads(direction, lambda: _flat(self.layer.forward(self.x, self.memory)),
                                 self._leaves(direction != "fwd"))
 
-    def part_calls(self, direction: str | None = None) -> dict[str, Callable]:
+    def part_calls(self, direction: str | None = None, only: str | None = None) -> dict[str, Callable]:
         """Each part's call on the inputs it gets in the whole layer (recorded from one forward),
-        for the case's direction: {part: call}, in PARTS order."""
+        for the case's direction: {part: call}, in PARTS order (``only``: that part's alone, so
+        that a backward builds one part's graph)."""
         direction = direction or self.case.direction
         grad = direction != "fwd"
         recorded: dict[str, list[_Recorded]] = {}
@@ -241,6 +242,8 @@ class LayerBound:
             self.layer.forward(self.x, self.memory, run=record)
         calls = {}
         for part in shapes.parts(self.case):
+            if only is not None and part != only:
+                continue
             recs = recorded.get(part, [])
 
             def outputs(recs=recs):

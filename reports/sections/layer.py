@@ -5,7 +5,11 @@ exact core saves against the baseline at each n.
 
 A layer row's ``layer`` column (bench.measure.layer.layer_figures) holds each part's median,
 95% interval and FLOPs.  The cores are ``core`` and, in a decoder, ``core_cross``; the rest is
-every other part (projections, output projection, norms and residuals, FFN)."""
+every other part (projections, output projection, norms and residuals, FFN).  On a GPU a
+forward's parts are also timed inside whole calls (``layer["in_call"]``: events around each part,
+the L2 as the layer leaves it), and those figures are the ones the share, the crossovers and the
+parts' sum come from; the parts timed alone (each its own call, after an L2 flush) stay beside
+them (``share_isolated``, the table's "share alone")."""
 
 from __future__ import annotations
 
@@ -20,7 +24,9 @@ from reports.sections import Section, SectionInput
 SERIES = ("scope", "ffn", "device", "dtype", "direction", "mask", "window", "heads", "kv_heads", "head_dims", "batch",
           "kv")  # one curve per variant within these
 NOTE = ("Attention's share is the cores' time (self and, in a decoder, cross) over the sum of the layer's parts, "
-        "each part timed as its own call in the whole layer's rounds. The crossover n is where the cores take as long "
+        "each part timed as its own call in the whole layer's rounds, or, on a GPU forward, inside whole calls (events "
+        "around each part, the cache as the layer leaves it: 'parts timed' says which; 'share alone' is the share "
+        "from the parts timed as their own calls). The crossover n is where the cores take as long "
         "as the rest of the layer: measured (log-log interpolation of core/rest between the lengths that straddle 1; "
         "its interval from the parts' 95% intervals; 'extrapolated' when no swept length straddles it) and analytic "
         "(the same on the FLOPs: core O(n² d) against projections and FFN O(n d²)). A sum of parts more than 15% "
@@ -39,13 +45,20 @@ def layer_frame(df: pd.DataFrame) -> pd.DataFrame:
         layer = r["layer"]
         if not isinstance(layer, dict) or not layer.get("parts"):
             continue
-        core, rest = _sums(layer["parts"], True), _sums(layer["parts"], False)
+        alone = layer["parts"]
+        inside = layer.get("in_call") if isinstance(layer.get("in_call"), dict) else None
+        inside = inside if inside and inside.get("parts") and set(inside["parts"]) == set(alone) else None
+        timed = {p: v | {"flops": alone[p].get("flops")} for p, v in inside["parts"].items()} if inside else alone
+        core, rest = _sums(timed, True), _sums(timed, False)
+        core_alone, rest_alone = _sums(alone, True)[0], _sums(alone, False)[0]
+        source = inside or layer
         rows.append({**{k: r.get(k) for k in SERIES}, "variant": r["variant"], "n": int(r["n"]),
                      "approximate": bool(r.get("approximate") or False),
                      "core_ms": core[0], "core_lo": core[1], "core_hi": core[2], "core_flops": core[3],
                      "rest_ms": rest[0], "rest_lo": rest[1], "rest_hi": rest[2], "rest_flops": rest[3],
-                     "whole_ms": layer.get("whole_ms"), "sum_ratio": layer.get("sum_ratio"),
-                     "sum_agrees": layer.get("sum_agrees")})
+                     "whole_ms": layer.get("whole_ms"), "sum_ratio": source.get("sum_ratio"),
+                     "sum_agrees": source.get("sum_agrees"), "timed": "in whole calls" if inside else "alone",
+                     "share_isolated": core_alone / (core_alone + rest_alone) if core_alone + rest_alone else None})
     out = pd.DataFrame(rows)
     if not out.empty:
         out["share"] = out["core_ms"] / (out["core_ms"] + out["rest_ms"])
@@ -111,6 +124,9 @@ def crossover_table(lf: pd.DataFrame) -> pd.DataFrame:
         out.append({"scope": series.get("scope"), "case": _case(series), "variant": series["variant"],
                     "lengths": f"{ns[0]}-{ns[-1]}" if len(ns) > 1 else str(ns[0]),
                     "share at largest n": f"{100 * g['share'].iloc[-1]:.0f}%",
+                    "parts timed": ", ".join(sorted(set(g["timed"]))),
+                    "share alone": f"{100 * g['share_isolated'].iloc[-1]:.0f}%"
+                    if g["share_isolated"].iloc[-1] is not None else "-",
                     "measured crossover n": _n(mid, extra),
                     "95% interval": "-" if mid is None else _interval(low, high, mid),
                     "analytic crossover n": _n(analytic, a_extra),

@@ -219,6 +219,27 @@ def test_the_crossover_is_where_the_core_takes_as_long_as_the_rest():
     assert saved_table(layer_frame(approx), "naive").iloc[0]["fastest exact core"] == "naive"
 
 
+def test_on_a_gpu_the_share_and_crossover_come_from_the_parts_inside_whole_calls():
+    """A CUDA forward's parts timed inside whole calls (the cache as the layer leaves it) give the
+    share, the crossover and the parts' sum; the parts timed alone stay beside them."""
+    from reports.sections.layer import crossover_table, layer_frame
+
+    rows = _rows("naive", 1e-6, 1e-3, [256, 512, 2048])
+    for r in rows:  # inside the calls the rest is twice as fast as alone (a warm cache): the crossover halves
+        n = r["n"]
+        core, rest = 1e-6 * n * n, 0.5e-3 * n
+        r["device"] = "cuda"
+        r["layer"]["in_call"] = {"parts": {"core": {"median_ms": core, "ci_lo_ms": core, "ci_hi_ms": core},
+                                           "ffn": {"median_ms": rest, "ci_lo_ms": rest, "ci_hi_ms": rest}},
+                                 "whole_ms": core + rest, "sum_ratio": 0.97, "sum_agrees": True}
+    lf = layer_frame(pd.DataFrame(rows))
+    assert set(lf["timed"]) == {"in whole calls"} and list(lf["sum_ratio"]) == [0.97] * 3
+    table = crossover_table(lf).iloc[0]
+    assert table["measured crossover n"] == "500" and table["analytic crossover n"] == "1,024"  # FLOPs: the parts'
+    assert table["share at largest n"] == f"{100 * 2048 / (2048 + 500):.0f}%"
+    assert table["share alone"] == f"{100 * 2048 / 3048:.0f}%" and table["parts timed"] == "in whole calls"
+
+
 def test_a_ratio_that_never_rises_has_no_crossover():
     from reports.sections.layer import crossing
 
@@ -280,3 +301,35 @@ def test_under_the_graph_timer_each_part_is_built_on_its_capturing_stream(monkey
     with bound.scope():
         grads = item.parts["ffn"].make_call()()  # what its capture builds and runs, on its stream
     assert built == ["parts"] and all(g is None or g.shape for g in grads)
+
+
+@pytest.mark.parametrize("scope, ffn", [("block", "none"), ("decoder", "mlp:64")])
+def test_a_layer_backward_beside_other_variants_holds_no_built_graph_between_turns(monkeypatch, scope, ffn):
+    """Each turn of a layer backward (the whole's and each part's) builds its graph and drops it after,
+    so that at the start of the rounds, and between turns, no timer holds one (a later variant's oom)."""
+    from bench.api import discover
+    from bench.engine import cell
+    from bench.engine.cell import run_group
+    from bench.measure.settings import MeasureSettings
+
+    reg = discover(entry_points=False)
+    case = _case(mask="causal", scope=scope, ffn=ffn, direction="bwd", kv_len=24 if scope == "decoder" else 32)
+    held, real = [], cell.interleave
+
+    def spy(timers, rounds, budget_ms, enter=None, **kw):
+        held.append(sum(getattr(t, "call", None) is not None for t in timers.values()))
+
+        @__import__("contextlib").contextmanager
+        def watching(key):
+            with enter(key):
+                yield
+            held.append(sum(getattr(t, "call", None) is not None for t in timers.values()))
+        return real(timers, rounds, budget_ms, enter=watching, **kw)
+
+    monkeypatch.setattr(cell, "interleave", spy)
+    rows = []
+    run_group([reg["naive"], reg["sdpa"], reg["sdpa.math"]], case, MeasureSettings(budget_ms=2.0, rounds=2),
+              rows.append)
+    assert [r["status"] for r in rows] == ["ok"] * 3, [r["reason"] for r in rows]
+    assert len(held) > 3 and set(held) == {0}
+    assert all(r["bwd_forward"] == "per turn" for r in rows)
