@@ -608,7 +608,8 @@ def add_parser(sub) -> None:
                          "prints its projection)")
     gp.add_argument("--extra", action="store_true",
                     help="with --quick: its second step, the paths the first does not reach (sinks, 192/128, mixes, "
-                         "GQA cross bottom-right, ragged pinned backends, flex decode with a GQA group, paged:64)")
+                         "GQA cross bottom-right, ragged pinned backends, flex decode with a GQA group, paged:64, "
+                         "the layer scopes, a layer under the graph timer, fp8, an anchor, ab)")
     gp.add_argument("--dry-run", dest="dry_run", action="store_true",
                     help="with --quick: list each step's cells and projection, run nothing (any machine)")
     gp.add_argument("--seq-len", dest="seq_len", default="2048", metavar="N",

@@ -16,12 +16,11 @@ FILE = "drift.json"
 KEYS = ("device", "device_name", "cpu_count", "threads")  # the machine and how it is used, not the build
 
 
-# the largest between-run drift known for each kind of machine: "cell" is the sd of log(B/A) per repeat that
-# tests/benchmarks/ab_check.py measured for two trees on a 2-core CPU VM beside a busy loop (0.165), over sqrt(2)
-# (a ratio holds two runs); "run" is provisional (two thirds of it) until `python tests/benchmarks/ab_check.py
-# --out DIR --parts aa --busy 2` measures it; a GPU has none, so an uncalibrated compare of GPU runs judges no
-# single-process cell
-LARGEST = {"cpu": {"cell": 0.12, "run": 0.08, "measured on": "a 2-core CPU VM beside a busy loop"}}
+# the largest between-run drift known for each kind of machine, one sd per run: what `ab T T` recorded on a
+# 2-core CPU VM at ab's defaults over the 12 cells of `python tests/benchmarks/ab_check.py --out DIR --parts
+# aa-runs [--busy N]` (quiet: a run's common shift 0.098, each cell's own 0.130; beside a busy loop: 0.013 and
+# 0.046), the largest of each; a GPU has none, so an uncalibrated compare of GPU runs judges no single-process cell
+LARGEST = {"cpu": {"cell": 0.13, "run": 0.10, "measured on": "a 2-core CPU VM (ab_check's aa-runs, 12 cells)"}}
 
 
 def key(env: dict) -> str:

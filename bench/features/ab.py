@@ -422,14 +422,16 @@ def spend(repeats: int, last: int, spent: float, final: bool) -> float:
 
 
 def sequential(sides: tuple[Side, Side], settings: dict, out: Path, first: int, budget_s: float,
-               decided: Callable[[int, int], bool], start: Callable = Server,
+               decided: Callable[[int, int, list], bool], start: Callable = Server,
                progress: Callable[[str], None] = lambda _m: None, clock: Callable[[], float] = None) -> dict:
     """Repeat after repeat until every cell is decided or the budget is spent.  ``decided(repeats,
     look, weights)`` analyses the repeats so far at look ``look``, each look's share of the
     false-discovery rate in ``weights`` (``spend``), and says whether every cell is decided.  A
     repeat starts only where the repeats' mean wall says it ends inside ``budget_s`` (the first
-    ``first`` always run).  Returns {"repeats", "looks", "weights", "walls_s", "conditions",
-    "stopped"}."""
+    ``first`` always run).  The looks are ``looks(first)``'s, but one after which the budget is
+    expected to end before the next scheduled look: the budget's last repeat takes it instead
+    (with the rest of the rate, where a look one repeat earlier would have split it).  Returns
+    {"repeats", "looks", "weights", "walls_s", "conditions", "stopped"}."""
     import time
 
     clock = clock or time.monotonic
@@ -449,8 +451,9 @@ def sequential(sides: tuple[Side, Side], settings: dict, out: Path, first: int, 
         walls.append(clock() - t)
         k += 1
         more = fitting()
-        if k in schedule:
-            seen.append(k)
+        later = [s for s in schedule if s > k]
+        if k in schedule and (more == 0 or (later and k + more >= later[0])):  # a look the budget's own last
+            seen.append(k)  # one would follow before the next scheduled look is left to that last look
             weights.append(spend(k, k + more, sum(weights), final=more == 0 or k == MAX_REPEATS))
             if decided(k, len(seen), list(weights)):
                 stopped = "every cell decided"
