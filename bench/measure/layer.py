@@ -431,20 +431,36 @@ def in_call_figures(samples: dict[str, list[float]]) -> dict:
             "method": "CUDA events around each part inside whole forward calls"}
 
 
+BLOCK_ELEMENTS = 1 << 23  # float64 scores one query block of the layer's check holds (64 MiB): host memory bound
+
+
 def exact_core(case: Case, batches: list[int]) -> Callable:
-    """float64 attention from the mask's definition for the batch elements ``batches``, whole and
-    differentiable (the layer's check: its gradients flow through to the weights)."""
+    """float64 attention from the mask's definition for the batch elements ``batches``,
+    differentiable (the layer's check: its gradients flow through to the weights).  It runs in
+    blocks of queries of at most BLOCK_ELEMENTS scores, each block checkpointed (its scores
+    computed again in the backward, not kept), so that the host holds one block's scores at a
+    time, forward and backward, whatever n (16 heads at n = 16384: 64 MiB, not 32 GiB a tensor)."""
+    from torch.utils.checkpoint import checkpoint
+
     bound = masks.bind(case)
     sink = bound.sink_logits("cpu", torch.float64)
+
+    def block(q, k, v, s: int, e: int):
+        scores = (q @ k.transpose(-2, -1)) * case.scale
+        scores = bound.apply_mods(scores, (s, e), batches=batches)
+        keep = bound.keep("cpu", (s, e), batches=batches)
+        empty = keep is not None and bool((~keep.any(-1)).any())
+        return masks.masked_softmax(scores, keep, empty, sink) @ v
 
     def fn(q, k, v):
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        scores = (q @ k.transpose(-2, -1)) * case.scale
-        scores = bound.apply_mods(scores, batches=batches)
-        keep = bound.keep("cpu", batches=batches)
-        empty = keep is not None and bool((~keep.any(-1)).any())
-        return masks.masked_softmax(scores, keep, empty, sink) @ v
+        n = q.shape[2]
+        rows = max(1, BLOCK_ELEMENTS // max(1, q.shape[0] * q.shape[1] * k.shape[2]))
+        if rows >= n:
+            return block(q, k, v, 0, n)
+        return torch.cat([checkpoint(block, q[:, :, s:min(n, s + rows)], k, v, s, min(n, s + rows), use_reentrant=False)
+                          for s in range(0, n, rows)], dim=2)
     return fn
 
 

@@ -333,3 +333,40 @@ def test_a_layer_backward_beside_other_variants_holds_no_built_graph_between_tur
     assert [r["status"] for r in rows] == ["ok"] * 3, [r["reason"] for r in rows]
     assert len(held) > 3 and set(held) == {0}
     assert all(r["bwd_forward"] == "per turn" for r in rows)
+
+
+@pytest.mark.parametrize("mask", ["causal+alibi", "window"])
+def test_the_float64_layer_core_in_query_blocks_is_the_whole_one_and_holds_one_block(monkeypatch, mask):
+    """The layer check's float64 core, in checkpointed blocks of queries, gives the whole core's output
+    and gradients (score mods and masks that depend on the query's position included), and its forward
+    and backward hold about one block's scores at a time, not the n x n of them."""
+    import torch
+
+    from bench.measure import layer
+    from bench.measure.memory import peak_cpu
+
+    case = _case(mask=mask, window=8 if mask == "window" else None, heads=4, kv_heads=2, q_len=256, kv_len=256)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(s, generator=g, dtype=torch.float64) for s in ((2, 4, 256, 16), (2, 2, 256, 16),
+                                                                           (2, 2, 256, 16)))
+    up = torch.randn(2, 4, 256, 16, generator=g, dtype=torch.float64)
+
+    def run(elements):
+        monkeypatch.setattr(layer, "BLOCK_ELEMENTS", elements)
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        out = layer.exact_core(case, [0, 1])(*leaves)
+        return out.detach(), torch.autograd.grad(out, leaves, up)
+
+    whole, blocked = run(1 << 30), run(2 * 4 * 256 * 16)  # one block, or 16 rows of 256 keys at a time
+    assert torch.allclose(whole[0], blocked[0], rtol=0, atol=1e-12)
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-12) for a, b in zip(whole[1], blocked[1]))
+
+    def step(elements):
+        monkeypatch.setattr(layer, "BLOCK_ELEMENTS", elements)
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        core = layer.exact_core(case, [0, 1])
+        return lambda: torch.autograd.grad(core(*leaves), leaves, up)
+
+    scores = 2 * 4 * 256 * 256 * 8  # the whole core's float64 scores, in bytes
+    whole_peak, blocked_peak = peak_cpu(step(1 << 30)), peak_cpu(step(2 * 4 * 256 * 16))
+    assert whole_peak > 2 * scores and blocked_peak < whole_peak / 4  # q, k, v, their gradients and one block
