@@ -345,12 +345,21 @@ def test_both_sides_of_a_repeat_share_its_seed_cores_and_environment(tmp_path, m
     assert env["PYTHONHASHSEED"] == "7" and "SOMETHING_ELSE" not in env and env["ATTNBENCH_CACHE_DIR"] == "/tmp/x"
 
 
+def _tree(at: Path) -> Path:
+    """A source tree of this harness whose variants/ holds naive alone (its workers import no other)."""
+    import shutil
+
+    shutil.copytree(ROOT / "bench", at / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    (at / "variants").mkdir()
+    for name in ("__init__.py", "naive.py"):
+        shutil.copy(ROOT / "variants" / name, at / "variants" / name)
+    return at
+
+
 def test_ab_says_which_mode_and_why(tmp_path):
     import shutil
 
-    a = tmp_path / "a"
-    for top in ("bench", "variants"):
-        shutil.copytree(ROOT / top, a / top, ignore=shutil.ignore_patterns("__pycache__"))
+    a = _tree(tmp_path / "a")
     b = tmp_path / "b"
     shutil.copytree(a, b)
     sides = (ab.side("A", str(a)), ab.side("B", str(b)))
@@ -422,9 +431,7 @@ def test_ab_of_two_trees_differing_in_variants_measures_them_together(tmp_path):
     import json
     import shutil
 
-    a = tmp_path / "a"
-    for top in ("bench", "variants"):
-        shutil.copytree(ROOT / top, a / top, ignore=shutil.ignore_patterns("__pycache__"))
+    a = _tree(tmp_path / "a")
     b = tmp_path / "b"
     shutil.copytree(a, b)
     naive = b / "variants" / "naive.py"
