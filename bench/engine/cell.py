@@ -337,7 +337,7 @@ def _make_timers(item: _Live, case: Case, settings: MeasureSettings, per_turn: b
         from bench.model import layer as shapes  # the whole is (a backward's forward run there: PyTorch issue 15623)
 
         item.parts = {part: make_timer(case.device, None, settings.budget_ms, settings.precision, settings.timer,
-                                       make_call=lambda p=part: item.bound.part_calls()[p])
+                                       make_call=lambda p=part: item.bound.part_calls(only=p)[p])
                       for part in shapes.parts(case)}
     elif case.scope != "core" and per_turn:  # each part's call built at its turn (_turns), as the whole's is
         from bench.model import layer as shapes
