@@ -1,8 +1,9 @@
 """The architecture, checked: the layers import downwards only, and nothing imports in a circle.
 
-bench/model (what a case, mask, variant, spec and row are) <- bench/measure (timing, memory,
-FLOPs, the reference) <- variants (the built-in implementations, written as any plugin is) <-
-bench/engine (discovery, cells, worker, sweep, run folder) <- reports <- bench/cli and bench/api.
+bench/model (what a case, mask, variant, spec, scope and row are) <- bench/measure (timing, memory,
+FLOPs, the reference) and bench/scopes (what a cell times around a variant's call) <- variants (the
+built-in implementations, written as any plugin is) <- bench/engine (discovery, cells, worker, sweep,
+run folder) <- reports <- bench/cli and bench/api.
 """
 
 import ast
@@ -11,8 +12,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"bench.model": 0, "bench.measure": 1, "variants": 2, "bench.engine": 3, "bench.features": 3, "reports": 4,
-          "bench.cli": 5, "bench.api": 5}
+LAYERS = {"bench.model": 0, "bench.measure": 1, "bench.scopes": 1, "variants": 2, "bench.engine": 3,
+          "bench.features": 3, "reports": 4, "bench.cli": 5, "bench.api": 5}
 PUBLIC_PATHS = {"bench.case", "bench.masks", "bench.registry", "bench.probe", "bench.inputs"}  # the plugin API
 
 
@@ -229,7 +230,7 @@ def test_no_test_module_imports_another():
 def test_the_tests_mirror_the_layers():
     """A test module sits in the folder of the layer it tests (tests/model, tests/measure, ...), or at
     the top for the whole project's checks; the benchmarks apart."""
-    folders = {"model", "measure", "variants", "engine", "features", "reports", "cli", "benchmarks"}
+    folders = {"model", "measure", "scopes", "variants", "engine", "features", "reports", "cli", "benchmarks"}
     assert {k.split(".")[-1] for k in LAYERS} - {"api"} <= folders
     bad = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
            if p.parent != ROOT / "tests" and p.relative_to(ROOT / "tests").parts[0] not in folders]

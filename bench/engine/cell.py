@@ -23,12 +23,13 @@ import torch
 from bench.engine import spans
 from bench.engine.result import CellResult
 from bench.errors import first_line
-from bench.measure.bound import BoundVariant, bind_variant, case_inputs
+from bench.measure.bound import BoundVariant, bind_variant
 from bench.measure.cellsteps import Keep, Step, Timed, kept_calls
 from bench.measure.cellsteps import free_device_memory as _free
-from bench.measure.correctness import check_form, determinism, guarded, reference, run_and_check, same_bits
+from bench.measure.correctness import reference, same_bits
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import interleave, make_timer, release_flush_buffer
+from bench.model import scope
 from bench.model.case import Case
 from bench.model.features import declared
 from bench.model.registry import Variant, compile_dynamic, probe_reason
@@ -144,15 +145,14 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
     if settings.threads is None:  # the rows record the threads the cells ran with
         settings = settings.replace(threads=torch.get_num_threads())
     try:
-        layer = case.scope != "core"  # a layer: its own inputs and weights, its own float64 check (bench.measure.layer)
+        where = scope.of(case)  # its shared inputs and reference, its binding and check (bench.model.scope)
         with spans.span("inputs"):
-            inputs = None if layer else case_inputs(case)
-        if not skip_reference and not layer:
+            inputs = where.inputs(case)  # None: each binding makes its own (a layer: its inputs and weights)
+        if not skip_reference and inputs is not None:
             at(REFERENCE)
             try:
-                (q, k, v), grad_out = inputs
                 with spans.span("float64 reference"):
-                    cache.get(case, q, k, v, grad_out)
+                    where.reference(case, inputs, cache)
             except Exception as exc:  # out of memory, say: the cells are still timed, unchecked
                 skip_reference = f"the reference raised {type(exc).__name__}: {first_line(exc)}"[:300]
         live = []
@@ -191,42 +191,10 @@ def _setup_and_check(var, case, settings, cache, inputs, skip_reference: str = "
             bound = bind_variant(var, case, inputs)
         result.setup_ms = bound.setup_ms
         result.extra = _extra(bound.prepared.info)
-        if case.scope != "core":
-            return _check_layer(var, bound, result)
-        if case.ragged or case.mixed:  # how the variant held the batch: packed, nested, padded or a dense mask
-            result.layout = result.extra.pop("layout", "packed")
-        (q, k, v), grad_out = inputs
-        if skip_reference:  # timed unchecked: the output's form is still checked, its values cannot be
-            result.reference_skipped = skip_reference
-            with bound.scope(), spans.span("checked call"):
-                guard = guarded(case, q, k, v, grad_out)
-                check = guard.verdict(check_form(case, bound.fn(q, k, v)))
-        else:
-            with bound.scope(), spans.span("checked call against the reference"):
-                check = run_and_check(case, bound.fn, q, k, v, grad_out, cache.get(case, q, k, v, grad_out),
-                                      var.error_budget, var.approximate)
-        result.checked(check)
-        outputs = getattr(check, "outputs", None) if check.ok else None
-        if outputs is not None and case.device == "cpu":  # the same bits? from the timer's own calls, after it
-            return _Live(var, bound, result, checked=outputs)
-        if outputs is not None:  # two more calls on its inputs: the same bits?
-            with bound.scope(), spans.span("determinism: two more calls"):
-                same, diff = determinism(case, bound.fn, q, k, v, grad_out, outputs)
-            result.deterministic, result.nondeterminism = same, None if same else diff
-        return _Live(var, bound, result)
+        checked = scope.of(case).check(bound, case, result, inputs, cache, skip_reference, spans.span)
+        return _Live(var, bound, result, checked=checked)
     except Exception as exc:  # every failure becomes the result's status
         return _Live(var, None, result.fail(exc))
-
-
-def _check_layer(var: Variant, bound, result: CellResult) -> _Live:
-    """A layer cell's check: the whole against the float64 layer, then twice more for the same bits."""
-    with bound.scope():
-        check = bound.check(var.approximate)
-    result.checked(check)
-    if check.ok:
-        with bound.scope():
-            result.deterministic, result.nondeterminism = bound.determinism()
-    return _Live(var, bound, result)
 
 
 def _owner(key) -> str:
@@ -333,18 +301,16 @@ def _make_timers(item: _Live, case: Case, settings: MeasureSettings, per_turn: b
             item.call = item.bound.timed()
     item.timer = make_timer(case.device, item.call, settings.budget_ms, settings.precision, settings.timer,
                             make_call=item.bound.timed, keep_outputs=item.checked is not None)
-    if case.scope != "core" and graph:  # each part built when its graph is captured, on the capturing stream, as
-        from bench.model import layer as shapes  # the whole is (a backward's forward run there: PyTorch issue 15623)
-
+    parts = scope.of(case).parts(case)  # a layer's, say: each a timer of its own in the whole's rounds
+    if parts and graph:  # each part built when its graph is captured, on the capturing stream, as the whole
+        # is (a backward's forward run there: PyTorch issue 15623)
         item.parts = {part: make_timer(case.device, None, settings.budget_ms, settings.precision, settings.timer,
                                        make_call=lambda p=part: item.bound.part_calls(only=p)[p])
-                      for part in shapes.parts(case)}
-    elif case.scope != "core" and per_turn:  # each part's call built at its turn (_turns), as the whole's is
-        from bench.model import layer as shapes
-
+                      for part in parts}
+    elif parts and per_turn:  # each part's call built at its turn (_turns), as the whole's is
         item.parts = {part: make_timer(case.device, None, settings.budget_ms, settings.precision, settings.timer)
-                      for part in shapes.parts(case)}
-    elif case.scope != "core":  # each part, a timer of its own in the same rounds
+                      for part in parts}
+    elif parts:  # each part, a timer of its own in the same rounds
         with item.bound.scope():
             item.parts = {part: make_timer(case.device, call, settings.budget_ms, settings.precision,
                                            settings.timer, make_call=lambda c=call: c)

@@ -15,7 +15,7 @@ from bench.measure.origin import classify
 from bench.measure.settings import MeasureSettings
 from bench.measure.stats import rates
 from bench.measure.timing import TimingSummary
-from bench.model import layer, masks
+from bench.model import scope
 from bench.model.case import Case
 from bench.model.row import MEASURED, ReasonKind, Status, default_kind
 
@@ -30,10 +30,8 @@ def base_row(variant: str, case: Case, status: str = "", reason: str = "", kind:
     kind = kind if kind is not None else (default_kind(Status(status)).value if status else "")
     if case.unsupported_reason:
         workload = {}
-    elif case.scope != "core":  # a layer: its self-attention core's mask, the layer's counted FLOPs
-        workload = {**masks.row_columns(layer.core_cases(case)["core"]), "flops": flopcount.flops(case)}
-    else:
-        workload = {**masks.row_columns(case), "flops": flopcount.flops(case), "bytes": flopcount.min_bytes(case)}
+    else:  # as its scope counts them (bench.model.scope): a layer's, its self-attention core's mask
+        workload = scope.of(case).work(case)
     if case.mixed and workload:  # each phase's share of the work
         workload["phases"] = flopcount.mix_phases(case)
     return {"variant": variant, **case.to_dict(), "status": status, "reason": reason, "reason_kind": kind,
@@ -63,7 +61,7 @@ class CellResult:
     bwd_forward: str | None = None  # "per turn": each turn of a backward ran its own forward
     interleave_id: str | None = None  # the cells timed in the same rounds
     contention: dict = field(default_factory=dict)  # the CPU's verdict (bench.features.contention.contention.verdict)
-    layer: dict | None = None  # a layer scope's parts (bench.measure.layer.layer_figures)
+    layer: dict | None = None  # a layer scope's parts (bench.scopes.layer_run.layer_figures)
     gpu_state: dict = field(default_factory=dict)  # clocks, power and energy around its turns (nvml.Cell)
     peak_mem_bytes: int | None = None  # the memory pass: the whole step's peak
     peak_mem_cached: bool | None = None  # True: taken from the machine's record (bench.engine.memcache)

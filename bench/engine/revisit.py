@@ -16,10 +16,11 @@ from bench.engine import spans
 from bench.engine.cell import nowhere, timed_span
 from bench.errors import first_line
 from bench.measure import cpuload
-from bench.measure.bound import bind_variant, case_inputs
+from bench.measure.bound import bind_variant
 from bench.measure.cellsteps import free_device_memory
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import interleave, make_timer, release_flush_buffer
+from bench.model import scope
 from bench.model.case import Case
 from bench.model.registry import Variant, compile_dynamic
 from bench.model.row import Status
@@ -45,7 +46,7 @@ def visit_group(variants: list[Variant], case: Case, settings: MeasureSettings, 
     timers, rows = {}, {}
     try:
         with spans.span("visit: inputs"):
-            inputs = case_inputs(case) if case.scope == "core" else None  # a layer makes its own
+            inputs = scope.of(case).inputs(case)  # None: each binding makes its own (a layer)
         for var in variants:
             rows[var.name] = row = {"variant": var.name, **case.to_dict(), "status": Status.OK.value,
                                     "pid": os.getpid()}  # the process of this visit

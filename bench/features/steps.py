@@ -25,6 +25,7 @@ import torch
 from bench.errors import first_line
 from bench.measure.cellsteps import Step, Timed
 from bench.measure.inputs import make_grad_out, make_inputs
+from bench.model import scope
 from bench.model.case import Case
 from bench.model.registry import Variant
 from bench.model.workload import free_lengths
@@ -59,7 +60,7 @@ def run_steps(variant: Variant, case: Case, k: int) -> dict:
     """The row's step figures: each step's wall ms, its prep ms, the recompiles, the median
     step and the steady one (the median of the second half), and, for a variant that compiles,
     the warm compile.  A layer case (``--scope``) has none: the steps are the core's preparation."""
-    if case.scope != "core":
+    if not scope.of(case).core_alone:
         raise ValueError(f"--steps time the core's own preparation per batch: scope core, not {case.scope}")
     steps, preps, recompiled, lengths = [], [], [], []
     for sc in step_cases(case, k):

@@ -45,13 +45,17 @@ def case_inputs(case: Case) -> tuple[tuple, object]:
     return make_inputs(case), (make_grad_out(case) if case.needs_grad else None)
 
 
-def bind_variant(variant: Variant, case: Case, inputs: tuple[tuple, object] | None = None) -> BoundVariant:
-    """Set ``variant`` up for ``case`` (timing the setup) on ``inputs`` (``case_inputs``; made
-    here when not given: the cells of one case share theirs)."""
-    if case.scope != "core":  # the core inside its layer (bench.measure.layer): the layer's own inputs and weights
-        from bench.measure.layer import bind_layer
+def bind_variant(variant: Variant, case: Case, inputs: tuple[tuple, object] | None = None):
+    """Set ``variant`` up for ``case`` (timing the setup) as the case's scope binds it
+    (bench.model.scope): a core case on ``inputs`` (``case_inputs``; made here when not given: the
+    cells of one case share theirs), a layer on its own inputs and weights."""
+    from bench.model import scope
 
-        return bind_layer(variant, case)
+    return scope.of(case).bind(variant, case, inputs)
+
+
+def bind_core(variant: Variant, case: Case, inputs: tuple[tuple, object] | None = None) -> BoundVariant:
+    """The core scope's binding: ``variant.prepare(case)`` (timed) on ``inputs``."""
     (q, k, v), grad_out = inputs if inputs is not None else case_inputs(case)
     t0 = time.perf_counter()
     prepared = variant.prepare(case)

@@ -12,7 +12,6 @@ in, dq, dk, dv out).
 
 from __future__ import annotations
 
-from bench.model import layer
 from bench.model.case import Case
 
 DIRECTION_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
@@ -27,11 +26,17 @@ def kept_pairs(case: Case) -> int:
 
 
 def flops(case: Case) -> float:
-    """The case's FLOPs: its core's, or a layer scope's counted whole (``layer_flops``)."""
+    """The case's FLOPs, as its scope counts them (bench.model.scope): the core's (``core_flops``),
+    or a layer's counted whole."""
+    from bench.model import scope
+
+    return scope.of(case).flops(case)
+
+
+def core_flops(case: Case) -> float:
+    """The attention call's FLOPs: 2 x the kept pairs x (head_dim + head_dim_v), by direction."""
     from bench.model import masks
 
-    if case.scope != "core":
-        return layer_flops(case)
     fwd = 2 * masks.bind(case).counts[0] * (case.head_dim + case.dv)  # pairs summed over batch and heads
     return fwd * DIRECTION_FACTOR[case.direction]
 
@@ -74,33 +79,3 @@ def mix_phases(case: Case) -> dict:
                            ("flops", flops(sub)), ("bytes", min_bytes(sub)), ("kv_bytes", kv_bytes(sub))):
             d[key] += value
     return {p: out[p] for p in PHASES if p in out}
-
-
-# -- a layer (--scope, bench.model.layer) ---------------------------------------------------
-
-def part_flops(case) -> dict:
-    """Each part's FLOPs for the case's direction (a float), from the formulas: projections
-    2 n d (d_q + d_k + d_v) (K and V over the memory's m tokens in cross-attention), output
-    2 n d_o d, FFN 2 n d d_ff k (k = 2, or 3 for SwiGLU), the core's as a core cell's (its mask
-    counted).  Norms and residual adds are not counted (None): elementwise, bound by memory."""
-    w, b, n, m = layer.widths(case), case.batch, case.q_len, case.kv_len
-    lin = layer.LINEAR_FACTOR[case.direction]
-    cores = {name: flops(c) for name, c in layer.core_cases(case).items()}
-    if case.scope == "core":
-        return cores
-    if case.scope == "decoder":  # self: all over n; cross: q over n, k and v over the encoder's m
-        qkv = 2 * b * w["d"] * (n * (w["q"] + w["k"] + w["v"]) + n * w["q"] + m * (w["k"] + w["v"]))
-        out = 2 * 2 * b * n * w["o"] * w["d"]
-    else:
-        qkv = 2 * b * w["d"] * (n * w["q"] + m * (w["k"] + w["v"]))
-        out = 2 * b * n * w["o"] * w["d"]
-    got = {"qkv": qkv * lin, **cores, "out": out * lin}
-    if case.scope in ("encoder", "decoder"):
-        kind, d_ff = layer.parse_ffn(case.ffn)
-        got |= {"norms": None, "ffn": 2 * b * n * w["d"] * d_ff * layer.FFN_KINDS[kind] * lin}
-    return {p: got[p] for p in layer.parts(case)}
-
-
-def layer_flops(case) -> float:
-    """The whole layer's counted FLOPs (the sum of ``part_flops``)."""
-    return float(sum(v for v in part_flops(case).values() if v))

@@ -119,7 +119,7 @@ def timed_call(case: Case, fn: Callable, q, k, v, grad_out=None) -> Callable[[],
 def direction_call(direction: str, forward: Callable, leaves, grad_out, allow_unused: bool = False) -> Callable:
     """``forward`` as the call a direction times: itself (fwd); the gradients of ``leaves`` from
     ``grad_out`` through a graph built once, here (bwd); or both in each call (fwd+bwd).  A layer's
-    parts and whole (bench.measure.layer) are timed through it too, their weights among the leaves."""
+    parts and whole (bench.scopes.layer_run) are timed through it too, their weights among the leaves."""
     if direction == "fwd":
         return forward
     if direction == "bwd":

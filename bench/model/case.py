@@ -97,7 +97,7 @@ class _Case:
     # lengths packed into one call, q and k apart; it sets batch 1, q_len and kv_len to the packed totals and
     # bottom-right alignment (within each sequence)
     mix: str = later("none")
-    # where the core runs (--scope, bench.model.layer): alone (core), or inside the seeds' multi-head module
+    # where the core runs (--scope, bench.scopes.layer): alone (core), or inside the seeds' multi-head module
     # (block), encoder or decoder layer; a layer's feed-forward network: mlp:D_FF or swiglu:D_FF (none: no FFN)
     scope: str = later("core")
     ffn: str = later("none")
@@ -155,20 +155,17 @@ class _Case:
             raise CaseError(exc.field, getattr(self, exc.field), str(exc), message=str(exc)) from None
 
     def _check_scope(self) -> None:
-        from bench.model import layer
+        """The case's scope (bench.model.scope) and the fields its axes set (a layer's FFN)."""
+        from bench.model import scope
 
-        if self.scope not in layer.SCOPES:
-            raise CaseError("scope", self.scope, f"valid: {', '.join(layer.SCOPES)}")
-        if self.scope in ("core", "block"):  # no FFN in them
-            if self.ffn != "none":
-                raise CaseError("ffn", self.ffn, f"scope {self.scope} has no feed-forward network: ffn none")
-            return
-        if self.ffn == "none":
-            raise CaseError("ffn", self.ffn, f"scope {self.scope} has a feed-forward network: mlp:D_FF or swiglu:D_FF")
         try:
-            object.__setattr__(self, "ffn", layer.ffn_text(self.ffn))
-        except layer.LayerError as exc:
-            raise CaseError("ffn", self.ffn, str(exc), message=str(exc)) from None
+            found = scope.named(self.scope)
+        except scope.ScopeError:
+            raise CaseError("scope", self.scope, f"valid: {', '.join(scope.names())}") from None
+        try:
+            found.validate(self)
+        except scope.ScopeFieldError as exc:
+            raise CaseError(exc.field, exc.value, exc.valid) from None
 
     def _derive_mix(self) -> None:
         from bench.model import workload
@@ -267,9 +264,9 @@ class _Case:
             return "a paged KV cache and a mixed batch together are not modelled: one at a time"
         if self.paged and self.ragged:
             return "a paged KV cache and a ragged batch together are not modelled: one at a time"
-        from bench.model import layer
+        from bench.model import scope
 
-        return layer.reason(self)
+        return scope.of(self).reason(self)
 
     @property
     def paged(self) -> bool:

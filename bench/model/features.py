@@ -3,7 +3,7 @@
 The core is what every sweep does: a case of the spec's axes, the variants of the registry, the
 masks, the timers and their statistics, the float64 reference, the worker, the pool (its workers
 placed side by side) and the sweep, the run folder and the judge.  A feature adds to it through
-eight hooks, each optional:
+nine hooks, each optional:
 
 - ``settings``: the ``Spec`` fields it adds (bench.model.spec);
 - ``groups``: its namespaced groups of the stored row (bench.model.row.GROUPS);
@@ -18,6 +18,9 @@ eight hooks, each optional:
 - ``section``: its part of the report, a module of ``reports/sections/`` whose ``sections(ctx)`` returns
   its parts of the page (the protocol is ``reports.sections``); the report calls each in this
   file's order;
+- ``scopes``: its scopes, as ``"module:NAME"`` of a ``Scope`` (the protocol is bench.model.scope): what
+  a cell times around a variant's attention call, for the ``--scope`` values it names; the cell asks
+  the case's scope and knows none by name;
 - ``commands``: its subcommands, modules of ``bench/cli/`` with ``add_parser(sub)``;
   ``python -m bench`` builds its parser from them, in this file's order.
 
@@ -43,6 +46,7 @@ class Feature:
     kept: tuple[str, ...] = ()
     preps: tuple[str, ...] = ()
     passes: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
     section: str | None = None
     commands: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
@@ -51,11 +55,12 @@ class Feature:
 CORE = Feature(
     "core", "cases of the spec's axes, timed in interleaved rounds, checked against float64, judged",
     settings=("variants", "seq_lens", "kv_lens", "heads", "kv_heads", "head_dims", "batch", "dtypes", "masks", "window",
-              "directions", "device", "preset", "timeout", "budget_ms", "plugins", "threads", "precision", "rounds",
-              "ceiling_s", "timer", "heap", "deterministic", "dynamic", "peak_age", "workers", "gpus"),
-    groups=("work", "check"), steps=("bench.engine.cell:DETERMINISM",),
+              "directions", "scope", "device", "preset", "timeout", "budget_ms", "plugins", "threads", "precision",
+              "rounds", "ceiling_s", "timer", "heap", "deterministic", "dynamic", "peak_age", "workers", "gpus"),
+    groups=("work", "check"), steps=("bench.engine.cell:DETERMINISM",), scopes=("bench.scopes.core:SCOPE",),
     commands=("bench.cli.listing", "bench.cli.sweep", "bench.cli.report"),
-    modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/axes.py", "bench/model/registry.py",
+    modules=("bench/model/spec.py", "bench/model/case.py", "bench/model/scope.py", "bench/scopes/core.py",
+             "bench/model/ffn.py", "bench/model/axes.py", "bench/model/registry.py",
              "bench/model/masks.py", "bench/measure/probe.py", "bench/measure/timing.py", "bench/measure/stats.py",
              "bench/measure/correctness.py", "bench/measure/cellsteps.py", "bench/measure/cpuload.py",
              "bench/engine/runner.py", "bench/engine/cell.py", "bench/engine/pool.py", "bench/engine/placement.py",
@@ -87,9 +92,9 @@ FEATURES: tuple[Feature, ...] = (
             section="reports.sections.frontier", commands=("bench.cli.frontier",),
             modules=("bench/features/frontier.py",)),
     Feature("layer scope", "the core inside the seeds' multi-head block, encoder and decoder layers",
-            settings=("scope", "ffn_mult", "ffn"), steps=("bench.measure.layer:STEP",),
+            settings=("ffn_mult", "ffn"), steps=("bench.scopes.layer_run:STEP",), scopes=("bench.scopes.layer:SCOPE",),
             section="reports.sections.layer",
-            modules=("bench/model/layer.py", "bench/measure/layer.py")),
+            modules=("bench/scopes/layer.py", "bench/scopes/layer_run.py")),
     Feature("anchors", "the shapes of published figures, measured against them",
             settings=("anchors",), section="reports.sections.anchors",
             modules=("bench/model/anchors.py",)),
@@ -132,8 +137,8 @@ def owner_of(kind: str, name: str) -> list[str]:
 
 
 def declared(hook: str) -> list:
-    """What the core and every feature declare for ``hook`` (``steps``, ``kept``, ``preps`` or
-    ``passes``: ``"module:NAME"`` each), imported, in the declarations' order."""
+    """What the core and every feature declare for ``hook`` (``steps``, ``kept``, ``preps``,
+    ``passes`` or ``scopes``: ``"module:NAME"`` each), imported, in the declarations' order."""
     import importlib
 
     found = []

@@ -5,6 +5,7 @@ setting takes which."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -97,6 +98,22 @@ def choices(what: str, valid, normalize: Callable[[str], str] = str):
                 raise UsageError(f"unknown {what} {v!r}; valid: {', '.join(valid)}")
         return values
     return parse
+
+
+SCOPE_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,39}$")
+
+
+def scope_names(raw, name: str) -> list[str]:
+    """--scope values, checked for their form here; their names are checked when the cases are
+    built, once the plugins (which may add a scope: bench.model.scope) are loaded."""
+    from bench.model import scope
+
+    values = list(dict.fromkeys(str(x).strip().lower() for x in _items(raw, name)))
+    for v in values:
+        if not SCOPE_NAME.match(v):
+            raise UsageError(f"{name} {v!r}: a scope is named in lower-case letters, digits, '_', '.' or '-', "
+                             f"starting with a letter (built in: {', '.join(scope.names())})")
+    return values
 
 
 def mask_spellings(raw, name: str) -> list[str]:
@@ -278,10 +295,10 @@ def yes_no(raw, name: str) -> bool:
 
 
 def ffn_spelling(raw, name: str) -> str:
-    """A layer's FFN: mlp:D_FF or swiglu:D_FF (bench.model.layer)."""
-    from bench.model import layer
+    """A layer's FFN: mlp:D_FF or swiglu:D_FF (bench.model.ffn)."""
+    from bench.model import ffn
 
     try:
-        return layer.ffn_text(str(raw))
-    except layer.LayerError as exc:
+        return ffn.ffn_text(str(raw))
+    except ffn.LayerError as exc:
         raise UsageError(str(exc).replace("--ffn", name, 1)) from None

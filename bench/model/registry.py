@@ -257,8 +257,9 @@ class Variant:
         """Why the declared capabilities exclude ``case`` (None when they admit it)."""
         if case.unsupported_reason:
             return case.unsupported_reason
-        if case.scope != "core":  # a layer: what its attention calls ask of the variant
-            return _in_layer(case, self.static_reason)
+        cores = _scope_cores(case)
+        if cores is not None:  # a layer, say: what its attention calls ask of the variant
+            return _in_scope(case, cores, self.static_reason)
         if case.device not in self.devices:
             return f"device {case.device} not supported (supports {', '.join(self.devices)})"
         if case.dtype not in self.dtypes:
@@ -506,22 +507,32 @@ def probe_reason(v: Variant, case: Case) -> str | None:
     the cell's ``error``, with where it was raised)."""
     if v.check is None:
         return None
-    if case.scope != "core":
-        return _in_layer(case, lambda core: probe_reason(v, core))
+    cores = _scope_cores(case)
+    if cores is not None:
+        return _in_scope(case, cores, lambda core: probe_reason(v, core))
     if case not in v.probes:
         v.probes[case] = v.check(case)
     return v.probes[case]
 
 
-def _in_layer(case: Case, reason) -> str | None:
-    """Why a layer case's attention calls (bench.model.layer.core_cases) cannot run, by ``reason``
-    of each core case; None when every one can."""
-    from bench.model import layer
+def _scope_cores(case: Case) -> dict | None:
+    """The variant's attention calls in a cell of ``case`` as its scope makes them (bench.model.scope),
+    or None where the one call is the case itself."""
+    from bench.model import scope
 
-    for name, core in layer.core_cases(case).items():
+    cores = scope.of(case).cores(case)
+    return None if list(cores.values()) == [case] else cores
+
+
+def _in_scope(case: Case, cores: dict, reason) -> str | None:
+    """Why a case's attention calls (its scope's ``cores``) cannot run, by ``reason`` of each core case;
+    None when every one can."""
+    from bench.model import scope
+
+    for name, core in cores.items():
         why = reason(core)
         if why:
-            return f"{'its cross-attention' if name == 'core_cross' else 'its attention'} in scope {case.scope}: {why}"
+            return f"{scope.of(case).core_label(case, name)}: {why}"
     return None
 
 

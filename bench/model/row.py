@@ -102,7 +102,7 @@ GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_e
              "temp_end_c",
              "throttle_reasons", "energy_j_per_call", "energy_j_per_token", "energy_why", "throttled",
              "throttled_why")  # NVML
-LAYER = ("layer",)  # a layer scope (bench.model.layer): each part's time, FLOPs, interval; their sum; the core's share
+LAYER = ("layer",)  # a layer scope (bench.scopes.layer): each part's time, FLOPs, interval; their sum; the core's share
 COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTING_COLUMNS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
            *GPU_STATE, *LAYER)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",

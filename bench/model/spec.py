@@ -40,7 +40,6 @@ from bench.model.case import (
     normalize_align,
     normalize_dtype,
 )
-from bench.model.layer import SCOPES
 from bench.model.parsers import (  # noqa: F401  (shard_pair: the engine's; the rest declare the settings)
     check_masks,
     choice,
@@ -53,6 +52,7 @@ from bench.model.parsers import (  # noqa: F401  (shard_pair: the engine's; the 
     number,
     paths,
     positive,
+    scope_names,
     shard_pair,
     shard_text,
     split_dims,
@@ -134,7 +134,8 @@ class _Spec:
                                "encoder (the block, Add & Norm, a feed-forward network, Add & Norm) or decoder "
                                "(masked self-attention, cross-attention over an encoder output of --kv-lens tokens "
                                "under its padding mask, the FFN); a layer's row times each part too "
-                               "(bench.model.layer)", choices("scope", SCOPES), default=("core",), axis=True,
+                               "(bench.scopes; a --plugin file may add its own: bench.model.scope)", scope_names,
+                               default=("core",), axis=True,
                                case=True, metavar="SCOPE", later=True)
     anchors: list[str] | None = setting("GPU: the shapes of published figures (FlashAttention-2/3, cuDNN, FlashMLA, "
                                         "FlashInfer), each with its figure, hardware and source; all, or names "
@@ -247,7 +248,7 @@ class _Spec:
                 self.scope or ["core"], self.dtypes, self.directions, self.masks, batches, self.heads,
                 self.head_dims):
             head_dim, head_dim_v = split_dims(dims)
-            layer = {"scope": scope, "ffn": self._ffn(scope, heads * head_dim)}
+            layer = {"scope": scope, **self._scope_fields(scope, heads * head_dim)}
             for kv_heads in self.kv_heads or [heads]:
                 for size in (self.window if masks.uses_window_flag(spelling) else [None]):
                     try:
@@ -268,20 +269,17 @@ class _Spec:
                             out.append(case)
         return out
 
-    def _ffn(self, scope: str, d_model: int) -> str:
-        """A layer's FFN: --ffn, or an MLP --ffn-mult times d_model wide; none in core and block."""
-        if scope in ("core", "block"):
-            return "none"
-        if self.ffn:
-            return self.ffn
-        from bench.model.layer import MAX_D_FF
+    def _scope_fields(self, name: str, d_model: int) -> dict:
+        """The case fields the scope's axes set (a layer's FFN: --ffn, or an MLP --ffn-mult times
+        d_model wide), once the plugins, which may add a scope, are loaded."""
+        from bench.model import scope
 
-        width = max(1, round(self.ffn_mult * d_model))
-        if width > MAX_D_FF:
-            raise UsageError(f"--ffn-mult {self.ffn_mult:g} x d_model {d_model:,} gives an FFN {width:,} wide, past "
-                             f"the widest a layer takes ({MAX_D_FF:,}); give a smaller --ffn-mult, fewer heads or "
-                             f"a smaller head dim, or --ffn mlp:D_FF")
-        return f"mlp:{width}"
+        try:
+            return scope.named(name).fields(name, self, d_model)
+        except scope.ScopeError:
+            raise UsageError(f"unknown scope {name!r}; valid: {', '.join(scope.names())}") from None
+        except ValueError as exc:  # a field the settings cannot give
+            raise UsageError(str(exc)) from None
 
     def _shapes(self, batch_given: int | None) -> list[dict]:
         """The batch shapes of the sweep, small to large n within each workload: a batch and its

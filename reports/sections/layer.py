@@ -3,7 +3,7 @@ layer against n per variant, the n at which the attention cores take as long as 
 the layer (measured, with its interval, and from the FLOPs), and the layer time the fastest
 exact core saves against the baseline at each n.
 
-A layer row's ``layer`` column (bench.measure.layer.layer_figures) holds each part's median,
+A layer row's ``layer`` column (bench.scopes.layer_run.layer_figures) holds each part's median,
 95% interval and FLOPs.  The cores are ``core`` and, in a decoder, ``core_cross``; the rest is
 every other part (projections, output projection, norms and residuals, FFN).  On a GPU a
 forward's parts are also timed inside whole calls (``layer["in_call"]``: events around each part,

@@ -8,6 +8,7 @@ from bench.engine import cell
 from bench.engine.cell import run_group
 from bench.features.contention import contention
 from bench.features.contention.retime import Held
+from bench.measure import bound
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 from bench.registry import Variant
@@ -46,8 +47,8 @@ def _scripted_load(monkeypatch, busy: list):
 
 def test_a_contended_case_is_timed_again_after_the_next_quiet_case_and_only_timed(monkeypatch):
     setups, inputs = [], []
-    real_inputs = cell.case_inputs
-    monkeypatch.setattr(cell, "case_inputs", lambda case: inputs.append(case.q_len) or real_inputs(case))
+    real_inputs = bound.case_inputs  # the core scope's shared inputs (bench.scopes.core)
+    monkeypatch.setattr(bound, "case_inputs", lambda case: inputs.append(case.q_len) or real_inputs(case))
     _scripted_load(monkeypatch, [True, True, False, False, False, False])  # n=32 busy, n=48 quiet, n=32 again
     held, rows = Held(), []
     settings = MeasureSettings(budget_ms=6, rounds=2, threads=1)

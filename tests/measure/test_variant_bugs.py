@@ -104,7 +104,7 @@ def test_the_guard_names_each_changed_input_and_restores_it():
     grad = torch.randn(1, 2, 4, 8)
     guard = InputGuard({"q": q, "k": k, "v": v, "grad_out": grad, "none": None})
     kept = v.clone()
-    v[0, 0, 0, 0] += 1e-7 if v[0, 0, 0, 0] != 0 else 1.0  # one element, one ulp or so
+    v[0, 0, 0, 0] = torch.nextafter(v[0, 0, 0, 0], torch.tensor(float("inf")))  # one element, one ulp
     grad.neg_()
     assert guard.changed() == ["v", "grad_out"]
     result = guard.verdict(CheckResult(True, 0.0, 0.0))

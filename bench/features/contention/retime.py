@@ -13,6 +13,7 @@ from bench.measure import cpuload
 from bench.measure.cellsteps import Keep, free_device_memory
 from bench.measure.settings import MeasureSettings
 from bench.measure.timing import interleave, make_timer
+from bench.model import scope
 from bench.model.case import Case
 from bench.model.row import Status
 
@@ -35,7 +36,7 @@ class Held:
 
     def keep(self, case: Case, settings: MeasureSettings, live: list) -> None:
         ok = [i for i in live if i.result.status is Status.OK and i.bound is not None]
-        if case.device != "cpu" or case.scope != "core" or not ok or builds_per_turn(case, len(ok), settings):
+        if case.device != "cpu" or not scope.of(case).core_alone or not ok or builds_per_turn(case, len(ok), settings):
             return
         self.cases.append((case, settings, ok))
         del self.cases[:-self.limit]

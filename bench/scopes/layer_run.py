@@ -1,4 +1,4 @@
-"""A variant's core inside the seeds' layer (``--scope``, bench.model.layer): the tensors, the
+"""A variant's core inside the seeds' layer (``--scope``, bench.scopes.layer_shapes): the tensors, the
 whole call and each part as a callable of its own, and the check of the whole against a
 float64 layer with the same weights.
 
@@ -30,10 +30,10 @@ from bench.measure.cellsteps import Step, Timed
 from bench.measure.correctness import CheckResult, InputGuard, check_form, relative_errors
 from bench.measure.stats import median_ci, quantile
 from bench.measure.timing import direction_call
-from bench.model import layer as shapes
 from bench.model import masks
 from bench.model.case import Case
 from bench.model.registry import Prepared, Variant
+from bench.scopes import layer_shapes as shapes
 
 EPS = 1e-5
 # the whole layer's output (and its gradients) against the float64 layer: relative Frobenius error and cosine.
@@ -396,9 +396,7 @@ def layer_figures(case: Case, whole, parts: dict) -> dict:
     """A layer row's ``layer`` column from the whole's timing and each part's (TimingSummary):
     each part's median, 95% interval and FLOPs; their sum against the whole; the attention
     cores' time, the rest of the layer's, and the cores' share of the parts' sum."""
-    from bench.measure.flops import part_flops
-
-    flops = part_flops(case)
+    flops = shapes.part_flops(case)
     out = {p: {"median_ms": t.median_ms, "ci_lo_ms": t.ci_lo_ms, "ci_hi_ms": t.ci_hi_ms, "flops": flops.get(p)}
            for p, t in parts.items()}
     total = sum(t.median_ms for t in parts.values())

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from bench.case import Case
-from bench.measure.flops import layer_flops, part_flops
 from bench.model.registry import Variant
+from bench.scopes.layer import layer_flops, part_flops
 from tests.conftest import run_cli
 
 
@@ -107,7 +107,7 @@ def test_a_core_that_drops_the_encoders_padding_is_a_mismatch_in_the_decoder_onl
                                                    ("decoder", "mlp:128", "bwd")])
 def test_each_part_is_timed_in_the_wholes_rounds_and_their_sum_is_held_against_it(scope, ffn, direction):
     from bench.api import discover
-    from bench.model.layer import parts
+    from bench.scopes.layer import parts
 
     naive = discover(entry_points=False)["naive"]
     case = _case(mask="causal", scope=scope, ffn=ffn, direction=direction, kv_len=24 if scope != "encoder" else 32)
@@ -129,8 +129,8 @@ def test_each_part_is_timed_in_the_wholes_rounds_and_their_sum_is_held_against_i
 
 
 def test_the_sum_check_flags_parts_that_do_not_add_up_to_the_whole():
-    from bench.measure.layer import SUM_AGREES, layer_figures
     from bench.measure.timing import Timing
+    from bench.scopes.layer_run import SUM_AGREES, layer_figures
 
     case = _case(scope="block")
 
@@ -162,7 +162,7 @@ class _TickEvent:
                                                                            "out": 2, "norms": 3, "ffn": 1})])
 def test_the_gpu_events_time_each_part_inside_the_whole_call(scope, ffn, calls_each):
     from bench.api import discover
-    from bench.measure.layer import bind_layer, in_call_figures
+    from bench.scopes.layer_run import bind_layer, in_call_figures
 
     case = _case(scope=scope, ffn=ffn, kv_len=24)
     bound = bind_layer(discover(entry_points=False)["naive"], case)
@@ -280,7 +280,7 @@ def test_under_the_graph_timer_each_part_is_built_on_its_capturing_stream(monkey
     from bench.measure.bound import bind_variant
     from bench.measure.settings import MeasureSettings
     from bench.measure.timing import GraphTimer
-    from bench.model.layer import parts
+    from bench.scopes.layer import parts
 
     naive = discover(entry_points=False)["naive"]
     case = _case(mask="causal", scope="encoder", ffn="mlp:128", direction="bwd")
@@ -343,8 +343,8 @@ def test_the_float64_layer_core_in_query_blocks_is_the_whole_one_and_holds_one_b
     and backward hold about one block's scores at a time, not the n x n of them."""
     import torch
 
-    from bench.measure import layer
     from bench.measure.memory import peak_cpu
+    from bench.scopes import layer_run as layer
 
     case = _case(mask=mask, window=8 if mask == "window" else None, heads=4, kv_heads=2, q_len=256, kv_len=256)
     g = torch.Generator().manual_seed(3)

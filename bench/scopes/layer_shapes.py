@@ -1,5 +1,6 @@
 """Attention inside the layer it serves (``--scope``): the seeds' multi-head module and the
-encoder and decoder layers around a variant's core, as shapes, parts and FLOPs.
+encoder and decoder layers around a variant's core, as shapes, parts and FLOPs (their scope is
+bench.scopes.layer's).
 
 - ``core``: the attention call alone (every variant's cell before scopes existed).
 - ``block``: the multi-head module: x projected into Q, K and V (K and V from a memory of
@@ -12,41 +13,20 @@ encoder and decoder layers around a variant's core, as shapes, parts and FLOPs.
 
 The width is d_model = heads x head_dim; K and V are kv_heads wide (GQA).  The FFN is spelt
 ``mlp:D_FF`` (two linear maps around a ReLU, LayerNorm after each residual: the seeds' form)
-or ``swiglu:D_FF`` (gate, up and down maps, RMSNorm before each sublayer: llama's).  The
-tensors live in ``bench.measure.layer``; this module has no torch.
+or ``swiglu:D_FF`` (gate, up and down maps, RMSNorm before each sublayer: llama's;
+bench.model.ffn).  The tensors, the timed parts and the check live in bench.scopes.layer_run, which
+the scope's methods import in the worker; this module has no torch (the flags are read with it).
 """
 
 from __future__ import annotations
 
-from bench.model import digits
+from bench.model.ffn import FFN_KINDS, MAX_D_FF, LayerError, ffn_text, parse_ffn  # noqa: F401  (the FFN's spelling)
 
-SCOPES = ("core", "block", "encoder", "decoder")
-FFN_KINDS = {"mlp": 2, "swiglu": 3}  # kind: its weight matrices of d_model x d_ff
+SCOPES = ("block", "encoder", "decoder")
 CROSS_MASK = "padding"  # the decoder's cross-attention: the encoder output's padding
 # a layer's parts, in the order a layer runs them; norms are every residual add and norm together
 PARTS = ("qkv", "core", "core_cross", "out", "norms", "ffn")
 LINEAR_FACTOR = {"fwd": 1.0, "bwd": 2.0, "fwd+bwd": 3.0}  # a linear map's backward: the input's and the weight's
-# the widest FFN a --ffn names: 16x the widest published model's (Llama 3.1 405B, d_ff 53,248) and as wide as
-# --ffn-mult's largest multiple (64) of a d_model of 16,384
-MAX_D_FF = 1 << 20
-
-
-class LayerError(ValueError):
-    pass
-
-
-def parse_ffn(text: str) -> tuple[str, int]:
-    """``mlp:2048`` -> ("mlp", 2048); a LayerError says what is valid (D_FF in ASCII digits, 1 to MAX_D_FF)."""
-    kind, _, size = str(text).strip().lower().partition(":")
-    if kind not in FFN_KINDS or not digits.is_digits(size) or not 1 <= int(size) <= MAX_D_FF:
-        raise LayerError(f"--ffn {text}: valid: {' or '.join(f'{k}:D_FF' for k in FFN_KINDS)} with D_FF a whole "
-                         f"number from 1 to {MAX_D_FF:,} in {digits.ASCII}, e.g. mlp:2048 or swiglu:14336")
-    return kind, int(size)
-
-
-def ffn_text(text: str) -> str:
-    kind, size = parse_ffn(text)
-    return f"{kind}:{size}"
 
 
 def d_model(case) -> int:
@@ -60,9 +40,7 @@ def widths(case) -> dict:
 
 
 def parts(case) -> tuple[str, ...]:
-    """The parts a scope's layer has, in PARTS order (``core`` alone for the core scope)."""
-    if case.scope == "core":
-        return ("core",)
+    """The parts a scope's layer has, in PARTS order."""
     if case.scope == "block":
         return ("qkv", "core", "out")
     if case.scope == "encoder":
@@ -82,8 +60,6 @@ def core_cases(case) -> dict:
 
 def reason(case) -> str | None:
     """Why a layer scope cannot take the case (None when it can)."""
-    if case.scope == "core":
-        return None
     if case.scope == "encoder" and case.q_len != case.kv_len:
         return (f"an encoder layer attends over its own tokens: kv_len = q_len; got q_len {case.q_len}, kv_len "
                 f"{case.kv_len} (scope block or decoder takes a memory of other length)")
@@ -96,3 +72,33 @@ def reason(case) -> str | None:
     if case.scope == "decoder" and case.align != "top-left":
         return "a decoder layer's self-attention is its own tokens' (top-left); --align bottom-right takes scope core"
     return None
+
+
+# -- FLOPs --------------------------------------------------------------------------------------------------
+
+def part_flops(case) -> dict:
+    """Each part's FLOPs for the case's direction (a float), from the formulas: projections
+    2 n d (d_q + d_k + d_v) (K and V over the memory's m tokens in cross-attention), output
+    2 n d_o d, FFN 2 n d d_ff k (k = 2, or 3 for SwiGLU), the core's as a core cell's (its mask
+    counted).  Norms and residual adds are not counted (None): elementwise, bound by memory."""
+    w, b, n, m = widths(case), case.batch, case.q_len, case.kv_len
+    lin = LINEAR_FACTOR[case.direction]
+    from bench.measure.flops import core_flops
+
+    cores = {name: core_flops(c) for name, c in core_cases(case).items()}
+    if case.scope == "decoder":  # self: all over n; cross: q over n, k and v over the encoder's m
+        qkv = 2 * b * w["d"] * (n * (w["q"] + w["k"] + w["v"]) + n * w["q"] + m * (w["k"] + w["v"]))
+        out = 2 * 2 * b * n * w["o"] * w["d"]
+    else:
+        qkv = 2 * b * w["d"] * (n * w["q"] + m * (w["k"] + w["v"]))
+        out = 2 * b * n * w["o"] * w["d"]
+    got = {"qkv": qkv * lin, **cores, "out": out * lin}
+    if case.scope in ("encoder", "decoder"):
+        kind, d_ff = parse_ffn(case.ffn)
+        got |= {"norms": None, "ffn": 2 * b * n * w["d"] * d_ff * FFN_KINDS[kind] * lin}
+    return {p: got[p] for p in parts(case)}
+
+
+def layer_flops(case) -> float:
+    """The whole layer's counted FLOPs (the sum of ``part_flops``)."""
+    return float(sum(v for v in part_flops(case).values() if v))
