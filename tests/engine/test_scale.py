@@ -354,7 +354,7 @@ def test_local_executor_runs_shards_as_jobs_resumes_a_killed_one_and_merges(tmp_
     """)
     sweep = tmp_path / "sweep"
     argv = ["sweep", "--executor", "local", "--shards", "2", "--plugin", plugin, "--variants", "naive,slow",
-            "--seq-lens", "32,48,64,80", *SMALL[2:], "--out", sweep, "--no-report"]
+            "--seq-lens", "32,48,64", *SMALL[2:], "--out", sweep, "--no-report"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     first = subprocess.Popen([sys.executable, "-m", "bench", *map(str, argv)], cwd=ROOT, env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -373,15 +373,15 @@ def test_local_executor_runs_shards_as_jobs_resumes_a_killed_one_and_merges(tmp_
     out, err = first.communicate(timeout=300)
     assert first.returncode == 1 and "shard 1/2" in err and "Run the same command again" in err, err
     partial = read_jsonl(shard1 / "results.jsonl")
-    assert 2 <= len(partial) < 8  # killed part way: some cells measured, not all
+    assert 2 <= len(partial) < 6  # killed part way: some cells measured, not all
     status = run_cli("status", sweep)
-    assert status.returncode == 0 and re.search(r"1/2 .* (INTERRUPTED|FAILED) +\d/8", status.stdout), status.stdout
+    assert status.returncode == 0 and re.search(r"1/2 .* (INTERRUPTED|FAILED) +\d/6", status.stdout), status.stdout
     again = run_cli(*argv, timeout=600)  # the same command: each shard resumes from its folder
     assert again.returncode == 0, again.stderr
     resumed = read_jsonl(shard1 / "results.jsonl")
     assert resumed[:len(partial)] == partial and len(set(_keys(resumed))) == len(resumed)  # nothing measured twice
     merged = read_jsonl(sweep / "merged" / "results.jsonl")
-    assert len(merged) == 16 and len(set(_keys(merged))) == 16  # 2 variants x 4 lengths x 2 masks
+    assert len(merged) == 12 and len(set(_keys(merged))) == 12  # 2 variants x 3 lengths x 2 masks
     log = "".join(p.read_text() for p in (sweep / "submitit").glob("*_log.err"))
     assert f"{len(partial)} already there" in log  # the resubmitted job said it resumed
 
