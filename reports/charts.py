@@ -16,8 +16,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
-from bench.engine.judge import SAME_WITHIN
 from bench.model.row import Status
+from bench.runs.judge import SAME_WITHIN
 from reports.frames import constant_facets, facet_groups, ran_here, x_label
 from reports.tables import UNTIMED, failed_cells, with_metrics
 

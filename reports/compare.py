@@ -25,9 +25,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter
 
-from bench.engine import judge
 from bench.measure.stats import benjamini_hochberg, ratio_evidence, visit_evidence
 from bench.model import row
+from bench.runs import judge
 from reports.charts import new_figure
 from reports.frames import load_runs, with_peaks
 
@@ -55,7 +55,7 @@ def _samples(x) -> list | None:
 
 @dataclass(frozen=True)
 class Drift:
-    """This machine's between-run drift, one sd of a run's log median (bench.engine.drift, from an
+    """This machine's between-run drift, one sd of a run's log median (bench.runs.drift, from an
     A/A ab): ``run``, what every cell of a run shares (the machine's state, the process), and
     ``cell``, what each cell moves by on top of it."""
     cell: float
@@ -98,7 +98,7 @@ def run_shift(log_ratios: list[float], drift: Drift, margin: float) -> dict:
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, margin: float = judge.COMPARE_MARGIN,
                    fdr: float = judge.COMPARE_FDR, drift: Drift | None = None) -> pd.DataFrame:
-    """B/A per matching ok cell.  ``drift``: this machine's between-run drift (bench.engine.drift,
+    """B/A per matching ok cell.  ``drift``: this machine's between-run drift (bench.runs.drift,
     from an A/A ab).  With it, what every cell shares (the median log ratio) is the whole run's
     shift, judged against the run-level drift (``m.attrs["shift"]``), and each cell is judged
     relative to it, against its own drift: a cell is slower when it moved more than the run did.
@@ -238,7 +238,7 @@ def compare_runs(run_a, run_b, out: Path | None = None, fail_pct=None, margin: f
     the table's ``gate`` column says per cell ``regression``, ``clear`` or ``unjudged``
     (``gate_cells``).  Until an A/A has calibrated this machine, single-process cells are judged
     against the largest drift measured on its kind of machine (``m.attrs["drift"]["default"]``)."""
-    from bench.engine import drift as calibration
+    from bench.runs import drift as calibration
     from reports.trust import trust_line
 
     da, (env_a,) = load_runs([run_a])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench.engine import judge, store
 from bench.measure.flops import DIRECTION_FACTOR
 from bench.model import row
 from bench.model.axes import placed
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
+from bench.runs import judge, store
 
 FACET_COLS = placed(["run", "model", "hardware", "device", "scope", "ffn", "dtype", "direction", "mask", "window",
                      "align", "lengths", "mix", "batch", "heads", "kv_heads", "head_dims", "kv"], "facet_after")
@@ -87,7 +87,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     for col in FLAGS:
         df[col] = df[col].map(lambda x: bool(x) if isinstance(x, (bool, np.bool_)) else False) if col in df else False
     # shaky: an ok cell whose figure is not to be trusted as it stands (drawn hollow, starred, weighed down in fits),
-    # as bench.engine.judge decides it
+    # as bench.runs.judge decides it
     judged = ["status", *FLAGS, *(["visit_se"] if "visit_se" in df else [])]
     df["shaky"] = [judge.shaky(r) for r in df[judged].to_dict("records")] if len(df) else False
     if "round_medians_ms" not in df:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bench.engine.judge import beyond_same
 from bench.model.axes import placed
+from bench.runs.judge import beyond_same
 from reports.frames import facet_groups, facet_labels, natural, paired_ratio, varying_facets
 
 MAX_FACETS = 12  # panels in one chart: more and a 1400 px page shows hairlines under overlapping titles

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from bench.engine import maskfile, store
 from bench.model.case import Case
+from bench.runs import maskfile, store
 from reports.charts import figure_legend, new_figure, save_figure
 from reports.frames import facet_groups
 

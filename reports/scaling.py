@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from bench.engine import judge
+from bench.runs import judge
 from reports.frames import facet_groups, facet_labels, paired_ratio
 
 MIN_FIT_POINTS = 3  # two points always lie on a line: an exponent from them would say nothing about its fit
@@ -16,7 +16,7 @@ MIN_FIT_POINTS = 3  # two points always lie on a line: an exponent from them wou
 def fit_exponent(n, y, sigma=None) -> dict:
     """Weighted least-squares fit of log y = a * log n + b: the exponent a with its 95% interval,
     R^2 and the n range; no exponent from fewer than MIN_FIT_POINTS lengths.  ``sigma``: each
-    point's relative uncertainty (bench.engine.judge.fit_sigma), its weight 1 / sigma^2.  The
+    point's relative uncertainty (bench.runs.judge.fit_sigma), its weight 1 / sigma^2.  The
     interval is the slope's standard error from those sigmas, widened by the scatter about the
     line where it exceeds them (a reduced chi-square above 1: the points depart from a power law,
     or the sigmas were optimistic), with Student's t then."""
@@ -113,7 +113,7 @@ def _side(a: dict, b: dict) -> int:
     Paired (both measured in the same interleaved rounds): a/b in every round on one side
     of 1.  Otherwise: the interquartile ranges apart.  Either way the ratio must also be
     beyond judge.SAME_WITHIN, the closeness the charts draw as equal."""
-    from bench.engine.judge import beyond_same
+    from bench.runs.judge import beyond_same
 
     ratio, lo, hi, _ = paired_ratio(b, a)  # a / b
     return beyond_same(ratio, lo, hi)  # and beyond the 3 % within which the charts call two the same

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from bench.engine import judge
 from bench.model.row import FLAGS, Status
+from bench.runs import judge
 from reports.frames import CASE_FACETS, facet_groups
 
 
@@ -32,7 +32,7 @@ METRICS = {  # name: (title, formatter)
 
 
 UNTIMED = ("mem_mib",)  # counted in a pass of its own, not timed: never starred (the charts draw it filled)
-SHAKY_MARK = "*"  # shaky (bench.engine.judge): kept and flagged
+SHAKY_MARK = "*"  # shaky (bench.runs.judge): kept and flagged
 PEAK_MARK = "†"  # % of a peak that a cell exceeded: that peak is not reliable
 NOTES = {SHAKY_MARK: "noisy (the median's 95% CI reaches beyond +-5% of it) or contended (timed while the CPU "
                      "was shared); kept, weighed down in fits and left "
@@ -133,7 +133,7 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
 
 def failed_cells(df: pd.DataFrame) -> pd.DataFrame:
     """Every cell without a measurement but those its variant declared out (a mask, direction,
-    cross-attention or GQA it does not claim): ``bench.engine.judge.not_measured``, which reads
+    cross-attention or GQA it does not claim): ``bench.runs.judge.not_measured``, which reads
     the row's ``reason_kind``, never its words."""
     cols = ["status", "reason_kind"] if "reason_kind" in df else ["status"]
     keep = [judge.not_measured(r) for r in df[cols].to_dict("records")]
@@ -248,7 +248,7 @@ def write_csvs(df: pd.DataFrame, tables, folder) -> None:
 
 
 def shaky_mask(df):
-    """True where an ok row is shaky (a pandas Series over ``df``): bench.engine.judge.shaky."""
+    """True where an ok row is shaky (a pandas Series over ``df``): bench.runs.judge.shaky."""
     cols = [c for c in ("status", *FLAGS, "visit_se") if c in df]
     return pd.Series([judge.shaky(r) for r in df[cols].to_dict("records")], index=df.index, dtype=bool)
 

@@ -1,12 +1,12 @@
 """Whether a report's numbers can be trusted: the trust box's state and its line, the worst
 contended cell, and what a folder made by several invocations says about its conditions.  The
-decision itself is ``bench.engine.judge.trust``; this module words it for the report."""
+decision itself is ``bench.runs.judge.trust``; this module words it for the report."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from bench.engine import judge
+from bench.runs import judge
 
 
 def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
@@ -18,7 +18,7 @@ def _unreliable_peaks(ok: pd.DataFrame) -> list[str]:
 
 def conclusions(groups, scaling: pd.DataFrame | None, cross: pd.DataFrame | None) -> judge.Conclusions:
     """What the report states (the winners of its overviews, its time exponents, its crossovers)
-    and which of those rest on shaky cells (bench.engine.judge.winner_at_risk, exponent_at_risk;
+    and which of those rest on shaky cells (bench.runs.judge.winner_at_risk, exponent_at_risk;
     a crossover is found from clean cells only, so none is at risk)."""
     stated, risky = {"winners": 0, "exponents": 0, "crossovers": 0}, {"winners": 0, "exponents": 0, "crossovers": 0}
     for part in groups or ():
@@ -40,7 +40,7 @@ def conclusions(groups, scaling: pd.DataFrame | None, cross: pd.DataFrame | None
 
 
 def run_trust(df, envs, said: judge.Conclusions | None = None) -> judge.Trust:
-    """The trust state of the report's rows (``bench.engine.judge.trust``: the one place it is decided);
+    """The trust state of the report's rows (``bench.runs.judge.trust``: the one place it is decided);
     ``said``: the report's conclusions, which then decide whether to read it with care."""
     ok = df[df["status"] == "ok"]
     cols = [c for c in ("status", *judge.FLAGS, "visit_se", "reference_skipped", "median_ms", "samples", "number")

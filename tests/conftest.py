@@ -52,11 +52,11 @@ def run_cli(*args, timeout=600, env=None, cwd=None):
 @pytest.fixture
 def calibrated(monkeypatch, tmp_path_factory):
     """``calibrate(env, sigma)``: this machine's between-run drift as an A/A ab would record it
-    (bench.engine.drift), in a cache folder of the test's own; compare of two runs reads it."""
+    (bench.runs.drift), in a cache folder of the test's own; compare of two runs reads it."""
     monkeypatch.setenv("ATTNBENCH_CACHE_DIR", str(tmp_path_factory.mktemp("calibrated-cache")))
 
     def calibrate(env: dict | None = None, sigma: float = 0.01) -> None:
-        from bench.engine import drift
+        from bench.runs import drift
 
         drift.record(env or {"device": "cpu"}, cell=sigma, run=sigma, cells=18, repeats=5)
     return calibrate
@@ -73,7 +73,7 @@ def read_jsonl(path: Path) -> list[dict]:
     the derived figures computed, each group's columns at the top level: ``store.read_rows``)."""
     path = Path(path)
     if path.name == "results.jsonl":
-        from bench.engine import store
+        from bench.runs import store
 
         return store.read_rows(path.parent, with_visits=False)
     return [json.loads(line) for line in path.read_text().splitlines()]

@@ -1,7 +1,8 @@
 """The architecture, checked: the layers import downwards only, and nothing imports in a circle.
 
 bench/model (what a case, mask, variant, spec, scope and row are) <- bench/measure (timing, memory,
-FLOPs, the reference) and bench/scopes (what a cell times around a variant's call) <- variants (the
+FLOPs, the reference) and bench/scopes (what a cell times around a variant's call) <- bench/runs (a
+run folder, read and written, and the verdicts on its rows) and variants (the
 built-in implementations, written as any plugin is) <- bench/engine (discovery, cells, worker, sweep,
 run folder) <- reports <- bench/cli and bench/api.
 """
@@ -12,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"bench.model": 0, "bench.measure": 1, "bench.scopes": 1, "variants": 2, "bench.engine": 3,
+LAYERS = {"bench.model": 0, "bench.measure": 1, "bench.scopes": 1, "bench.runs": 2, "variants": 2, "bench.engine": 3,
           "bench.features": 3, "reports": 4, "bench.cli": 5, "bench.api": 5}
 PUBLIC_PATHS = {"bench.case", "bench.masks", "bench.registry", "bench.probe", "bench.inputs"}  # the plugin API
 
@@ -227,10 +228,24 @@ def test_no_test_module_imports_another():
     assert not bad, bad
 
 
+def test_the_reports_read_a_run_folder_through_bench_runs_not_the_engine():
+    bad = [f"{m} imports {i}" for m, deps in _graph().items() if m.startswith("reports")
+           for i in deps if i.startswith("bench.engine")]
+    assert not bad, bad
+
+
+def test_a_rows_rates_are_computed_in_one_place():
+    """bench.measure.stats.rates, called by row_figures alone: the worker sends measurements, and
+    every reader (the sweep's own rows included, bench.runs.store.measured) gets them from there."""
+    callers = sorted(str(p.relative_to(ROOT)) for m, p in _modules().items()
+                     if re.search(r"\brates\(", p.read_text()) and m != "bench.measure.stats")
+    assert not callers, callers
+
+
 def test_the_tests_mirror_the_layers():
     """A test module sits in the folder of the layer it tests (tests/model, tests/measure, ...), or at
     the top for the whole project's checks; the benchmarks apart."""
-    folders = {"model", "measure", "scopes", "variants", "engine", "features", "reports", "cli", "benchmarks"}
+    folders = {"model", "measure", "scopes", "runs", "variants", "engine", "features", "reports", "cli", "benchmarks"}
     assert {k.split(".")[-1] for k in LAYERS} - {"api"} <= folders
     bad = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
            if p.parent != ROOT / "tests" and p.relative_to(ROOT / "tests").parts[0] not in folders]
@@ -252,7 +267,7 @@ def test_no_test_imports_a_private_name_but_the_unit_test_of_its_module():
 
 
 def test_the_command_line_decides_no_verdict():
-    """Judging has one home below the reports (bench.engine.judge, gpu-check's in its acceptance
+    """Judging has one home below the reports (bench.runs.judge, gpu-check's in its acceptance
     module): no subcommand defines a verdict of its own."""
     cli = sorted((ROOT / "bench" / "cli").glob("*.py"))
     bad = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name}" for path in cli
@@ -262,7 +277,7 @@ def test_the_command_line_decides_no_verdict():
 
 
 def test_gpu_checks_thresholds_are_rows_of_the_judges_table():
-    from bench.engine.judge.acceptance import ACCEPTANCE, threshold
+    from bench.runs.judge.acceptance import ACCEPTANCE, threshold
 
     assert threshold("timer agreement", "cuda") == 0.03 and threshold("timer agreement", "cpu") == 0.25
     assert threshold("peak share", "cuda") == threshold("peak share", "cpu")  # one row for any device

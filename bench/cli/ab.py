@@ -35,11 +35,11 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    from bench.engine import judge, store
     from bench.engine.discovery import discover
     from bench.features import ab
     from bench.model.parsers import number
     from bench.model.specbuild import build_spec
+    from bench.runs import judge, store
 
     first = number(2, ab.MAX_REPEATS, True)(args.repeats, "--repeats") if args.repeats is not None \
         else judge.AB_REPEATS
@@ -99,7 +99,7 @@ def command(args) -> int:
     counts = _print_verdicts(table, ab.together(sides), seq["repeats"], margin, fdr, out)
     _print_power(table, seq, margin, fdr)
     if same:  # an A/A: what one run's figures drift by here, for compare of two separate runs
-        from bench.engine import drift
+        from bench.runs import drift
 
         cell, run = ab.aa_drift(cells)
         env = store.read_env(ab.folder(out, 0, 0, "A"))
@@ -150,10 +150,10 @@ def _print_verdicts(table: list[dict], together: bool, repeats: int, margin: flo
 
 
 def _gate(table: list[dict], gate: float | None) -> int:
-    """--fail-on-regression (bench.engine.judge.GATE_EXIT): 1, naming them, when cells are slower in B
+    """--fail-on-regression (bench.runs.judge.GATE_EXIT): 1, naming them, when cells are slower in B
     beyond their interval by more than the gate; 0 when every cell was judged (its interval's upper
     end within the gate); 4 when some could not be; 0 without a gate."""
-    from bench.engine import judge
+    from bench.runs import judge
 
     if gate is None:
         return 0

@@ -6,9 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.engine import judge
 from bench.errors import UsageError
 from bench.model import row
+from bench.runs import judge
 
 
 def _pct(text: str) -> float:
@@ -39,7 +39,7 @@ def parse_regression(text: str | None) -> tuple[str, float] | None:
 
 
 def command(args):
-    from bench.engine.store import require_run, writable_dir
+    from bench.runs.store import require_run, writable_dir
     from reports.compare import compare_runs
 
     rule = parse_regression(args.fail_on_regression)
@@ -183,8 +183,8 @@ def _unjudged_why(m, unjudged) -> str:
 
 def _explain(m, args) -> int:
     """``--explain CELL``: one cell's evidence, and the commands that measure it again in A and B."""
-    from bench.engine import store
     from bench.features import repro
+    from bench.runs import store
     from reports.compare import evidence_line
 
     words = args.explain.split()
@@ -211,7 +211,7 @@ def _explain(m, args) -> int:
 def _measured_row(run: Path, cell) -> dict | None:
     """The run's own current row of the compared cell: the settings it was measured under
     (budget, threads, precision) come with it, as ``status --repro`` gives them."""
-    from bench.engine import store
+    from bench.runs import store
 
     def same(a, b) -> bool:
         blank = (None, "", "-")

@@ -8,8 +8,8 @@ DEFAULT = "pytest-benchmark.json"  # RUN/pytest-benchmark.json: the export's own
 
 
 def command(args):
-    from bench.engine.store import output_file, require_run
     from bench.features.export import export
+    from bench.runs.store import output_file, require_run
 
     run = require_run(args.run)
     out = output_file(Path(args.out) if args.out else run / DEFAULT, force=args.force, own=(DEFAULT,))

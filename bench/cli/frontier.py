@@ -41,8 +41,8 @@ def available_memory() -> float | None:
 
 
 def command(args) -> int:
-    from bench.engine import store
     from bench.features import frontier
+    from bench.runs import store
 
     registry, spec = case_spec(args, {"seq_lens": ",".join(map(str, frontier.PROBES["n"]["cpu"])), "heads": "8",
                                       "head_dims": "64", "batch": "1", "masks": "causal", "directions": "fwd",

@@ -30,11 +30,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.engine import store
-from bench.engine.judge import acceptance
 from bench.errors import UsageError
 from bench.model.case import FP8, Case
 from bench.model.registry import CHECKS
+from bench.runs import store
+from bench.runs.judge import acceptance
 
 SCALING_MASKS = ("causal", "window")  # the full check's scaling sweeps: the variants that declare scaling-MASK
 
@@ -50,7 +50,7 @@ def taking(registry, step: str, names=None) -> list[str]:
 
 GPU_TIMEOUT_S = 300.0  # a cold flex forward+backward compile takes 20-35 s on its own
 
-QUICK = {  # the quick check's sizes per device (its thresholds are bench.engine.judge's)
+QUICK = {  # the quick check's sizes per device (its thresholds are bench.runs.judge's)
     "cuda": dict(n=1024, big=dict(batch=4, heads=16, q_len=8192, kv_len=8192, head_dim=128),
                  scaling=[1024, 2048, 4096, 8192], scaling_heads=16, scaling_dim=128,
                  timer=dict(batch=1, heads=16, q_len=4096, kv_len=4096, head_dim=128), budget_ms=50.0,

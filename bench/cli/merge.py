@@ -19,8 +19,8 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    from bench.engine import store
     from bench.features.shards.merge import merge_runs
+    from bench.runs import store
 
     out = merge_runs(args.runs, Path(args.out))
     rows = store.read_rows(out)
@@ -58,13 +58,13 @@ def _check(spec, resume) -> None:
 def _submit(spec, registry, args) -> int:
     """--executor: one job per shard through submitit; the local executor's jobs are waited
     for, then merged into one run folder with its report."""
-    from bench.engine import store
     from bench.engine.runner import release_prestarted
     from bench.engine.sweep import spec_cells, worker_slots
     from bench.features.cost_model import plan
     from bench.features.shards import jobs
     from bench.features.shards.merge import merge_runs
     from bench.model.spec import sweep_id
+    from bench.runs import store
 
     jobs.require_submitit(spec.executor)
     shards = spec.shards or 1

@@ -8,8 +8,8 @@ from bench.errors import UsageError
 
 
 def command(args):
-    from bench.engine import store
     from bench.model.parsers import number
+    from bench.runs import store
 
     args.top = number(1, 10_000, True)(args.top, "--top")  # a count: never a negative slice
     names = [args.variant] if args.variant else [v for v in (args.variants or "").split(",") if v]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def command(args):
-    from bench.engine.store import DEFAULT_ROOT, writable_dir
+    from bench.runs.store import DEFAULT_ROOT, writable_dir
     from reports.build import build_report
 
     runs = args.runs or [str(DEFAULT_ROOT / "latest")]

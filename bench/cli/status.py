@@ -26,8 +26,8 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    from bench.engine import store
     from bench.features.shards import jobs
+    from bench.runs import store
 
     target = _find(args.sweep, store.DEFAULT_ROOT)
     if (target / jobs.SWEEP_FILE).is_file():
@@ -40,8 +40,8 @@ def command(args) -> int:
 
 def _find(name: str, root: Path) -> Path:
     """A run folder or a sweep folder, from its path or a sweep id."""
-    from bench.engine import store
     from bench.features.shards import jobs
+    from bench.runs import store
 
     path = Path(name)
     if path.is_dir() and ((path / store.RESULTS).exists() or (path / store.ENV).exists()
@@ -64,11 +64,11 @@ def _find(name: str, root: Path) -> Path:
 def _run(folder: Path, args) -> int:
     from tabulate import tabulate
 
-    from bench.engine import judge, store
     from bench.engine.discovery import discover
     from bench.engine.sweep import spec_cells
     from bench.features import repro
     from bench.model.spec import spec_from_dict
+    from bench.runs import judge, store
 
     env = store.read_env(folder)
     rows = store.read_current(folder)

@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 
 from bench.cli.common import Parser, add_setting_flags, bars, given_settings, process_started
-from bench.engine import spans, store
+from bench.engine import spans
 from bench.engine.runner import prestart, release_prestarted
 from bench.errors import UsageError
 from bench.model.digits import is_digits
 from bench.model.row import STATUSES, current_rows
+from bench.runs import store
 
 # torch and the engine are imported once the workers are started (prestart): they import
 # theirs meanwhile
@@ -134,8 +135,8 @@ def _command(args, flags: dict) -> int:
 def _elsewhere(spec) -> list[str]:
     """A dry run of a device this machine lacks (a GPU sweep planned on a laptop): where its rates come
     from, the GPUs earlier runs here measured on, or the cost model's defaults."""
-    from bench.engine import store
     from bench.model.specbuild import default_device
+    from bench.runs import store
 
     if spec.device == default_device():
         return []
@@ -184,8 +185,8 @@ def _workers_hint(args) -> int:
 
 
 def _finish(summary, spec, args, projected_s: float | None = None) -> int:
-    from bench.engine.judge import failures
     from bench.engine.sweep import contention_warning
+    from bench.runs.judge import failures
     from reports.tables import summary_table
 
     rows, run_dir = summary.rows, summary.run_dir
@@ -233,7 +234,7 @@ def _finish(summary, spec, args, projected_s: float | None = None) -> int:
 
 def shaky_count(rows, remeasured: frozenset = frozenset(), run_dir=None) -> str:
     """How many of the ok cells (their current rows) are shaky, by reason, and what would help."""
-    from bench.engine import judge
+    from bench.runs import judge
 
     current = current_rows(rows)
     t = judge.trust(current)
@@ -249,7 +250,7 @@ def remedies(rows, t, remeasured: frozenset = frozenset(), run_dir=None) -> list
     """What would help each reason the cells are shaky for, with its cost where it can be told;
     never a remedy the sweep has just applied (``remeasured``: the flags its end-of-sweep pass
     measured again); ``run_dir``: the run folder its commands name (RUN where none is given)."""
-    from bench.engine import judge
+    from bench.runs import judge
 
     run = shlex.quote(str(run_dir)) if run_dir else "RUN"
     out = []
@@ -286,7 +287,7 @@ def _retry_statuses(raw: str | None, resume) -> set:
         return set()
     if resume is None:
         raise UsageError("--retry re-measures cells of an earlier run: give it with --resume RUN")
-    from bench.engine.judge import RETRY_FLAGS
+    from bench.runs.judge import RETRY_FLAGS
 
     valid = [s for s in STATUSES if s not in ("ok", "unsupported")] + list(RETRY_FLAGS)
     wanted = [s.strip() for s in str(raw).split(",") if s.strip()]

@@ -1,7 +1,7 @@
 """A cell's memory peak, kept per machine: the memory pass (one call under torch.profiler, or
 CUDA's allocator counters, bench.measure.memory) gives the same figure for the same variant code
 on the same case, threads, device and torch, run after run; so a worker keeps each figure in
-``memory.json`` (the machine's cache folder, bench.engine.cachefiles) and takes it from there
+``memory.json`` (the machine's cache folder, bench.runs.cachefiles) and takes it from there
 while it is younger than ``--peak-age`` hours (the age rule of the matmul peaks), instead of
 calling the variant again.  The key holds the variant's name and a hash of its source file and of
 the harness's memory pass, the case, the threads, the device's name and torch's version: a change
@@ -62,7 +62,7 @@ class MemoryCache:
 
     @property
     def path(self) -> Path:
-        from bench.engine.cachefiles import cache_dir
+        from bench.runs.cachefiles import cache_dir
 
         return self._path or cache_dir() / FILE
 
@@ -79,7 +79,7 @@ class MemoryCache:
         if max_age_h <= 0:
             return None
         if self._data is None:
-            from bench.engine.cachefiles import read_json
+            from bench.runs.cachefiles import read_json
 
             self._data = read_json(self.path)
         entry = self._new.get(key) or self._data.get(key)
@@ -99,7 +99,7 @@ class MemoryCache:
         if not self._new or (not force and time.monotonic() - self._flushed < FLUSH_EVERY_S):
             return
         self._flushed = time.monotonic()
-        from bench.engine.cachefiles import read_json, write_json
+        from bench.runs.cachefiles import read_json, write_json
 
         data = read_json(self.path)
         data.update(self._new)

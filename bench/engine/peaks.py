@@ -19,8 +19,8 @@ import os
 import time
 from pathlib import Path
 
-from bench.engine.cachefiles import cache_dir, read_json, write_json  # noqa: F401  (this module's API too)
 from bench.measure import cpuload
+from bench.runs.cachefiles import cache_dir, read_json, write_json  # noqa: F401  (this module's API too)
 
 DEFAULT_MAX_AGE_H = 24.0
 CACHE_FILE = "peaks.json"

@@ -9,7 +9,7 @@ import logging
 import threading
 from pathlib import Path
 
-from bench.engine import events, store
+from bench.engine import events
 from bench.engine.cell import REFERENCE
 from bench.engine.result import base_row
 from bench.engine.runner import Worker, WorkerSettings, park, release_prestarted, reuse
@@ -18,6 +18,7 @@ from bench.model.case import Case
 from bench.model.registry import available
 from bench.model.row import STATUSES, ReasonKind
 from bench.model.spec import Spec
+from bench.runs import store
 
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 

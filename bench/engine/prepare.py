@@ -26,9 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import spans, store
+from bench.engine import spans
 from bench.engine.placement import worker_slots
 from bench.model.features import declared
+from bench.runs import store
 
 FOLDER = 50  # the order at which the core takes the folder's done cells off
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.engine import store
 from bench.errors import UsageError
 from bench.model.registry import Registry, plugin_module
 from bench.model.spec import Spec, spec_from_dict
 from bench.model.specbuild import build_spec, load_config
+from bench.runs import store
 
 
 def sweep_spec(given: dict | None = None, resume: Path | str | None = None,

@@ -13,7 +13,6 @@ from bench.measure import flops as flopcount
 from bench.measure.correctness import CheckResult
 from bench.measure.origin import classify
 from bench.measure.settings import MeasureSettings
-from bench.measure.stats import rates
 from bench.measure.timing import TimingSummary
 from bench.model import scope
 from bench.model.case import Case
@@ -114,5 +113,4 @@ class CellResult:
             row["peak_mem_bytes"] = self.peak_mem_bytes
             if self.peak_mem_cached is not None:
                 row["peak_mem_cached"] = self.peak_mem_cached
-            row.update(rates(row))
         return row

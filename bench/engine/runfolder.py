@@ -9,10 +9,11 @@ import logging
 import time
 from pathlib import Path
 
-from bench.engine import judge, maskfile, peaks, store
+from bench.engine import peaks
 from bench.errors import UsageError
 from bench.measure import cpuload
 from bench.model.row import current_rows
+from bench.runs import judge, maskfile, store
 
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 

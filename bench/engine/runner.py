@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from bench.engine import spans, vecisa
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
+from bench.model.row import DERIVED
+from bench.runs import store
 
 WORKER_START_TIMEOUT_S = 300.0
 
@@ -329,8 +331,10 @@ def _run_job(conn, job, registry, cell_settings, cache, kept: dict) -> None:
     from bench.engine.cell import run_group
     from bench.measure.cellsteps import kept_calls
 
+    measurements = not job.task  # a cell's row: its measurements; the figures come on read (bench.runs.store.measured)
+
     def emit(row):
-        conn.send(Emitted(row))
+        conn.send(Emitted({k: v for k, v in row.items() if k not in DERIVED} if measurements else row))
 
     def at(name):
         conn.send(At(name))
@@ -628,7 +632,7 @@ class Worker:
                         self.kill()
                         return "restart", msg.why
                     with spans.span("sweep: rows written"):
-                        on_row(msg.row)
+                        on_row(msg.row if task else store.measured(msg.row))
                     deadline = time.monotonic() + timeout_s
                     continue
             except (EOFError, ConnectionResetError, OSError):

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.engine import events, judge, runfolder, runner, spans, store
+from bench.engine import events, runfolder, runner, spans
 from bench.engine.passes import SweepSoFar, sweep_passes
 from bench.engine.placement import worker_slots  # noqa: F401  (where the command line takes it)
 from bench.engine.pool import WorkerPool
@@ -18,6 +18,7 @@ from bench.engine.prepare import FOLDER, Prepared, prepare
 from bench.measure import cpuload
 from bench.model.row import current_rows
 from bench.model.spec import Spec
+from bench.runs import judge, store
 
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 

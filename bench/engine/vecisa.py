@@ -5,7 +5,7 @@ Before its first CPU compile in a process, Inductor checks each vector ISA the C
 child per ISA, about 1.3 s a process on the 2-core machine, paid again by every fresh worker (each
 later visit starts one: bench.engine.visits).  The outcome depends on the CPU, the compiler and
 torch, not on the process.  So a worker that ran the probe records what it found in
-``vec_isa.json`` (the machine's cache folder, bench.engine.cachefiles), keyed by torch's version, the
+``vec_isa.json`` (the machine's cache folder, bench.runs.cachefiles), keyed by torch's version, the
 ISAs the CPU's flags name and the compiler; a later worker with the same key, where every ISA
 passed, sets Inductor's own override (``torch._inductor.config.cpp.vec_isa_ok = True``, what
 ``TORCHINDUCTOR_VEC_ISA_OK=1`` sets), which skips the probe and picks the same ISA.  Where any
@@ -25,7 +25,7 @@ _STATE = {"learnt": False}  # this process has recorded its probe (once is enoug
 
 
 def _path(path: Path | None) -> Path:
-    from bench.engine.cachefiles import cache_dir
+    from bench.runs.cachefiles import cache_dir
 
     return path or cache_dir() / FILE
 
@@ -64,7 +64,7 @@ def trust(path: Path | None = None) -> bool:
         found = _candidates()
         if found is None:
             return False
-        from bench.engine.cachefiles import read_json
+        from bench.runs.cachefiles import read_json
 
         entry = read_json(_path(path)).get(found[1])
         if not (isinstance(entry, dict) and entry.get("all_passed") and entry.get("isas") == found[0]):
@@ -91,7 +91,7 @@ def learn(path: Path | None = None) -> None:
             _STATE["learnt"] = True
             return
         passed = [str(i) for i in isa.valid_vec_isa_list()]
-        from bench.engine.cachefiles import read_json, write_json
+        from bench.runs.cachefiles import read_json, write_json
 
         p = _path(path)
         data = read_json(p)

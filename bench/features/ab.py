@@ -11,7 +11,7 @@ own offset (its memory layout) varies from one repeat to the next instead of bia
 
 The unit of replication is the repeat: per cell, log(B / A) per repeat, whose mean, spread and t
 test (``bench.measure.stats.paired_evidence``) give the ratio, its interval and the verdict, with
-the false-discovery control ``compare`` has (``bench.engine.judge``).  Nothing here prints: the
+the false-discovery control ``compare`` has (``bench.runs.judge``).  Nothing here prints: the
 command line does.
 """
 
@@ -474,8 +474,8 @@ def rows_by_cell(out: Path, repeats: int, n_slices: int) -> dict:
     repeat (a plugin side's variants are matched by name).  The unit is the repeat; two plugin files
     measured together pair per visit of each repeat (``TOGETHER_VISITS``: A and B in the same fresh
     worker and the same round), which are as many more units."""
-    from bench.engine import store
     from bench.model.row import IDENTITY, current_rows
+    from bench.runs import store
 
     cells: dict = {}
     for k in range(repeats):
@@ -595,7 +595,7 @@ def pairs_for(sd: float, margin: float, level: float, change: float = 0.10, want
 
 def all_decided(table: list[dict], gate: float | None = None) -> bool:
     """Whether every cell is decided: faster, slower or same, or, under a gate, judged by it."""
-    from bench.engine import judge
+    from bench.runs import judge
 
     def done(r):
         return r["verdict"] != "undecided" or (

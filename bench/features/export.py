@@ -8,10 +8,10 @@ import json
 import platform
 from pathlib import Path
 
-from bench.engine import store
 from bench.measure.stats import Stats
 from bench.model.case import Case
 from bench.model.row import ACCURACY, CONTENTION, FIGURES, SETTING_COLUMNS, WORKLOAD
+from bench.runs import store
 
 
 def _stats_seconds(samples_ms: list[float], number: int) -> dict:

@@ -2,7 +2,7 @@
 with real cells.
 
 For each variant the search measures a few small sizes (the probes), fits the memory model
-(bench.engine.memmodel) to their peaks, and measures next at the size the model predicts
+(bench.runs.memmodel) to their peaks, and measures next at the size the model predicts
 fits the budget; every later cell refits the model and is placed at its new prediction,
 held inside the bracket [largest size that fitted, smallest that did not] with room to
 shrink it by at least half the precision, or at the bracket's geometric middle when the
@@ -22,8 +22,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.engine import memmodel
 from bench.model.case import MAX_DIM, MAX_LEN, Case
+from bench.runs import memmodel
 
 PRECISION = 0.05  # the bracket's width when the search stops: hi <= lo x (1 + PRECISION)
 MAX_CELLS = 14  # cells per variant, probes included

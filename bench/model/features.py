@@ -65,7 +65,7 @@ CORE = Feature(
              "bench/measure/correctness.py", "bench/measure/cellsteps.py", "bench/measure/cpuload.py",
              "bench/engine/runner.py", "bench/engine/cell.py", "bench/engine/pool.py", "bench/engine/placement.py",
              "bench/engine/prepare.py", "bench/engine/passes.py",
-             "bench/engine/sweep.py", "bench/engine/store.py", "bench/engine/judge/__init__.py", "reports/build.py",
+             "bench/engine/sweep.py", "bench/runs/store.py", "bench/runs/judge/__init__.py", "reports/build.py",
              "reports/trust.py"))
 
 FEATURES: tuple[Feature, ...] = (
@@ -80,14 +80,14 @@ FEATURES: tuple[Feature, ...] = (
                      "bench/features/contention/remeasure.py", "bench/features/contention/retime.py")),
     Feature("visits", "each cell in fresh worker processes, its figure over the visits",
             settings=("visits",), passes=("bench.engine.visits:PASS",),
-            modules=("bench/engine/visits.py", "bench/engine/revisit.py")),
+            modules=("bench/engine/visits.py", "bench/runs/visits.py", "bench/engine/revisit.py")),
     Feature("GPU state", "NVML clocks, power and energy; the kernels that ran; a CUDA-graph timer",
             groups=("gpu", "kernels"),
             steps=("bench.features.gpu_state.nvml:STEP", "bench.features.gpu_state.kernels:STEP"),
             modules=("bench/features/gpu_state/nvml.py", "bench/features/gpu_state/kernels.py")),
     Feature("memory", "each cell's peak, recorded per machine; the memory model",
             groups=("memory",), steps=("bench.measure.memory:STEP",), kept=("bench.engine.memcache:KEEP",),
-            modules=("bench/measure/memory.py", "bench/engine/memcache.py", "bench/engine/memmodel.py")),
+            modules=("bench/measure/memory.py", "bench/engine/memcache.py", "bench/runs/memmodel.py")),
     Feature("frontier", "the largest n that fits in memory and a time budget",
             section="reports.sections.frontier", commands=("bench.cli.frontier",),
             modules=("bench/features/frontier.py",)),
@@ -126,7 +126,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("export", "rows as pytest-benchmark and torch.utils.benchmark read them", commands=("bench.cli.export",),
             modules=("bench/features/export.py",)),
     Feature("gpu-check", "the checks a GPU machine runs once, with their acceptance thresholds",
-            commands=("bench.cli.gpu_check",), modules=("bench/engine/judge/acceptance.py",)),
+            commands=("bench.cli.gpu_check",), modules=("bench/runs/judge/acceptance.py",)),
 )
 
 

@@ -112,7 +112,7 @@ NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", 
            "graph_median_ms", "sm_clock_start_mhz", "sm_clock_end_mhz",
            "power_start_w", "power_end_w", "power_limit_w",
            "temp_start_c", "temp_end_c", "energy_j_per_call", "energy_j_per_token")
-FLAGS = ("few_samples", "noisy", "contended", "throttled")  # booleans that make an ok row shaky (engine.judge)
+FLAGS = ("few_samples", "noisy", "contended", "throttled")  # booleans that make an ok row shaky (runs.judge)
 MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")
 ALWAYS = (*IDENTITY, *OUTCOME, "mask_params", "density", "flops", "bytes", *MEASURED)  # written even when None
 
@@ -307,7 +307,7 @@ def current_rows(rows) -> list[dict]:
     so a cell measured again (``--retry``, a resume) has several, and the last one written
     decides its status and figures.  Every reader of rows asks this helper (the summary,
     resume and retry, merge, compare, export, the plan's history, the report, the judging in
-    ``bench.engine.judge``).  The cells come in the order they were first measured."""
+    ``bench.runs.judge``).  The cells come in the order they were first measured."""
     newest: dict = {}
     for r in rows:
         newest[cell_key(r.get("variant"), r)] = r

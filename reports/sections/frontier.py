@@ -1,6 +1,6 @@
 """The report's memory model and predicted frontier: for each series of self-attention cells
 with three lengths or more, peak memory above the inputs as a·n² + b·n + c
-(bench.engine.memmodel), its error on the largest length when fitted without it, the next
+(bench.runs.memmodel), its error on the largest length when fitted without it, the next
 doubling's predicted peak, and the largest n the machine's memory holds (written to
 ``frontier.csv`` for every run; ``python -m bench frontier`` measures it with real cells)."""
 
@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from bench.engine import memmodel
+from bench.runs import memmodel
 from reports.sections import Section, SectionInput
 
 NOTE = ("Peak memory above the inputs fitted as a·n² + b·n + c per variant and case (dtype, mask, direction, heads, "

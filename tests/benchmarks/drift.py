@@ -19,8 +19,8 @@ the cells: the spread between fresh runs and between kept passes (the sd of log 
 the relative sd), the within-run precision the rows claim (their 95% half-width / 1.96), and the
 coverage: how often one run's 95% interval (with --visits, the interval for a rerun's figure)
 holds another run's estimate, as the row gives it and with the between-run drift added to it in
-quadrature (bench.engine.judge.BETWEEN_RUN_SIGMA), and with the drift this machine's A/A
-recorded (``ab . .``: bench.engine.drift) in its place.  It writes DIR/drift.json and asserts
+quadrature (bench.runs.judge.BETWEEN_RUN_SIGMA), and with the drift this machine's A/A
+recorded (``ab . .``: bench.runs.drift) in its place.  It writes DIR/drift.json and asserts
 nothing.
 """
 
@@ -76,7 +76,7 @@ def kept(out: Path, passes: int, gap_s: float) -> list[Path]:
 
 def _rows(folder: Path) -> dict:
     """The ok rows of a run as the harness reads them (with --visits, each cell's visits folded in)."""
-    from bench.engine import store
+    from bench.runs import store
 
     return {(r["variant"], r["mask"], r["q_len"]): r for r in store.read_current(folder) if r.get("status") == "ok"}
 
@@ -94,7 +94,7 @@ ESTIMATORS = {"median": lambda xs: _quantile(xs, 0.5), "min": min, "q10": lambda
 def calibration(folder: Path) -> float | None:
     """The between-run sd of a log ratio of two runs that this machine's A/A (``ab . .``) recorded,
     sqrt(2) x (each cell's own drift (+) a run's shift), or None where none was recorded."""
-    from bench.engine import drift, store
+    from bench.runs import drift, store
 
     known = drift.lookup(store.read_env(folder))
     return math.sqrt(2) * math.hypot(known["cell"], known["run"]) if known else None
@@ -144,7 +144,7 @@ def main() -> int:
     p.add_argument("--again", action="store_true", help="measure nothing: summarize the runs DIR already holds")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT))
-    from bench.engine.judge import BETWEEN_RUN_SIGMA
+    from bench.runs.judge import BETWEEN_RUN_SIGMA
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

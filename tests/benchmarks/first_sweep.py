@@ -60,8 +60,8 @@ def main(argv=None) -> int:
             print(proc.stderr[-3000:], file=sys.stderr)
             return proc.returncode
         run = (Path(tmp) / "runs" / "latest").resolve()
-        from bench.engine.store import read_rows
         from bench.model.row import current_rows
+        from bench.runs.store import read_rows
 
         counts: dict = {}
         for r in current_rows(read_rows(run)):  # a cell's newest row

@@ -356,7 +356,7 @@ def test_status_finds_the_newest_runs_sweep_id_once_through_runs_latest(measured
     """runs/latest links to the run it names: a sweep id found through both is in one folder."""
     import shutil
 
-    from bench.engine import store
+    from bench.runs import store
 
     monkeypatch.chdir(tmp_path)
     run = store.new_run_dir("cpu")  # runs/<timestamp>-cpu, and runs/latest to it, as a sweep makes them

@@ -106,7 +106,7 @@ def test_each_quick_verdict_is_written_and_printed_as_it_is_reached(tmp_path, ca
 
 def test_the_sdpa_verdict_holds_each_backend_to_its_share_of_the_measured_peak():
     from bench.api import discover
-    from bench.engine.judge.acceptance import sdpa_verdict
+    from bench.runs.judge.acceptance import sdpa_verdict
 
     registry = discover()
     shares = {n: registry[n].traits.peak_share for n in registry.names() if registry[n].traits.peak_share}
@@ -125,8 +125,8 @@ def test_the_sdpa_verdict_holds_each_backend_to_its_share_of_the_measured_peak()
 
 
 def test_the_kernel_verdict_names_what_ran_and_fails_a_backend_that_ran_anothers_kernels():
-    from bench.engine.judge.acceptance import kernel_verdict
     from bench.features.gpu_state.kernels import mismatch
+    from bench.runs.judge.acceptance import kernel_verdict
 
     rows = [{"variant": "sdpa.flash", "status": "ok", "kernels": ["pytorch_flash::flash_fwd_kernel"],
              "backend_ran": "flash"},
@@ -141,7 +141,7 @@ def test_the_kernel_verdict_names_what_ran_and_fails_a_backend_that_ran_anothers
 
 
 def test_the_gpu_state_verdict_wants_nvml_columns_and_a_graph_time_under_0_1_ms():
-    from bench.engine.judge.acceptance import gpu_state_verdict
+    from bench.runs.judge.acceptance import gpu_state_verdict
 
     row = {"variant": "sdpa", "status": "ok", "direction": "fwd", "median_ms": 0.04, "graph_median_ms": 0.021,
            "kernel_sum_ms": 0.02, "timer_mismatch": "CUDA-graph time 0.021 ms is 0.52x the event time 0.04 ms",
@@ -162,7 +162,7 @@ def test_the_gpu_state_verdict_wants_nvml_columns_and_a_graph_time_under_0_1_ms(
 
 
 def test_the_workload_verdict_wants_ragged_sdpa_ok_and_paged_flex_on_its_own_pages():
-    from bench.engine.judge.acceptance import workload_verdict
+    from bench.runs.judge.acceptance import workload_verdict
 
     ragged = [{"variant": "sdpa", "status": "ok", "median_ms": 0.3, "layout": "nested", "extra": {"layout_ms": 0.05}}]
     paged = [{"variant": "flex", "status": "ok", "median_ms": 0.02, "batch": 4, "extra": {"kv_blocks_visited": 0.25}}]

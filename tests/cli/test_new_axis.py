@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent("""
     import pandas as pd
 
     from bench.cli import build_parser, main
-    from bench.engine import store
+    from bench.runs import store
     from bench.features import repro
     from bench.engine.result import base_row
     from bench.model.spec import Spec

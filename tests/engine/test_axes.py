@@ -4,10 +4,10 @@ its own name, and a facet at its default goes unsaid; no list of them is kept ap
 
 import pandas as pd
 
-from bench.engine import memmodel
 from bench.features import repro
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, Case
 from bench.model.spec import SETTINGS
+from bench.runs import memmodel
 from reports import frames
 
 

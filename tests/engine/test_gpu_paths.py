@@ -339,7 +339,7 @@ def test_the_gpu_state_step_counts_each_turns_calls_and_flushes_between_its_samp
 
 
 def test_a_throttled_row_is_shaky(tmp_path):
-    from bench.engine import store
+    from bench.runs import store
     from reports.frames import tidy
 
     row = dict(device="cuda", dtype="bfloat16", batch=1, heads=8, kv_heads=8, head_dim=64, mask="none",
@@ -597,7 +597,7 @@ def test_a_gpu_sweep_is_planned_on_a_machine_without_a_gpu(tmp_path, monkeypatch
     """``sweep --device cuda --dry-run`` prices the sweep where it cannot run, and says whose rates
     it prices with: none recorded here, the cost model's defaults."""
     from bench.cli import main
-    from bench.engine import store
+    from bench.runs import store
 
     monkeypatch.setattr(store, "DEFAULT_ROOT", tmp_path / "runs")
     assert main(["sweep", "--device", "cuda", "--variants", "naive,sdpa", "--seq-lens", "1024,2048",

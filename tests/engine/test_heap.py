@@ -9,7 +9,7 @@ import platform
 
 import pytest
 
-from bench.engine import store
+from bench.runs import store
 from reports.trust import heap_words
 from tests.conftest import run_cli, write_plugin
 

@@ -133,7 +133,7 @@ def test_prepared_info_never_shadows_a_core_column_and_must_travel(tmp_path):
     liar = rows["liar"]
     assert liar["q_len"] == 16 and liar["status"] == "ok" and liar["reason_kind"] == ""
     assert liar["extra"] == {"variant": "naive", "q_len": 999, "compile_ms": 1.5}  # its own namespace
-    from bench.engine.store import read_rows
+    from bench.runs.store import read_rows
 
     flat = {r["variant"]: r for r in read_rows(tmp_path / "run")}["liar"]  # as reports read it
     assert flat["compile_ms"] == 1.5 and flat["extra.variant"] == "naive" and flat["variant"] == "liar"

@@ -1,6 +1,6 @@
 """A cell's result stays typed in the worker (bench.engine.result.CellResult) and becomes a row
-at one boundary, ``row()``: real checks and timings of a real variant, written as the sweep writes
-them."""
+at one boundary, ``row()``; its rates come where every reader's do (bench.runs.store.measured):
+real checks and timings of a real variant, written as the sweep writes them."""
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +12,7 @@ from bench.measure.settings import MeasureSettings
 from bench.measure.timing import Timing
 from bench.model.case import Case
 from bench.model.row import ACCURACY, CONTENTION, TIMING, ReasonKind, Status, make_row
+from bench.runs import store
 
 CASE = Case("cpu", "float32", 1, 2, 2, 32, 32, 16, "causal", None, "fwd+bwd")
 
@@ -30,13 +31,15 @@ def _timing(median_ms: float):
                   threads=1, timed_s=0.01, cpu_s=0.01).summary()
 
 
-def test_a_timed_result_becomes_a_typed_row_with_its_rates_derived_at_the_boundary():
+def test_a_timed_result_becomes_a_typed_row_whose_rates_come_on_read():
     result = _checked()
     assert result.check.ok and result.check.outputs is None  # its figures kept, not the tensors it compared
     result.timing, result.peak_mem_bytes, result.interleave_id = _timing(0.5), 123_456, "abc"
     result.contention = {"cpu_util": 0.99, "other_cpu": 0.0, "quantum_ms": None, "contended": False,
                          "contended_why": ""}
-    row = result.decide(Status.OK).row()
+    sent = result.decide(Status.OK).row()
+    assert sent.get("tflops") is None and sent.get("gbps") is None  # the worker sends measurements; rates come on read
+    row = store.measured(sent)
     written = make_row(row)  # the types the writer checks
     assert written["status"] is Status.OK and written["reason_kind"] is ReasonKind.NONE
     assert written["median_ms"] == 0.5 and written["samples"] == 15 and written["peak_mem_bytes"] == 123_456
@@ -45,8 +48,8 @@ def test_a_timed_result_becomes_a_typed_row_with_its_rates_derived_at_the_bounda
     assert written["rel_err"] is not None and written["rel_err"] < 1e-5 and written["grad_rel_err"] < 1e-5
     approx = _checked()
     approx.approximate, approx.timing = True, _timing(0.5)
-    row = approx.decide(Status.OK).row()
-    assert row["tflops"] is None and row["gbps"] is not None  # an approximation does not do exact attention's FLOPs
+    row = store.measured(approx.decide(Status.OK).row())
+    assert row.get("tflops") is None and row["gbps"] is not None  # an approximation does not do exact attention's FLOPs
 
 
 def test_a_failure_after_the_timing_keeps_the_check_and_no_figure_of_the_timing():

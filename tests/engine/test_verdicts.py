@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from bench.case import Case
-from bench.engine import store
 from bench.engine.cell import run_group
 from bench.measure.correctness import check, reference, run_and_check
 from bench.measure.inputs import make_grad_out, make_inputs
 from bench.measure.settings import MeasureSettings
 from bench.model.row import current_rows
 from bench.registry import Variant
+from bench.runs import store
 from tests.support.text import numbers, value
 
 # -- the check's power where values are small: long sequences, bf16, gradients, decode --------
@@ -163,7 +163,7 @@ def test_a_probe_does_not_take_the_variants_own_bug_for_a_refusal(tmp_path):
     ''')
     row = _rows([reg["probed"]], SMALL)["probed"]
     assert row["status"] == "error" and "TypeError" in row["reason"] and "variant code" in row["reason"]
-    from bench.engine.judge import failures
+    from bench.runs.judge import failures
 
     assert failures([row])  # so --strict fails the sweep
 

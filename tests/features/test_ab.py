@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from bench.cli import main
-from bench.engine import store
-from bench.engine.store import ResultWriter
 from bench.errors import UsageError
 from bench.features import ab
 from bench.measure.stats import paired_evidence, t_cdf, t_quantile
+from bench.runs import store
+from bench.runs.store import ResultWriter
 from tests.conftest import ROOT, read_jsonl, run_cli, write_plugin
 
 PROCESS_SD = 0.06  # a repeat's common offset between A's process and B's (the ab A/A above: 0.06)

@@ -9,7 +9,7 @@ import pytest
 
 from bench.case import Case
 from bench.cli import main
-from bench.engine import store
+from bench.runs import store
 from tests.conftest import ROOT, run_cli
 
 

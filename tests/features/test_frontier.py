@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from bench.engine import memmodel
 from bench.features import frontier
 from bench.measure.bound import bind_variant
 from bench.measure.memory import peak_bytes
 from bench.model.case import Case
+from bench.runs import memmodel
 from tests.conftest import read_jsonl, run_cli
 from tests.support.text import value
 

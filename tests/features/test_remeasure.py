@@ -12,9 +12,9 @@ import pytest
 
 from bench.api import discover
 from bench.cli import main
-from bench.engine import store
 from bench.features.cost_model import plan
 from bench.model.specbuild import build_spec, parse_values
+from bench.runs import store
 from reports.frames import tidy
 from tests.conftest import read_jsonl, run_cli
 from tests.support.runs import run_folder as _run_folder

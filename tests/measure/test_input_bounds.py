@@ -325,8 +325,8 @@ def test_a_thread_starved_in_the_first_look_is_caught_by_the_longer_one(monkeypa
 # -- warnings are said once, by the folder they belong to --------------------------------------------------------
 
 def test_a_corrupted_folder_warns_its_own_readers_once_and_never_the_planner(tmp_path, capsys):
-    from bench.engine import store
     from bench.features.cost_model import plan
+    from bench.runs import store
 
     run = tmp_path / "runs" / "a"
     run.mkdir(parents=True)

@@ -11,9 +11,9 @@ import torch
 
 from bench.case import Case
 from bench.cli import main
-from bench.engine import maskfile
 from bench.measure.flops import flops
 from bench.model import masks
+from bench.runs import maskfile
 from tests.conftest import ROOT, eager_flex, read_jsonl, run_cli, write_plugin
 
 # every built-in mask, at parameters that make each of its parts bite at these lengths
@@ -396,7 +396,7 @@ def test_a_union_inside_a_document_is_refused_with_the_form_that_works(capsys):
 def test_a_masks_picture_is_drawn_at_a_length_where_it_shows():
     """window:256 at n = 256 is causal to the eye: its picture is at n = 1024, pooled to 256 pixels, and
     differs from causal's there; a mask of no size keeps n = 256."""
-    from bench.engine import maskfile
+    from bench.runs import maskfile
 
     win, causal = maskfile.picture(Case(mask="window", window=256)), maskfile.picture(Case(mask="causal"))
     assert (win["size"], causal["size"]) == (1024, 256)

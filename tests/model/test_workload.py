@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from bench.case import Case
-from bench.engine import store
 from bench.measure.bound import bind_variant
 from bench.measure.correctness import run_and_check
 from bench.measure.flops import flops
@@ -15,6 +14,7 @@ from bench.measure.inputs import make_inputs
 from bench.model import workload
 from bench.model.case import CaseError
 from bench.registry import available
+from bench.runs import store
 from tests.conftest import read_jsonl, run_cli
 
 DISTS = ["uniform:16-200", "lognormal:0.5", "lognormal:1.5", "bimodal", "bimodal:1/3:0.5"]

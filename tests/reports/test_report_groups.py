@@ -122,7 +122,7 @@ def _synthetic_run(folder, rows):
     """A folder of rows given by their figures, stored as row format 1 stores them."""
     import json
 
-    from bench.engine.store import RESULTS, write_env
+    from bench.runs.store import RESULTS, write_env
     from tests.support.runs import format_1_record
 
     folder.mkdir(parents=True, exist_ok=True)

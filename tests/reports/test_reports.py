@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from bench.engine.store import ResultWriter
+from bench.runs.store import ResultWriter
 from reports.build import build_report
 from reports.compare import Drift, compare_frames, compare_runs
 from reports.frames import paired_ratio, speedups, tidy
@@ -702,7 +702,7 @@ def test_the_roofline_encodes_n_as_marker_size_with_a_key(tmp_path, monkeypatch)
 def test_the_trust_box_counts_the_conclusions_that_rest_on_shaky_cells(tmp_path):
     """A contended runner-up puts the winner it is beaten by at risk, and a contended cell in a fit puts its
     exponent at risk; wide intervals (noisy) on their own put nothing at risk."""
-    from bench.engine import judge
+    from bench.runs import judge
     from reports.trust import conclusions
 
     rows = _timed_rows("naive", 1.0, 0.02, ns=(256, 512, 1024, 2048)) + \

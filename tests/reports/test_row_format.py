@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.engine import store
 from bench.model.row import COLUMNS, FORMAT, GROUPS, STORED, formats
+from bench.runs import store
 from reports.build import build_report
 
 FIXTURE = Path(__file__).resolve().parent.parent / "support" / "quick_run"

@@ -2,7 +2,7 @@
 
 import json
 
-from bench.engine.store import RESULTS, ResultWriter, write_env
+from bench.runs.store import RESULTS, ResultWriter, write_env
 
 
 def format_1_record(row: dict) -> dict:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.engine import judge, spans, store
+from bench.engine import spans
 from bench.engine.passes import Pass, PassResult, SweepSoFar
 from bench.measure import cpuload
 from bench.measure.cpuload import QUIET_LOOK_S, wait_for_quiet  # noqa: F401  (QUIET_LOOK_S: this pass's one look)
+from bench.runs import judge, store
 
 
 def remeasure(cells, run_dir: Path, spec, threads: int | None, measure, retimed: tuple[int, int] = (0, 0)

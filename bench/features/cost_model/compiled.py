@@ -1,5 +1,5 @@
 """The cases a compiled variant (flex) set up on this machine, wherever their run folders were
-written: ``compiled.json`` in the machine's cache folder (bench.engine.cachefiles),
+written: ``compiled.json`` in the machine's cache folder (bench.runs.cachefiles),
 one list per (device, torch version, Inductor cache folder).  A sweep adds its ok rows' cases at
 its end; the plan (bench.features.cost_model.plan.load_history) reads them before it prices a compile as cold,
 so a sweep into a new folder is priced from the compiler cache this machine has.  A list counts
@@ -29,7 +29,7 @@ def scope(device: str, inductor_dir: Path | None = None, torch_version: str | No
 
 
 def _path(path: Path | None) -> Path:
-    from bench.engine.cachefiles import cache_dir
+    from bench.runs.cachefiles import cache_dir
 
     return path or cache_dir() / FILE
 
@@ -40,7 +40,7 @@ def record(pairs, device: str, path: Path | None = None, inductor_dir: Path | No
     keys = [f"{name}|{case}" for name, case in pairs]
     if not keys:
         return
-    from bench.engine.cachefiles import read_json, write_json
+    from bench.runs.cachefiles import read_json, write_json
 
     path = _path(path)
     data = read_json(path)
@@ -56,7 +56,7 @@ def record_refused(pairs, device: str, path: Path | None = None) -> None:
     keys = [f"{name}|{case}" for name, case in pairs]
     if not keys:
         return
-    from bench.engine.cachefiles import read_json, write_json
+    from bench.runs.cachefiles import read_json, write_json
 
     path = _path(path)
     data = read_json(path)
@@ -67,7 +67,7 @@ def record_refused(pairs, device: str, path: Path | None = None) -> None:
 
 def refused(device: str, path: Path | None = None) -> frozenset:
     """(variant, case_key) of every case a variant's probe refused on this device and torch."""
-    from bench.engine.cachefiles import read_json
+    from bench.runs.cachefiles import read_json
 
     out = set()
     for key in read_json(_path(path)).get(f"refused|{device}|{_torch_version()}", []):
@@ -87,7 +87,7 @@ def seen(device: str, path: Path | None = None, inductor_dir: Path | None = None
             return frozenset()
     except OSError:
         return frozenset()
-    from bench.engine.cachefiles import read_json
+    from bench.runs.cachefiles import read_json
 
     out = set()
     for key in read_json(_path(path)).get(scope(device, folder), []):

@@ -147,8 +147,8 @@ def refused_pairs(rows, device: str) -> list[tuple[str, str]]:
 def _learn(s: SweepSoFar) -> PassResult:
     """What a sweep's rows teach the later plans of this machine: the cases a compiled variant set up
     (its compiler's cache holds them now) and those a library refused (bench.features.cost_model.compiled)."""
-    from bench.engine import store
     from bench.features.cost_model import compiled
+    from bench.runs import store
 
     rows = store.read_rows(s.run_dir)
     compiled.record(compiled_pairs(rows, s.pool.registry, s.spec.device), s.spec.device)
@@ -170,7 +170,8 @@ def _price(p: Prepared) -> None:
 
 def _project(p: Prepared) -> None:
     """The projected wall time of the cells left, learnt from this machine's earlier sweeps."""
-    from bench.engine import peaks, store
+    from bench.engine import peaks
+    from bench.runs import store
 
     history = load_history(store.DEFAULT_ROOT, p.spec.device, registry=p.registry, machine=True)
     p.projection = project(p.todo, p.registry, p.spec, workers=p.workers, history=history, report=p.report,
@@ -212,7 +213,7 @@ def load_history(root: Path, device: str, limit: int = 30, registry=None, machin
     over modelled time (env.json's history).  ``registry``: the variants, whose declarations say
     which are approximations.  ``machine``: also the cases compiled on this machine into run folders
     elsewhere, while the compiler's cache holds them (bench.features.cost_model.compiled)."""
-    from bench.engine import store
+    from bench.runs import store
 
     setups: dict = {}
     warm: dict = {}

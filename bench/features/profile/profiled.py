@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 
-from bench.engine import store
 from bench.engine.passes import Pass, PassResult, SweepSoFar
+from bench.runs import store
 
 log = logging.getLogger(__name__)  # printed by the handler the command line installs (bench.engine.events)
 

@@ -25,10 +25,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.engine import store
 from bench.engine.prepare import Prep, Prepared
 from bench.errors import UsageError
 from bench.model.spec import Spec, shard_pair, spec_from_dict
+from bench.runs import store
 
 SWEEP_FILE = "sweep.json"
 SUBMITIT_DIR = "submitit"

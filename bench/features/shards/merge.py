@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.engine import judge, store, visits
 from bench.errors import UsageError
 from bench.model.row import current_rows
 from bench.model.spec import measured_part, spec_from_dict
+from bench.runs import judge, store, visits
 
 
 def merge_runs(run_dirs, out) -> Path:

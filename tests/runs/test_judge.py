@@ -1,4 +1,4 @@
-"""Judging has one home (bench.engine.judge): what failed, what is shaky, the trust state, the
+"""Judging has one home (bench.runs.judge): what failed, what is shaky, the trust state, the
 fingerprint.  The same rows fed through the reports, the command line's summary and gpu-check
 get the same answers, and changing the one rule changes every surface.  No layer reads the
 words of a reason."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.engine import judge
+from bench.runs import judge
 from tests.support.text import count, numbers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def _surfaces(rows):
     """What each surface says of the rows: (shaky per row in the report, its failed cells, the CLI's
     shaky count line, gpu-check's failed cells, the report's trust state)."""
     from bench.cli.sweep import shaky_count
-    from bench.engine.judge.acceptance import failed_cells as _failed_cells
+    from bench.runs.judge.acceptance import failed_cells as _failed_cells
     from reports.frames import tidy
     from reports.tables import failed_cells
     from reports.trust import trust_state
@@ -82,13 +82,13 @@ def test_changing_the_one_rule_changes_every_surface(monkeypatch):
     assert not any(shaky) and cli.startswith("shaky: 0 of 4 ok cells") and state[0] == "clean"
     monkeypatch.setattr(judge, "failed", lambda row: row["variant"] == "naive")  # only naive's cells fail
     assert [line.split()[0] for line in _surfaces(rows)[3]] == ["naive"] * 3
-    from bench.engine.judge.acceptance import matrix_verdict as _matrix_verdict
+    from bench.runs.judge.acceptance import matrix_verdict as _matrix_verdict
 
     assert not _matrix_verdict("1 matrix", rows)[1]
 
 
 def test_retry_and_resume_ask_the_judge():
-    from bench.engine import store
+    from bench.runs import store
 
     rows = _rows()
     done = store.done_keys(rows, frozenset({"shaky"}))

@@ -2,7 +2,7 @@
 from one run to the next (one sd of its log, per run).  ``compare`` of two separate runs reads it
 to judge what the runs' own samples cannot show; until an A/A has calibrated this machine, compare
 judges against the largest drift measured on its kind of machine (``LARGEST``), and says so.  Kept
-in the machine's cache folder (bench.engine.cachefiles.cache_dir), keyed by what the drift depends
+in the machine's cache folder (bench.runs.cachefiles.cache_dir), keyed by what the drift depends
 on."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 
-from bench.engine.cachefiles import cache_dir
+from bench.runs.cachefiles import cache_dir
 
 FILE = "drift.json"
 KEYS = ("device", "device_name", "cpu_count", "threads")  # the machine and how it is used, not the build

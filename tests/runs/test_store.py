@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bench.cli import main
-from bench.engine import store
+from bench.runs import store
 from tests.conftest import ROOT, run_cli
 
 S = ["--heads", "2", "--head-dims", "16", "--dtypes", "float32", "--directions", "fwd", "--quiet", "--no-report",

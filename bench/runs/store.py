@@ -11,12 +11,13 @@ import os
 import time
 from pathlib import Path
 
-from bench.engine import visits
-from bench.engine.judge import wants_retry
+from bench.runs import visits
+from bench.runs.judge import wants_retry
 from bench.measure.stats import row_figures
 from bench.model import row as rows_of  # current_rows: the one helper that says which row of a cell counts
 from bench.model.case import CASE_ADDED, CASE_FIELDS
 from bench.model.row import (
+    DERIVED,
     FORMAT,
     cell_key,
     format_of,
@@ -40,6 +41,14 @@ def read_current(run_dir: Path, quiet: bool = False) -> list[dict]:
     """``current_rows`` of a run folder's results.jsonl (``quiet``: its bad lines unsaid, for a
     reader that only learns from other folders, such as the planner)."""
     return rows_of.current_rows(read_rows(run_dir, quiet=quiet))
+
+
+def measured(row: dict) -> dict:
+    """A row as a worker sent it, its measurements only (the derived figures, ``DERIVED``, left
+    out), with the figures computed as every reader computes them (``row_figures``): the row a sweep
+    holds in memory is the row a reader of its folder gets, figure for figure."""
+    kept = {k: v for k, v in row.items() if k not in DERIVED}
+    return kept | row_figures(kept)
 
 
 def done_keys(rows, retry=frozenset()) -> set:
@@ -165,7 +174,7 @@ def read_rows(run_dir: Path, repair: bool = False, name: str = RESULTS, quiet: b
     if torn and repair:
         with open(path, "r+b") as f:
             f.truncate(len(data) - len(torn))
-    if name == RESULTS and with_visits:  # --visits: a cell's later visits fold into its row (bench.engine.visits)
+    if name == RESULTS and with_visits:  # --visits: a cell's later visits fold into its row (bench.runs.visits)
         rows = visits.merge(rows, visits.by_row(read_rows(run_dir, name=visits.VISITS, quiet=quiet)))
     return rows
 

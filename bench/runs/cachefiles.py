@@ -1,7 +1,7 @@
 """The machine's cache folder and its files: ``$ATTNBENCH_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/attnbench`` or ``~/.cache/attnbench``), holding what a sweep learns about the
 machine and keeps for the next ones (the peaks, bench.engine.peaks; the compiled cases,
-bench.features.cost_model.compiled; the drift, bench.engine.drift; Inductor's ISA probe, bench.engine.vecisa).
+bench.features.cost_model.compiled; the drift, bench.runs.drift; Inductor's ISA probe, bench.engine.vecisa).
 Each file is one JSON object, read whole and written whole; one that cannot be read or written
 is worked around, never an error."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.engine.judge import failures
+from bench.runs.judge import failures
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def threshold(check: str, device: str) -> float:
 
 
 def failed_cells(rows: list[dict]) -> list[str]:
-    """The cells that failed, less an approximate variant's accuracy verdict (bench.engine.judge)."""
+    """The cells that failed, less an approximate variant's accuracy verdict (bench.runs.judge)."""
     return failures(rows, allow_accuracy=True)
 
 

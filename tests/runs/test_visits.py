@@ -8,7 +8,8 @@ import statistics
 import pandas as pd
 import pytest
 
-from bench.engine import store, visits
+from bench.runs import visits
+from bench.runs import store
 from bench.measure.stats import t_quantile, visit_evidence
 from tests.conftest import read_jsonl, run_cli
 from tests.support.runs import samples_giving
@@ -39,7 +40,7 @@ def test_a_cell_with_three_visits_takes_their_geometric_mean_and_a_reruns_t_inte
     assert out["tflops"] == pytest.approx(2.0 / math.exp(mean))  # the rates follow the figure
     assert out["timed_s"] == pytest.approx(0.9)
     assert out["noisy"]  # +-20% between processes: a wide interval, said so (and not, on its own, shaky)
-    from bench.engine import judge
+    from bench.runs import judge
 
     assert judge.raw_flags(out) == ["noisy"] and not judge.shaky(out)
 
@@ -64,7 +65,7 @@ def test_a_cell_whose_visits_agree_by_chance_borrows_its_runs_spread():
 
 
 def test_a_cell_whose_visits_give_its_interval_is_not_shaky_for_few_samples_per_visit():
-    from bench.engine import judge
+    from bench.runs import judge
 
     slow = _row(900.0, few_samples=True, samples=3)  # three samples of a long call at its first visit
     out = visits.merge([slow], {("abc", "naive"): [_visit(950.0, 2, samples=2), _visit(880.0, 3, samples=2)]})[0]
@@ -197,7 +198,7 @@ def test_the_plan_prices_each_later_visit_as_a_fresh_worker_and_one_round_of_eve
 
 
 def test_a_merge_of_shards_keeps_each_cells_visits_apart_and_reads_them_back_folded_in(tmp_path):
-    from bench.engine.store import ResultWriter, write_env
+    from bench.runs.store import ResultWriter, write_env
     from bench.features.shards.merge import merge_runs
 
     shards = []
@@ -224,7 +225,7 @@ def test_a_merge_of_shards_keeps_each_cells_visits_apart_and_reads_them_back_fol
 
 
 def _visited_run(folder, scale: float):
-    from bench.engine.store import ResultWriter, write_env
+    from bench.runs.store import ResultWriter, write_env
 
     folder.mkdir()
     base = {"device": "cpu", "dtype": "float32", "batch": 1, "heads": 2, "kv_heads": 2, "head_dim": 16,

@@ -114,7 +114,7 @@ def remedy(flag: str, run: str | None = None) -> str:
 
 def shaky_flags(row: dict) -> list[str]:
     """The flags of an ok row that make it shaky ([] for a clean one or a failed one).  A cell
-    whose visits give its interval (``visit_se``, bench.engine.visits) has a known precision
+    whose visits give its interval (``visit_se``, bench.runs.visits) has a known precision
     however few samples each visit took: few_samples stays a flag of the row, not a shaky one."""
     if row.get("status") != Status.OK:
         return []
@@ -235,7 +235,7 @@ def fit_sigma(row: dict) -> float | None:
         samples = row.get("samples_ms")
         samples = [float(x) for x in samples] if isinstance(samples, (list, tuple)) and len(samples) > 1 else None
         within = (max(samples) - min(samples)) / 2 / med if samples and med > 0 else FEW_SIGMA
-    if _true(row.get("visit_se")):  # --visits: the estimate's own error over fresh processes (bench.engine.visits)
+    if _true(row.get("visit_se")):  # --visits: the estimate's own error over fresh processes (bench.runs.visits)
         within = float(row["visit_se"])
         sigma = max(within, MIN_SIGMA)
     else:
@@ -407,7 +407,7 @@ def trust(rows, mixed_runs=(), unreliable_peaks=(), conclusions: Conclusions | N
                  f"only {n_shaky} of {n} ok cells are shaky", **args)
 
 
-# -- gpu-check's acceptance thresholds and verdicts: bench.engine.judge.acceptance -------------------------------
+# -- gpu-check's acceptance thresholds and verdicts: bench.runs.judge.acceptance -------------------------------
 
 
 # -- compare: is B faster or slower than A, cell by cell -------------------------------------------------
