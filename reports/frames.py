@@ -11,7 +11,8 @@ from bench.model.axes import placed
 from bench.model.case import CASE_ADDED, CASE_DEFAULTS, CASE_FIELDS
 from bench.runs import judge, store
 
-FACET_COLS = placed(["run", "model", "hardware", "device", "scope", "ffn", "dtype", "direction", "mask", "window",
+FACET_COLS = placed(["run", "model", "hardware", "device", "scope", "ffn", "ranks", "dtype", "direction", "mask",
+                     "window",
                      "align", "lengths", "mix", "batch", "heads", "kv_heads", "head_dims", "kv"], "facet_after")
 # the order every table and chart names its facets in: the run's (run, model, hardware), then each case field's
 # but the length (the x axis); head_dims and kv are made of case fields (CASE_FACETS)

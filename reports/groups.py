@@ -19,9 +19,10 @@ from reports.frames import facet_groups, facet_labels, natural, paired_ratio, va
 MAX_FACETS = 12  # panels in one chart: more and a 1400 px page shows hairlines under overlapping titles
 # one group per combination
 GROUP_AXES = ("model", "hardware", "device", "scope", "ffn", "dtype", "head_dims", "direction")
+# (ranks: promoted, as heads are; the context-parallel section draws the world sizes side by side)
 # when a group would still hold more than MAX_FACETS facets, these become group axes too, in this
 # order (the mask, the window and the runs stay side by side in one chart for as long as they can)
-PROMOTE = tuple(placed(("heads", "kv_heads", "batch", "kv", "lengths", "mix", "align", "run", "window"),
+PROMOTE = tuple(placed(("heads", "kv_heads", "batch", "ranks", "kv", "lengths", "mix", "align", "run", "window"),
                        "promote_after"))  # each plain axis where it declares (bench.model.axes)
 
 

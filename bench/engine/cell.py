@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bench.engine import spans
+from bench.engine.ranked import run_ranked
 from bench.engine.result import CellResult
 from bench.errors import first_line
 from bench.measure.bound import BoundVariant, bind_variant
@@ -155,8 +156,11 @@ def run_group(variants: list[Variant], case: Case, settings: MeasureSettings, em
                     where.reference(case, inputs, cache)
             except Exception as exc:  # out of memory, say: the cells are still timed, unchecked
                 skip_reference = f"the reference raised {type(exc).__name__}: {first_line(exc)}"[:300]
+        sharded = [v for v in variants if v.shard]  # context-parallel: measured by their ranks
+        if sharded:
+            run_ranked(sharded, case, settings, emit, at, cache, inputs, skip_reference)
         live = []
-        for var in variants:
+        for var in (v for v in variants if not v.shard):
             at(var.name)
             item = _setup_and_check(var, case, settings, cache, inputs, skip_reference)
             with spans.span("leftover-thread check"):

@@ -66,6 +66,7 @@ class CellResult:
     peak_mem_cached: bool | None = None  # True: taken from the machine's record (bench.engine.memcache)
     gpu_checks: dict = field(default_factory=dict)  # the kernels that ran, their backend, the graph timer
     retimed: str | None = None  # timed again in place (contention.retime.Held): why the first timing was contended
+    ranked: dict = field(default_factory=dict)  # a cell of several ranks: each rank's figures (bench.model.row.RANKS)
 
     def decide(self, status: Status, reason: str = "", kind: ReasonKind | str | None = None) -> CellResult:
         self.status, self.reason = status, reason[:REASON_CHARS]
@@ -110,6 +111,7 @@ class CellResult:
         if self.layer is not None:
             row["layer"] = self.layer
         if self.status is Status.OK and self.timing is not None:
+            row.update(self.ranked)
             row["peak_mem_bytes"] = self.peak_mem_bytes
             if self.peak_mem_cached is not None:
                 row["peak_mem_cached"] = self.peak_mem_cached

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from bench.engine import spans, vecisa
+from bench.engine import group, spans, vecisa
 from bench.measure.settings import MeasureSettings
 from bench.model.case import Case
 from bench.model.row import DERIVED
@@ -151,6 +151,7 @@ class Job:
     log_path: str | None = None
     trace: bool = False  # --trace-spans: the job's spans come back with Done
     flush: bool = False  # no case: what the features hold, finished (the contended cases held, timed again)
+    timeout_s: float = 0.0  # the cell's timeout: a context-parallel cell's ranks answer within it (engine.group)
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
     if settings.measure.threads:
         torch.set_num_threads(settings.measure.threads)
     registry = discover(settings.plugins)
+    group.configure(plugins=settings.plugins)  # a context-parallel cell's ranks load them too
     after_timing()  # the declared steps' modules, imported now rather than in the first cell
     cell_settings = settings.measure.replace(threads=torch.get_num_threads())  # as the rows record it
     cache = ReferenceCache()
@@ -263,6 +265,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
         if job is None:
             for at_exit in kept_calls(kept, "on_exit"):
                 at_exit()
+            group.close_groups()
             return
         if job.log_path and job.log_path != settings.log_path:  # a parked worker at a new sweep's folder
             _log_to(job.log_path)
@@ -271,6 +274,7 @@ def _worker_main(conn, settings: WorkerSettings | None, environ: dict | None = N
             cell_settings = job.measure.replace(threads=torch.get_num_threads())
         if job.trace != spans.enabled():
             spans.enable(job.trace)
+        group.configure(timeout_s=job.timeout_s)
         try:
             with spans.span("the rest of a job"):
                 _run_job(conn, job, registry, cell_settings, cache, kept)
@@ -605,7 +609,7 @@ class Worker:
             except RuntimeError as exc:
                 return "crash", str(exc)
         self._conn.send(Job(tuple(names), case.to_dict() if case is not None else {}, task, skip_reference,
-                            self.settings.measure, self.settings.log_path, spans.enabled(), flush))
+                            self.settings.measure, self.settings.log_path, spans.enabled(), flush, timeout_s))
         self.last_started = None
         kills_before = oom_kills()
         # the timeout is the cell's own work (setup, check, memory pass) beyond its timing budget

@@ -149,7 +149,32 @@ def row_figures(row: dict) -> dict:
     if not samples:  # (a non-finite sample is stored as null)
         return {}
     out = sample_figures(samples) | {"rounds": len(row.get("round_medians_ms") or ())}
-    return out | rates(row | out)
+    return out | rates(row | out) | rank_figures(row, out["median_ms"])
+
+
+def rank_figures(row: dict, median_ms: float) -> dict:
+    """A cell of several ranks (``rank_samples_ms``: each rank's step times; ``rank_comm_ms``: its
+    time in collectives, sample by sample): each rank's median; the communication time of the
+    slowest rank at each step, its median, and its share of the step (``median_ms``, the slowest
+    rank's); how long the fastest rank waits for the slowest (the step's median less the fastest
+    rank's); the most bytes one rank sent per step.  None without rank samples."""
+    per_rank = [[x for x in r if isinstance(x, (int, float)) and math.isfinite(x)]
+                for r in row.get("rank_samples_ms") or ()]
+    if not per_rank or not all(per_rank):
+        return {}
+    medians = [quantile(sorted(r), 0.5) for r in per_rank]
+    out = {"rank_median_ms": medians, "wait_ms": max(0.0, median_ms - min(medians))}
+    comm = row.get("rank_comm_ms") or ()
+    if len(comm) == len(per_rank) and all(len(c) == len(r) for c, r in zip(comm, row["rank_samples_ms"])):
+        slowest = [max(range(len(per_rank)), key=lambda j: row["rank_samples_ms"][j][i])
+                   for i in range(len(row["rank_samples_ms"][0]))]
+        at_slowest = sorted(float(comm[j][i]) for i, j in enumerate(slowest))
+        out["comm_ms"] = quantile(at_slowest, 0.5)
+        out["comm_share"] = out["comm_ms"] / median_ms if median_ms > 0 else None
+    sent = [b for b in row.get("rank_bytes_sent") or () if isinstance(b, (int, float))]
+    if sent:
+        out["bytes_sent"] = max(sent)
+    return out
 
 
 # -- two measurements of one cell: the ratio of their medians --------------------------------------

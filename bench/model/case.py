@@ -56,8 +56,9 @@ def normalize_dtype(name: str) -> str:
 
 MAX_LEN = 1 << 24  # q_len, kv_len and window: 16,777,216 tokens
 MAX_DIM = 1 << 16  # batch, heads, kv_heads and head_dim
-LIMITS = {"q_len": MAX_LEN, "kv_len": MAX_LEN, "window": MAX_LEN, "batch": MAX_DIM, "heads": MAX_DIM,
-          "kv_heads": MAX_DIM, "head_dim": MAX_DIM, "head_dim_v": MAX_DIM}
+MAX_RANKS = 1024  # a cell's world size: the processes its sequence is split over (--ranks)
+LIMITS = {"ranks": MAX_RANKS, "q_len": MAX_LEN, "kv_len": MAX_LEN, "window": MAX_LEN, "batch": MAX_DIM,
+          "heads": MAX_DIM, "kv_heads": MAX_DIM, "head_dim": MAX_DIM, "head_dim_v": MAX_DIM}
 
 
 def _positive(field: str, value) -> None:
@@ -101,6 +102,9 @@ class _Case:
     # (block), encoder or decoder layer; a layer's feed-forward network: mlp:D_FF or swiglu:D_FF (none: no FFN)
     scope: str = later("core")
     ffn: str = later("none")
+    # the world size (--ranks, bench.scopes.context): the processes of one cell, each holding a shard of
+    # the sequence; a variant that shards it (a context-parallel one, declared with shard=) runs on them
+    ranks: int = later(1)
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
@@ -134,6 +138,7 @@ class _Case:
         if self.align == "bottom-right" and self.q_len > self.kv_len:
             raise CaseError("align", self.align, "bottom-right puts the queries at the end of the keys, so q_len <= "
                                                  f"kv_len; got q_len {self.q_len}, kv_len {self.kv_len}")
+        _positive("ranks", self.ranks)
         self._check_scope()
         from bench.model import workload
 

@@ -50,6 +50,21 @@ def ints(limit: int, lo: int = 1):
     return parse
 
 
+def ranks(limit: int):
+    """World sizes: positive integers, or ``all`` (every GPU of the node on CUDA, every core on the
+    CPU; bench.model.spec resolves it for the sweep's device)."""
+    counts = ints(limit)
+
+    def parse(raw, name: str) -> list:
+        items = [str(x).strip().lower() if isinstance(x, str) else x for x in _items(raw, name)]
+        if "all" in items:
+            if len(items) > 1:
+                raise UsageError(f"{name} all is every device (or core) alone: give all, or world sizes such as 1,2,4")
+            return ["all"]
+        return counts(items, name)
+    return parse
+
+
 def head_dims(limit: int):
     """Head dims: 64, or 192/128 for a query/key head dim of 192 and a value head dim of 128
     (multi-head latent attention); a pair of equal dims is the one dim."""

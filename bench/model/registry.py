@@ -219,6 +219,9 @@ def _traits(name: str, work: str, rates, colour, peak_share, memory_exponents, s
                   checks=tuple(checks))
 
 
+SHARDS = ("zigzag", "contiguous")  # how a context-parallel variant's sequence is split over the ranks
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -242,6 +245,9 @@ class Variant:
     probes: dict = field(default_factory=dict, compare=False, repr=False)
     # what the harness's plan, judge, charts and checks know of it (``variant(...)``'s keywords: Traits)
     traits: Traits = field(default_factory=lambda: Traits())
+    # a context-parallel variant: how its sequence is split over a cell's ranks (SHARDS), its factory
+    # ``factory(case, ctx)`` given the rank's place in the group (bench.scopes.context.RankContext)
+    shard: str | None = None
 
     def __getattr__(self, name: str):
         for cap in CAPABILITIES:
@@ -249,14 +255,21 @@ class Variant:
                 return dict(self.declared).get(name, cap.default)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def prepare(self, case: Case) -> Prepared:
-        out = self.factory(case)
+    def prepare(self, case: Case, ctx=None) -> Prepared:
+        """The factory's call for ``case`` (a context-parallel variant's for its rank too: ``ctx``)."""
+        out = self.factory(case, ctx) if self.shard else self.factory(case)
         return out if isinstance(out, Prepared) else Prepared(out)
 
     def static_reason(self, case: Case) -> str | None:
         """Why the declared capabilities exclude ``case`` (None when they admit it)."""
         if case.unsupported_reason:
             return case.unsupported_reason
+        if self.shard and not _ranked(case):
+            return (f"a context-parallel variant splits the attention call itself over ranks: scope {case.scope} "
+                    f"is not timed over ranks")
+        if case.ranks > 1 and not self.shard:
+            return (f"ranks {case.ranks}: {self.name} runs in one process; a context-parallel variant (declared "
+                    f"with shard=, such as cp.ring) splits the sequence over ranks")
         cores = _scope_cores(case)
         if cores is not None:  # a layer, say: what its attention calls ask of the variant
             return _in_scope(case, cores, self.static_reason)
@@ -307,7 +320,7 @@ class Variant:
                 "dtypes": list(self.dtypes), "masks": list(self.masks), "score_mods": list(self.score_mods),
                 **{cap.name: getattr(self, cap.name) for cap in CAPABILITIES}, "requires": list(self.requires),
                 "baseline": self.baseline, "approximate": self.approximate, "error_budget": self.error_budget,
-                "compiles": self.compiles, "source": self.source}
+                "compiles": self.compiles, "shard": self.shard, "source": self.source}
 
 
 # Every decorated factory is kept by the module that defines it, under this attribute;
@@ -354,7 +367,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
             approximate: bool = False, error_budget: float | None = None, compiles: bool = False,
             work: str = "all", rates: dict | None = None, colour: int | None = None, peak_share: float | None = None,
             memory_exponents: dict | None = None, selfcheck: dict | None = None, checks: Iterable[str] = (),
-            **capabilities):
+            shard: str | None = None, **capabilities):
     """Register ``factory(case) -> fn(q, k, v)`` as a variant called ``name``.
 
     ``work``, ``rates``, ``colour``, ``peak_share``, ``memory_exponents``, ``selfcheck`` and
@@ -385,9 +398,18 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
     its k and v are a page pool (kv_heads, batch x pages, PAGE, head_dim) and
     ``case.page_table()`` the pool page of each sequence's pages.
 
+    ``shard="zigzag"`` or ``"contiguous"`` declares a context-parallel variant (``--ranks``): a cell of
+    P ranks runs it in P processes of one torch.distributed group, and its factory is
+    ``factory(case, ctx)``, ``ctx`` the rank's place (bench.scopes.context.RankContext: its group,
+    rank, positions and timed collectives); its call takes the rank's shard of q, k and v, split as
+    it declares (zigzag: chunks r and 2P-1-r of 2P, which balances a causal mask; contiguous: chunk
+    r of P), and returns the shard of the output.
+
     ``masks`` names the masks the variant computes (``bench.model.masks.ANY``: every registered one,
     through ``bench.model.masks``); ``score_mods`` the score mods it applies (``ANY``, or
     ``bench.model.masks.ADDITIVE`` for every mod that is a bias added to the scores)."""
+    if shard is not None and shard not in SHARDS:
+        raise RegistryError(f"variant {name!r}: shard={shard!r}; valid: {', '.join(SHARDS)} (or None: one process)")
     declared = _declared(name, devices, dtypes, masks, score_mods, capabilities, approximate, error_budget)
     traits = _traits(name, work, rates or {}, colour, peak_share, memory_exponents or {}, selfcheck or {}, checks)
 
@@ -397,7 +419,7 @@ def variant(name: str, *, description: str, devices: Iterable[str] = DEVICES,
                         dtypes=tuple(dtypes), masks=tuple(masks), score_mods=tuple(score_mods),
                         requires=tuple(requires), baseline=baseline, check=check, approximate=approximate,
                         error_budget=error_budget, compiles=compiles, module=factory.__module__,
-                        source=_source_of(mod, factory.__module__), declared=declared, traits=traits)
+                        source=_source_of(mod, factory.__module__), declared=declared, traits=traits, shard=shard)
         entries = module_variants(mod, create=True)
         if any(v.name == name for v in entries):
             raise DuplicateVariantError(f"variant {name!r} is registered twice in {entry.source}")
@@ -513,6 +535,13 @@ def probe_reason(v: Variant, case: Case) -> str | None:
     if case not in v.probes:
         v.probes[case] = v.check(case)
     return v.probes[case]
+
+
+def _ranked(case: Case) -> bool:
+    """Whether the case's scope times a call over ranks (bench.model.scope.Scope.ranked)."""
+    from bench.model import scope
+
+    return scope.of(case).ranked
 
 
 def _scope_cores(case: Case) -> dict | None:

@@ -103,15 +103,23 @@ GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_e
              "throttle_reasons", "energy_j_per_call", "energy_j_per_token", "energy_why", "throttled",
              "throttled_why")  # NVML
 LAYER = ("layer",)  # a layer scope (bench.scopes.layer): each part's time, FLOPs, interval; their sum; the core's share
+RANK_MEASURED = ("rank_samples_ms", "rank_comm_ms", "rank_bytes_sent", "rank_peak_mem_bytes")
+RANK_FIGURES = ("rank_median_ms", "comm_ms", "comm_share", "wait_ms", "bytes_sent")
+RANKS = (*RANK_MEASURED, *RANK_FIGURES)
+# a cell of several ranks (--ranks, bench.scopes.context): each rank's own step times and time in its collectives
+# (one list per rank, sample by sample), the bytes it sent per step and its peak memory; on read, each rank's
+# median, the communication time and share of the slowest step, the wait of the fastest rank for the slowest,
+# and the most bytes a rank sent (samples_ms: the slowest rank's time, step by step)
 COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTING_COLUMNS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
-           *GPU_STATE, *LAYER)
+           *GPU_STATE, *LAYER, *RANKS)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
            "rel_iqr", "ci_halfwidth", "median_confidence", "timed_s", "cpu_util", "other_cpu", "density", "flops",
            "bytes", "padding_waste",
            *(c for c in ACCURACY if c not in ("deterministic", "reference_skipped")), *FIGURES, "kernel_sum_ms",
            "graph_median_ms", "sm_clock_start_mhz", "sm_clock_end_mhz",
            "power_start_w", "power_end_w", "power_limit_w",
-           "temp_start_c", "temp_end_c", "energy_j_per_call", "energy_j_per_token")
+           "temp_start_c", "temp_end_c", "energy_j_per_call", "energy_j_per_token", "comm_ms", "comm_share",
+           "wait_ms", "bytes_sent")
 FLAGS = ("few_samples", "noisy", "contended", "throttled")  # booleans that make an ok row shaky (runs.judge)
 MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")
 ALWAYS = (*IDENTITY, *OUTCOME, "mask_params", "density", "flops", "bytes", *MEASURED)  # written even when None
@@ -124,7 +132,7 @@ TEXT = ("reason", "layout", "worker", "timer", "heap", "bwd_forward", "interleav
         "backend_ran", "kernel_mismatch", "timer_mismatch", "kernels_error", "graph_error", "throttle_reasons",
         "throttled_why", "energy_why")
 YES_NO = (*FLAGS, "approximate", "deterministic", "peak_mem_cached")
-LISTS = ("seq_lengths", "samples_ms", "round_medians_ms", "kernels")
+LISTS = ("seq_lengths", "samples_ms", "round_medians_ms", "kernels", *RANK_MEASURED, "rank_median_ms")
 TABLES = ("mask_params", "phases", "layer")  # mask_params: a mask's parameters; phases: {phase: its figures}
 COLUMN_TYPES: dict = {
     **{name: t for name, t in get_type_hints(Case).items() if name in CASE_FIELDS},
@@ -195,10 +203,12 @@ def default_kind(status: Status) -> ReasonKind:
 
 FORMAT = 2  # results.jsonl's row format (1: every column flat, the derived figures stored)
 DERIVED = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "q1_ms", "q3_ms", "samples", "rel_iqr", "ci_halfwidth", "noisy",
-           "few_samples", "median_confidence", "ci_lo_ms", "ci_hi_ms", "rounds", "tflops", "gbps", "pct_peak")
+           "few_samples", "median_confidence", "ci_lo_ms", "ci_hi_ms", "rounds", "tflops", "gbps", "pct_peak",
+           *RANK_FIGURES)
 # what samples_ms, round_medians_ms and the workload give: computed on read (pct_peak by the report, from env.json)
 GROUPS = {"work": WORKLOAD, "load": CONTENTION, "check": ACCURACY, "memory": ("peak_mem_bytes", "peak_mem_cached"),
-          "kernels": KERNELS, "gpu": GPU_STATE}  # a record's namespaced groups: {group: {column: value}}
+          "kernels": KERNELS, "gpu": GPU_STATE,
+          "per_rank": RANK_MEASURED}  # a record's namespaced groups: {group: {column: value}}
 _GROUP_OF = {c: g for g, cols in GROUPS.items() for c in cols}
 STORED = tuple(c for c in COLUMNS if c not in DERIVED and c not in _GROUP_OF)  # a record's top-level columns
 WRITTEN = (*IDENTITY, *OUTCOME)  # in every record, even when None

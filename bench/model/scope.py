@@ -45,6 +45,7 @@ class Scope:
     what: str = ""
     axes: tuple[str, ...] = ()
     core_alone: bool = False
+    ranked: bool = False  # its cells may run over several ranks (--ranks; bench.scopes.context)
 
     # -- the case (no torch) -----------------------------------------------------------------------
     def processes(self, case) -> int:
@@ -54,6 +55,8 @@ class Scope:
     def validate(self, case) -> None:
         """Raise ScopeFieldError (or CaseError) where ``case``'s scope fields do not fit the scope (by
         default: each field of SCOPE_FIELDS that none of its axes sets is at its default)."""
+        if case.ranks != 1 and not self.ranked:
+            raise ScopeFieldError("ranks", case.ranks, f"scope {case.scope} runs in one process: ranks 1")
         for name, (default, what) in SCOPE_FIELDS.items():
             if name not in self.axes and getattr(case, name) != default:
                 raise ScopeFieldError(name, getattr(case, name), f"scope {case.scope} has no {what}: {name} {default}")
@@ -107,8 +110,14 @@ class Scope:
         checked call's outputs to hold against the timer's own calls (the CPU's determinism), or None."""
         raise NotImplementedError
 
-    def reduce(self, measured: list) -> Any:
-        """One measurement from what the cell's processes measured, one each (one process: its own)."""
+    def run_rank(self, variant, case, ctx, settings) -> Any:
+        """On rank ``ctx.rank`` of a cell's process group: ``variant`` bound to its shard of ``case``,
+        its checked call and its timing, as what the rank measured (its part of ``reduce``)."""
+        raise ScopeError(f"scope {case.scope} runs in one process")
+
+    def reduce(self, measured: list, case=None, layout: str = "zigzag") -> Any:
+        """One measurement from what the cell's processes measured, one each, in rank order (one
+        process: its own); ``layout``: how a context-parallel variant split the case's sequence."""
         if len(measured) != 1:
             raise ScopeError(f"a scope of one process got {len(measured)} measurements")
         return measured[0]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from bench.model.case import (
     DIRECTIONS,
     MAX_DIM,
     MAX_LEN,
+    MAX_RANKS,
     Case,
     CaseError,
     normalize_align,
@@ -52,6 +54,7 @@ from bench.model.parsers import (  # noqa: F401  (shard_pair: the engine's; the 
     number,
     paths,
     positive,
+    ranks,
     scope_names,
     shard_pair,
     shard_text,
@@ -92,7 +95,8 @@ def setting(help: str, parse, *, default=None, axis: bool = False, case: bool = 
 class _Spec:
     """What a sweep measures and how. Axis fields are lists; ``cases()`` is their product.
     ``Spec`` is this with a setting for each plain axis (bench.model.axes)."""
-    variants: list[str] = setting("comma-separated variant names (default: all registered)", texts,
+    variants: list[str] = setting("comma-separated variant names (default: all registered; the context-parallel "
+                                  "ones only with --ranks beyond 1)", texts,
                                   axis=True, case=True)
     seq_lens: list[int] = setting("query lengths, e.g. 512,1024,2048", ints(MAX_LEN), axis=True, case=True)
     kv_lens: list[int] | None = setting("key/value lengths for cross-attention (default: = seq len)",
@@ -137,6 +141,11 @@ class _Spec:
                                "(bench.scopes; a --plugin file may add its own: bench.model.scope)", scope_names,
                                default=("core",), axis=True,
                                case=True, metavar="SCOPE", later=True)
+    ranks: list = setting("world sizes: the processes one cell's sequence is split over (1, 2, 4; all: every GPU "
+                          "of the node, or every core on the CPU), torch.distributed's gloo on the CPU and NCCL on "
+                          "CUDA; a context-parallel variant (cp.ring, cp.alltoall, cp.torch) runs on them, and one "
+                          "that does not split the sequence takes ranks 1 only (bench.scopes.context)",
+                          ranks(MAX_RANKS), default=(1,), axis=True, case=True, metavar="P", later=True)
     anchors: list[str] | None = setting("GPU: the shapes of published figures (FlashAttention-2/3, cuDNN, FlashMLA, "
                                         "FlashInfer), each with its figure, hardware and source; all, or names "
                                         "(python -m bench list --anchors); replaces the shape axes, and the report "
@@ -255,11 +264,11 @@ class _Spec:
                         mask, window = masks.canonical(spelling, size)
                     except masks.MaskError as exc:
                         raise UsageError(f"--masks {spelling}: {exc}") from None
-                    for shape in self._shapes(batch_given):
+                    for world, shape in itertools.product(self._world_sizes(), self._shapes(batch_given)):
                         try:
                             case = Case(self.device, dtype, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                                         mask=mask, window=window, direction=direction, head_dim_v=head_dim_v,
-                                        **shape, **layer)
+                                        ranks=world, **shape, **layer)
                             if not case.unsupported_reason:  # else every variant's row says why
                                 masks.bind(case).validate()  # parameters that do not fit, definitions that fail
                         except (CaseError, masks.MaskError) as exc:
@@ -268,6 +277,22 @@ class _Spec:
                             seen.add(case)
                             out.append(case)
         return out
+
+    def _world_sizes(self) -> list[int]:
+        """--ranks as world sizes: ``all`` is every GPU of this node on CUDA (torch asked then, and
+        only then) or every core on the CPU."""
+        given = list(self.ranks or [1])
+        if given != ["all"]:
+            return given
+        if self.device == "cuda":
+            import torch
+
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count < 1:
+                raise UsageError("--ranks all on cuda counts this node's GPUs, and it has none; give world sizes "
+                                 "such as 1,2")
+            return [count]
+        return [os.cpu_count() or 1]
 
     def _scope_fields(self, name: str, d_model: int) -> dict:
         """The case fields the scope's axes set (a layer's FFN: --ffn, or an MLP --ffn-mult times

@@ -193,8 +193,9 @@ def build_spec(given: dict, registry, base: Spec | None = None, here: bool = Tru
     if any(str(m).startswith("@") for m in merged.get("batch_mix") or []):
         merged["batch_mix"] = _traced(merged["batch_mix"], merged.get("trace_mixes") or 4)
     _check_batches(merged, values)
-    if merged["variants"] is None:
-        merged["variants"] = registry.names()
+    if merged["variants"] is None:  # every variant; the context-parallel ones where the sweep splits a sequence
+        split = any(r == "all" or r > 1 for r in merged.get("ranks") or [1])
+        merged["variants"] = [v.name for v in registry if split or not v.shard]
     choices("variant", registry.names())(merged["variants"], "--variants")
     check_masks(merged["masks"])
     for h, kvh in itertools.product(merged["heads"], merged["kv_heads"] or []) if not merged.get("anchors") else ():

@@ -10,6 +10,10 @@ class CoreScope(Scope):
     names = ("core",)
     what = "the attention call alone"
     core_alone = True
+    ranked = True  # a context-parallel variant's call, split over the case's ranks (bench.scopes.context)
+
+    def processes(self, case) -> int:
+        return case.ranks
 
     def flops(self, case) -> float:
         from bench.measure.flops import core_flops
@@ -61,6 +65,21 @@ class CoreScope(Scope):
                 same, diff = determinism(case, bound.fn, q, k, v, grad_out, outputs)
             result.deterministic, result.nondeterminism = same, None if same else diff
         return None
+
+
+    def run_rank(self, variant, case, ctx, settings):
+        from bench.scopes import context
+
+        return context.run_rank(variant, case, ctx, settings)
+
+    def reduce(self, measured: list, case=None, layout: str = "zigzag"):
+        """One process: its own measurement; the ranks of a context-parallel cell: theirs put together
+        (bench.scopes.context.reduce)."""
+        if len(measured) == 1 and case is None:
+            return measured[0]
+        from bench.scopes import context
+
+        return context.reduce(measured, case, layout)
 
 
 def _no_span(name: str):

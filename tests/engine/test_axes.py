@@ -33,11 +33,11 @@ def test_every_later_axis_that_is_a_setting_comes_back_in_the_repro_command():
     settings = {f for f in CASE_ADDED if f in SETTINGS}
     assert not any(f"--{f.replace('_', '-')}" in repro.cell_flags(row) for f in settings)  # defaults unsaid
     values = {"lengths": "uniform:0.5", "inputs": "outliers", "kv_layout": "paged:64", "align": "bottom-right",
-              "scope": "encoder", "ffn": "swiglu"}
+              "scope": "encoder", "ffn": "swiglu", "ranks": 2}
     assert set(values) == settings  # a new later axis that is a setting: give it a value here
     for field, value in values.items():
         flags = repro.cell_flags(row | {field: value})
-        assert flags[flags.index("--" + field.replace("_", "-")) + 1] == value
+        assert flags[flags.index("--" + field.replace("_", "-")) + 1] == str(value)
 
 
 def test_a_later_axis_shown_as_a_facet_goes_unsaid_at_its_default_and_said_otherwise():

@@ -1,0 +1,147 @@
+"""Context-parallel attention: the sequence split over a cell's ranks (``--ranks``).
+
+- cp.ring: ring attention.  Each rank keeps its queries and passes its K and V block around the
+  ring; at each of the P steps it attends to the block it holds and merges the result into its
+  running output by the blocks' maxima and sums (the online softmax).  Causal with the zigzag
+  split, so that each rank has as many unmasked pairs as the next; a block every pair of which
+  the mask drops is skipped.
+- cp.alltoall: Ulysses.  Two all-to-alls swap the sequence split for a head split around a local
+  attention over the whole sequence (SDPA here; ``ulysses(local)`` wraps any other).
+- cp.torch: PyTorch's own ``torch.distributed.tensor.experimental.context_parallel`` (ring SDPA over
+  the ranks, on its head-tail load-balanced shards, which are the zigzag split).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+from bench.registry import Prepared, variant
+
+
+def _expand(x, heads: int):
+    """K or V of fewer heads (GQA) as many as the queries' (each KV head serves a group)."""
+    return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
+def ring_attention(case, ctx, rescale: bool = True):
+    """Ring attention over ``ctx``'s ranks.  ``rescale=False`` leaves out the rescaling of the
+    running output by its old maximum: a wrong merge, there for tests to catch."""
+    causal = case.mask == "causal"
+    scale = 1.0 / math.sqrt(case.head_dim)
+    key_positions = [ctx.positions(case.kv_len, r) for r in range(ctx.world)]  # the ring's blocks, by source
+    q_positions = ctx.q_positions
+
+    def attention(q, k, v):
+        qf = q.float() * scale
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, device=q.device)
+        denom = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), device=q.device)
+        kb, vb = k, v
+        for step in range(ctx.world):
+            source = (ctx.rank - step) % ctx.world
+            nxt = ctx.ring_pass(kb, vb) if step + 1 < ctx.world else None
+            keep = q_positions[:, None] >= key_positions[source][None, :] if causal else None
+            if keep is None or bool(keep.any()):
+                s = qf @ _expand(kb, q.shape[1]).float().transpose(-1, -2)
+                if keep is not None:
+                    s = s.masked_fill(~keep, -math.inf)
+                m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+                safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+                p = torch.exp(s - safe)
+                corr = torch.exp(m - safe) if rescale else torch.ones_like(m)
+                denom = denom * corr + p.sum(dim=-1, keepdim=True)
+                acc = acc * corr + p @ _expand(vb, q.shape[1]).float()
+                m = m_new
+            if nxt is not None:
+                kb, vb = nxt
+        return (acc / denom).to(q.dtype)
+
+    return attention
+
+
+@variant("cp.ring", description="ring attention: K and V passed around the ranks, each block merged by the "
+         "online softmax; causal on the zigzag split", devices=("cpu", "cuda"),
+         masks=("none", "causal"), cross=False, gqa=True, shard="zigzag")
+def cp_ring(case, ctx):
+    return ring_attention(case, ctx)
+
+
+def _heads_reason(case) -> str | None:
+    for name, heads in (("heads", case.heads), ("kv_heads", case.kv_heads)):
+        if heads % case.ranks:
+            return (f"{name} {heads} do not split over {case.ranks} ranks: Ulysses gives each rank heads / ranks "
+                    f"heads (give heads divisible by the ranks)")
+    return None
+
+
+def ulysses(case, ctx, local):
+    """Ulysses around ``local(q, k, v)`` (a rank's heads over the whole sequence): the sequence split
+    swapped for a head split, and back."""
+    def attention(q, k, v):
+        out = local(ctx.seq_to_heads(q), ctx.seq_to_heads(k), ctx.seq_to_heads(v))
+        return ctx.heads_to_seq(out)
+
+    return attention
+
+
+@variant("cp.alltoall", description="Ulysses: two all-to-alls swap the sequence split for a head split around "
+         "a local SDPA over the whole sequence", devices=("cpu", "cuda"), masks=("none", "causal"), cross=False,
+         gqa=True, shard="contiguous", check=_heads_reason)
+def cp_alltoall(case, ctx):
+    causal = case.mask == "causal"
+    gqa = case.kv_heads != case.heads
+
+    def local(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+    return ulysses(case, ctx, local)
+
+
+def _torch_cp():
+    """torch's context-parallel dispatcher, which ``context_parallel`` enters once it has sharded its
+    buffers: entered here on shards the harness made (the zigzag split is its head-tail one)."""
+    from torch.distributed.tensor.experimental._context_parallel import _attention
+
+    for name in ("_enable_context_parallel_dispatcher_impl", "_disable_context_parallel_dispatcher_impl",
+                 "_DispatchMode", "_cp_options"):
+        getattr(_attention, name)
+    return _attention
+
+
+def _torch_cp_reason(case) -> str | None:
+    try:
+        _torch_cp()
+    except (ImportError, AttributeError) as exc:
+        return f"this torch's context_parallel cannot be entered on given shards ({type(exc).__name__}: {exc})"
+    return None
+
+
+@variant("cp.torch", description="PyTorch's context_parallel: ring SDPA over the ranks on its load-balanced "
+         "(head-tail) shards", devices=("cpu", "cuda"), masks=("none", "causal"), cross=False, gqa=False,
+         shard="zigzag", check=_torch_cp_reason)
+def cp_torch(case, ctx):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    cp = _torch_cp()
+    mesh = init_device_mesh(ctx.device.type, (ctx.world,))
+    causal = case.mask == "causal"
+
+    @contextlib.contextmanager
+    def dispatching():
+        mode, balance = cp._dispatch_mode, cp._cp_options.enable_load_balance
+        cp._dispatch_mode, cp._cp_options.enable_load_balance = cp._DispatchMode.MONKEY_PATCH, causal
+        cp._enable_context_parallel_dispatcher_impl(seq_dim=2, mesh=mesh)
+        try:
+            yield
+        finally:
+            cp._disable_context_parallel_dispatcher_impl()
+            cp._dispatch_mode, cp._cp_options.enable_load_balance = mode, balance
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return Prepared(attention, scope=dispatching)
