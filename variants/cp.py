@@ -117,6 +117,10 @@ def _torch_cp_reason(case) -> str | None:
         _torch_cp()
     except (ImportError, AttributeError) as exc:
         return f"this torch's context_parallel cannot be entered on given shards ({type(exc).__name__}: {exc})"
+    if case.device == "cpu":  # what torch 2.13 does on the CPU: refuses the fused op, or shards the math path wrongly
+        return ("torch's context_parallel shards the CUDA SDPA kernels (flash, efficient, cuDNN); the CPU's "
+                "aten._scaled_dot_product_flash_attention_for_cpu has no sharding strategy (NotImplementedError), "
+                "and its math path comes back with the heads halved")
     return None
 
 

@@ -56,6 +56,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _rank_cores(cores: list[int], rank: int, world: int, threads: int) -> list[int]:
+    """The cores rank ``rank`` of ``world`` runs on: ``threads`` of the worker's ``cores`` of its
+    own where they go round, all of them where they do not (the cell is then contended)."""
+    if len(cores) < world * threads:
+        return cores
+    return cores[rank * threads:(rank + 1) * threads]
+
+
 def _death(code: int | None) -> str:
     if code is None:
         return "is still running"
@@ -91,12 +99,16 @@ class RankGroup:
         authkey = secrets.token_bytes(16)
         self._listener = Listener(os.path.join(self._dir.name, "rendezvous"), family="AF_UNIX", authkey=authkey)
         port = _free_port()
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         for rank in range(self.world):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(self.world), LOCAL_RANK=str(rank),
                        LOCAL_WORLD_SIZE=str(self.world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                        ATTNBENCH_RANK_ADDRESS=self._listener.address, ATTNBENCH_RANK_KEY=authkey.hex(),
                        ATTNBENCH_WORKER_PID=str(os.getpid()),
-                       OMP_NUM_THREADS=str(self.threads))
+                       OMP_NUM_THREADS=str(self.threads),
+                       # on the CPU each rank on cores of its own where the worker has enough, else on all of them
+                       ATTNBENCH_RANK_CPUS=",".join(map(str, _rank_cores(cores, rank, self.world, self.threads)))
+                       if self.device == "cpu" else "")
             self.procs.append(subprocess.Popen([sys.executable, "-m", "bench.engine.rank"], env=env,
                                                stdin=subprocess.DEVNULL))
         conns: dict = {}
@@ -121,7 +133,7 @@ class RankGroup:
         bad = [(r, x) for r, x in enumerate(replies) if x[0] != "ready"]
         if bad:
             self.kill()
-            rank, (status, kind, why) = bad[0][0], bad[0][1]
+            rank, (status, kind, why) = bad[0][0], bad[0][1][:3]
             raise GroupFault(status, f"rank {rank} of {self.world} could not join the group: {why}", kind)
 
     def _accept(self, conns: dict) -> None:
@@ -161,7 +173,7 @@ class RankGroup:
                 faults = [(r, x) for r, x in replies.items() if x[0] not in ("ok", "ready")]
                 self.kill()
                 if faults:  # one rank raised and the others wait for it in a collective
-                    rank, (status, kind, why) = faults[0]
+                    rank, (status, kind, why) = faults[0][0], faults[0][1][:3]
                     raise GroupFault(status, f"rank {rank} of {self.world}: {why}", kind)
                 raise GroupFault("timeout", f"rank{'s' if len(missing) > 1 else ''} "
                                             f"{', '.join(map(str, missing))} of {self.world} gave no result within "
@@ -177,7 +189,7 @@ class RankGroup:
         replies = self._collect(timeout_s, f"measuring {job.variant}")
         faults = [(r, x) for r, x in enumerate(replies) if x[0] != "ok"]
         if faults:
-            rank, (status, kind, why, _) = faults[0][0], faults[0][1]
+            rank, (status, kind, why) = faults[0][0], faults[0][1][:3]
             if not (len(faults) == self.world and all(x[3] for _, x in faults)):
                 self.kill()  # the ranks are out of step in their collectives: a fresh group for the next cell
             raise GroupFault(status, f"rank {rank} of {self.world}: {why}", kind)

@@ -66,14 +66,20 @@ def device_id(index: int, visible: list[str] | None) -> str:
 
 
 def place(device: str, workers: int | None, gpus: list[int] | None, cpus: list[int],
-          threads: int | None, visible: list[str] | None = None) -> list[Slot]:
+          threads: int | None, visible: list[str] | None = None, world: int = 1,
+          count: int | None = None) -> list[Slot]:
     """The slots of a sweep's workers.
 
     - cuda: one worker per GPU of ``gpus`` (or the first ``workers`` GPUs); each sees only its
-      own, named as this process sees it (``visible``: its CUDA_VISIBLE_DEVICES entries).
+      own, named as this process sees it (``visible``: its CUDA_VISIBLE_DEVICES entries).  A sweep
+      whose cells run over ``world`` ranks (--ranks) gives each worker ``world`` GPUs, one per rank
+      (of the ``count`` this node has, where known).
     - cpu: ``workers`` workers, the available cores ``cpus`` dealt out in disjoint contiguous
-      blocks; each worker's threads are ``threads`` or its block's size.
+      blocks; each worker's threads are ``threads`` or its block's size (a cell's ranks share
+      their worker's block, each rank on a core of it: bench.engine.group).
     One worker with no GPU list is the plain sweep: no pinning at all."""
+    if device == "cuda" and world > 1:
+        return _ranked_gpus(workers, gpus, threads, visible, world, count)
     if device == "cuda":
         if gpus is None:
             if not workers or workers == 1:
@@ -105,6 +111,32 @@ def place(device: str, workers: int | None, gpus: list[int] | None, cpus: list[i
     return slots
 
 
+def _ranked_gpus(workers, gpus, threads, visible, world: int, count: int | None) -> list[Slot]:
+    """Slots of ``world`` GPUs each, one per rank of a cell: ``gpus`` (or the node's) in blocks."""
+    ids = gpus if gpus is not None else list(range(count if count is not None else world))
+    if len(ids) < world:
+        raise UsageError(f"--ranks {world} runs a cell on {world} GPUs, one per rank; this sweep has {len(ids)} "
+                         f"({', '.join(map(str, ids)) or 'none'}): give --ranks {len(ids) or 1} or fewer")
+    n = workers or (len(ids) // world if gpus is not None else 1)
+    if n * world > len(ids):
+        raise UsageError(f"--workers {n} with --ranks {world}: each worker's cells need {world} GPUs of its own, "
+                         f"{n * world} in all, and the sweep has {len(ids)}")
+    blocks = [ids[i * world:(i + 1) * world] for i in range(n)]
+    return [Slot(f"cuda:{','.join(map(str, b))}", {"CUDA_VISIBLE_DEVICES": ",".join(device_id(g, visible) for g in b),
+                                                    "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, threads=threads)
+            for b in blocks]
+
+
+def largest_world(spec) -> int:
+    """The most ranks any cell of ``spec`` runs over (--ranks; ``all``: this node's GPUs, or its cores)."""
+    given = list(spec.ranks or [1])
+    if given == ["all"]:
+        import os
+
+        return visible_gpus() if spec.device == "cuda" else (os.cpu_count() or 1)
+    return max(given)
+
+
 def available_cpus() -> list[int]:
     from bench.measure.cpuload import usable_cpus
 
@@ -124,4 +156,6 @@ def worker_slots(spec) -> list:
     else:
         gpus = parse_gpus(spec.gpus, visible_gpus()) if spec.gpus else None
     cpus = available_cpus() if spec.device == "cpu" else []
-    return place(spec.device, spec.workers, gpus, cpus, spec.threads, visible_ids())
+    world = largest_world(spec)
+    count = visible_gpus() if spec.device == "cuda" and world > 1 else None
+    return place(spec.device, spec.workers, gpus, cpus, spec.threads, visible_ids(), world, count)

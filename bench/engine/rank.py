@@ -51,8 +51,15 @@ def _send(conn, obj) -> None:
     conn.send_bytes(pickle.dumps(obj))
 
 
+def _pin() -> None:
+    cores = [int(c) for c in os.environ.get("ATTNBENCH_RANK_CPUS", "").split(",") if c.strip()]
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+
+
 def main() -> int:
     _die_with_worker()
+    _pin()
     from multiprocessing.connection import Client
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

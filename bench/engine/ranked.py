@@ -55,7 +55,7 @@ def run_ranked(variants, case, settings, emit, at, cache, inputs, skip_reference
             if why:
                 emit(result.decide(Status.UNSUPPORTED, why, ReasonKind.LIBRARY).row())
                 continue
-            ranks = group.group_for(case.ranks, case.device, group.WORKER["plugins"], threads,
+            ranks = group.group_for(where.processes(case), case.device, group.WORKER["plugins"], threads,
                                     group.answer_within(started))
             measured = ranks.run(group.RankJob(var.name, case.to_dict(), settings), group.answer_within(started))
             m = where.reduce(measured, case, var.shard)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-SAMPLES = (5, 200)  # a rank's timed samples: as many as the budget holds at the warm-up's pace, within these
+SAMPLES = (10, 200)  # a rank's timed samples: as many as the budget holds at the warm-up's pace, within these
+# (at least enough for a 95% interval of the median, bench.measure.settings.INTERVAL_SAMPLES, with room to spare)
 WARMUP = 2  # untimed steps before the timing, every rank together
 
 
