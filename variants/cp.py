@@ -65,7 +65,7 @@ def ring_attention(case, ctx, rescale: bool = True):
 
 @variant("cp.ring", description="ring attention: K and V passed around the ranks, each block merged by the "
          "online softmax; causal on the zigzag split", devices=("cpu", "cuda"),
-         masks=("none", "causal"), cross=False, gqa=True, shard="zigzag")
+         masks=("none", "causal"), cross=False, gqa=True, shard="zigzag", checks=("ranks",))
 def cp_ring(case, ctx):
     return ring_attention(case, ctx)
 
@@ -126,7 +126,7 @@ def _torch_cp_reason(case) -> str | None:
 
 @variant("cp.torch", description="PyTorch's context_parallel: ring SDPA over the ranks on its load-balanced "
          "(head-tail) shards", devices=("cpu", "cuda"), masks=("none", "causal"), cross=False, gqa=False,
-         shard="zigzag", check=_torch_cp_reason)
+         shard="zigzag", check=_torch_cp_reason, checks=("ranks",))
 def cp_torch(case, ctx):
     from torch.distributed.device_mesh import init_device_mesh
 

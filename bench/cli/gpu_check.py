@@ -254,7 +254,9 @@ def quick_steps(registry, device: str) -> dict[str, Step]:
     ragged = dict(variants=taking(registry, "tiny"), heads=[8], head_dims=[64], batch=[4], masks=["none"])
     tiny = dict(ragged, seq_lens=[128], lengths=["fixed", "lognormal:0.5"], directions=["fwd", "bwd"])
     steps = {
-        "matrix": Step("matrix", dict(variants=[n for n in registry.names() if n not in compiled], **matrix)),
+        # (the context-parallel variants run on their process group in --extra's ranks step)
+        "matrix": Step("matrix", dict(variants=[n for n in registry.names() if n not in compiled
+                                                and not registry[n].shard], **matrix)),
         "peak": Step("peak", dict(variants=[v for v in registry.names() if registry[v].traits.peak_share],
                                   seq_lens=[big["q_len"]], heads=[big["heads"]],
                                   head_dims=[big["head_dim"]], batch=[big["batch"]], masks=["none"],
@@ -320,6 +322,10 @@ def extra_steps(registry, device: str) -> dict[str, Step]:
         steps["fp8"] = Step("fp8", dict(base, variants=[v for v in registry.names() if FP8 in registry[v].dtypes],
                                         seq_lens=[n], masks=["causal"], dtypes=[FP8]))
         steps["anchor"] = Step("anchor", dict(variants=taking(registry, "anchor"), dtypes=None, anchors=[ANCHOR]))
+    # a context-parallel cell on its process group (NCCL on the GPU: one rank per GPU, so ranks 1 on one; gloo
+    # beside it for the ranks' timing), forward and backward, causal on the zigzag split
+    steps["ranks"] = Step("ranks", dict(base, variants=taking(registry, "ranks"), seq_lens=[n // 4], masks=["causal"],
+                                        directions=["fwd+bwd"], ranks=[1] if device == "cuda" else [1, 2]))
     return {k: v for k, v in steps.items() if v.settings["variants"]}
 
 
@@ -333,7 +339,8 @@ EXTRA_CHECKS = {"sinks": "flex's learned sink from its log-sum-exp, fwd and bwd"
                 "layers": "block, encoder and decoder scopes, fwd and bwd, around naive and sdpa",
                 "layer-graph": "a block's backward under the CUDA-graph timer, each part captured on its stream",
                 "fp8": "float8_e4m3fn in each variant that takes it",
-                "anchor": f"the published anchor {ANCHOR} (measured / published)"}
+                "anchor": f"the published anchor {ANCHOR} (measured / published)",
+                "ranks": "ring attention and torch's context_parallel on their process group, fwd+bwd causal"}
 
 
 def run_extra_check(out: Path | None, device: str = "cuda") -> int:

@@ -44,8 +44,8 @@ def run_ranked(variants, case, settings, emit, at, cache, inputs, skip_reference
     for var in variants:
         at(var.name)
         started = time.monotonic()
-        result = CellResult(var.name, case, settings, approximate=var.approximate)
-        threads = rank_threads(case, settings)
+        threads = rank_threads(case, settings)  # the row records each rank's threads
+        result = CellResult(var.name, case, settings.replace(threads=threads), approximate=var.approximate)
         try:
             why = shard_reason(case, var.shard)
             if why:

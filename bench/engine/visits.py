@@ -45,7 +45,9 @@ def run_visits(pool, visits: int, open_writer) -> float:
     ``open_writer()`` returns (visits.jsonl's); returns their timed seconds."""
     from bench.model.row import cell_key
 
-    groups = [(case, list(dict.fromkeys(names))) for case, names in pool.measured.items()]
+    # (a context-parallel cell is measured once, on its ranks: its interval is its own visit's)
+    groups = [(case, kept) for case, names in pool.measured.items()
+              if (kept := [n for n in dict.fromkeys(names) if not pool.registry[n].shard])]
     if visits < 2 or not groups:
         return 0.0
     writer = open_writer()

@@ -146,9 +146,9 @@ WORK = ("all", "kept", "causal")  # the pairs a variant's work follows under a m
 # the gpu-check steps a variant may take part in (Traits.checks; bench/cli/gpu_check.py runs them): the quick
 # check's profile, timer agreement, trace, tiny (sub-0.1 ms, CUDA graphs) and paged steps, the full check's
 # scaling sweeps, and the --extra paths (the layer scopes, a layer under the graph timer, an anchor, ab of the tree
-# against a copy of it)
+# against a copy of it, a context-parallel cell on its process group)
 CHECKS = ("profile", "timer", "trace", "tiny", "paged", "scaling-causal", "scaling-window", "sinks", "mla", "mix",
-          "cross-gqa", "ragged", "decode-gqa", "paged-64", "layers", "layer-graph", "anchor", "ab")
+          "cross-gqa", "ragged", "decode-gqa", "paged-64", "layers", "layer-graph", "anchor", "ab", "ranks")
 
 
 @dataclass(frozen=True)

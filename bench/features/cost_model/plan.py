@@ -78,6 +78,9 @@ SETUP_S = 0.01  # any other variant's setup
 GROUP_OVERHEAD_S = 0.05  # inputs, IPC, bookkeeping per case
 MIN_TIMING_S = 0.01  # a cell's timing never costs less than this
 SAMPLES_WANTED = 200  # calls a timer takes when the budget allows many (it stops at its precision)
+RANK_GROUP_START_S = {"cpu": 1.5, "cuda": 10.0}  # a worker's process group of P ranks (bench.engine.group), once per
+# world size: P interpreters importing torch (and on a GPU each its CUDA context and NCCL: as a worker start), met at
+# the rendezvous
 WORKER_START_S = {"cpu": 3.0, "cuda": 10.0}  # the interpreter, torch and the first worker (a one-cell sweep: 3 s)
 VISIT_WARM_S = 0.005  # a later visit's call before its timing, per variant (bench.engine.revisit.WARM_CALLS)
 VISIT_START_S = {"cpu": 0.4, "cuda": 10.0}  # a later visit's fresh worker: on the CPU forked from the fork server
@@ -516,7 +519,9 @@ def project(cells, registry, spec, workers: int = 1, shards: int = 1, history: H
                 ceiling_ms)
     compiles = any(registry[n].compiles for n in spec.variants)
     peak_s = 0.0 if peaks_cached else 2 * PEAK_MEASURE_S * len(spec.dtypes)
+    worlds = {c.ranks for n, c in cells if registry[n].shard}  # each worker starts a group per world size
     fixed = ((0.0 if started else WORKER_START_S[spec.device]) + peak_s + (REPORT_S if report else 0.0)
+             + len(worlds) * RANK_GROUP_START_S[spec.device]
              + (COMPILE_FIRST_S[spec.device] if compiles and gs and not compiler_started else 0.0))
     shard_bins = split(groups(cells, registry, spec.budget_ms), shards) if shards > 1 else [gs]
     cost = {g.index: g.cost_s for g in gs}  # the calibrated cost of each group, in whichever split
