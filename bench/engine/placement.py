@@ -158,4 +158,5 @@ def worker_slots(spec) -> list:
     cpus = available_cpus() if spec.device == "cpu" else []
     world = largest_world(spec)
     count = visible_gpus() if spec.device == "cuda" and world > 1 else None
+    count = count or None  # no GPU here (a GPU sweep planned on a laptop): the node it runs on counts its own
     return place(spec.device, spec.workers, gpus, cpus, spec.threads, visible_ids(), world, count)

@@ -18,7 +18,7 @@ from bench.measure.timing import Timing
 from bench.model import scope
 from bench.model.registry import probe_reason
 from bench.model.row import ReasonKind, Status
-from bench.scopes.context import shard_reason
+from bench.model.shards import shard_reason
 
 
 def rank_threads(case, settings) -> int:

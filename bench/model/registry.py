@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.errors import RegistryError, first_line
 from bench.model.case import CASE_DTYPES, CASE_FIELDS, DEVICES, DTYPES, MASKS, Case
+from bench.model.shards import SHARDS, shard_reason
 
 ENTRY_POINT_GROUP = "attnbench.variants"
 
@@ -219,9 +220,6 @@ def _traits(name: str, work: str, rates, colour, peak_share, memory_exponents, s
                   checks=tuple(checks))
 
 
-SHARDS = ("zigzag", "contiguous")  # how a context-parallel variant's sequence is split over the ranks
-
-
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -270,6 +268,8 @@ class Variant:
         if case.ranks > 1 and not self.shard:
             return (f"ranks {case.ranks}: {self.name} runs in one process; a context-parallel variant (declared "
                     f"with shard=, such as cp.ring) splits the sequence over ranks")
+        if self.shard and shard_reason(case, self.shard):
+            return shard_reason(case, self.shard)
         cores = _scope_cores(case)
         if cores is not None:  # a layer, say: what its attention calls ask of the variant
             return _in_scope(case, cores, self.static_reason)

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from bench.model.case import Case
-from bench.scopes.context import gather, shard_reason, shard_spans, take
+from bench.model.shards import shard_reason, shard_spans
+from bench.scopes.context import gather, take
 
 
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
@@ -37,3 +38,15 @@ def test_a_length_that_does_not_split_evenly_is_refused_with_what_would():
     why = shard_reason(case, "zigzag")
     assert "q_len 60" in why and "divisible by 8" in why
     assert shard_reason(case, "contiguous") is None  # 60 = 4 x 15
+
+
+def test_the_registry_refuses_what_its_split_or_its_world_cannot_take_before_anything_runs():
+    from bench.api import discover
+
+    registry = discover(entry_points=False)
+    case = Case("cpu", "float32", 1, 4, 4, 96, 96, 16, "causal", None, "fwd", ranks=2)
+    assert registry["cp.ring"].static_reason(case) is None  # 96 = 4 chunks of 24
+    assert "does not split into 8 equal chunks" in registry["cp.ring"].static_reason(case.replace(ranks=4))
+    assert registry["cp.alltoall"].static_reason(case.replace(ranks=4)) is None  # contiguous: 4 of 24
+    assert "runs in one process" in registry["naive"].static_reason(case)
+    assert registry["naive"].static_reason(case.replace(ranks=1)) is None

@@ -338,11 +338,15 @@ def later_visit_s(g: CaseCost, registry, history: History | None = None, rounds:
     and timed for one round of the first visit's timing."""
     h = history or History.empty()
     device = g.case.device
-    runs = [registry[name] for name in g.variants if registry[name].static_reason(g.case) is None
+    able = [registry[name] for name in g.variants if registry[name].static_reason(g.case) is None
             and (name, case_key(g.case.to_dict())) not in h.unsupported]  # a probe's refusal is not visited
+    runs = [v for v in able if not v.shard]  # a context-parallel cell is measured at its one visit
+    if able and not runs:
+        return 0.0
     setup = sum(h.warm_s.get((v.name, device), COMPILE_S[device]) if v.compiles else
                 h.setup_s.get((v.name, device), SETUP_S) for v in runs)
-    return setup + GROUP_OVERHEAD_S + len(runs) * VISIT_WARM_S + max(0.0, g.cost_s - g.setup_s) / max(1, rounds)
+    timing = max(0.0, g.cost_s - g.setup_s) * (len(runs) / len(able) if able else 1.0)  # the visited ones' share
+    return setup + GROUP_OVERHEAD_S + len(runs) * VISIT_WARM_S + timing / max(1, rounds)
 
 
 def timing_of(spec) -> tuple[int, float]:
