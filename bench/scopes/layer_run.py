@@ -45,7 +45,8 @@ LAYER_TOLERANCES = {  # dtype: ((out max rel_err, out min cosine), (grad max rel
     "float16": ((1e-2, 0.999), (5e-2, 0.998)),
     "bfloat16": ((3e-2, 0.999), (1e-1, 0.995)),
 }
-CHECK_ELEMENTS = 1 << 26  # float64 scores of the check above which it takes the first batch element alone
+CHECK_ELEMENTS = 1 << 26  # float64 scores of the check above which it takes the first batch element alone, and
+# above which, for that element, the last queries alone that stay within it (the float64 layer's time: rows x n)
 
 
 def _normal(g, *shape, scale=1.0):
@@ -104,8 +105,11 @@ class Layer:
     w: dict
     cores: dict
 
-    def forward(self, x, memory=None, run: Callable = _direct):
+    def forward(self, x, memory=None, run: Callable = _direct, rows: slice | None = None):
+        """The layer's output; ``rows``: at those query positions alone (every position's keys and
+        values still made: a row of a layer's output depends on its own query and on every key)."""
         c, w = self.case, self.w
+        pick = (lambda t: t) if rows is None else (lambda t: t[:, rows])
         kind = shapes.parse_ffn(c.ffn)[0] if c.ffn != "none" else None
         pre = kind == "swiglu"  # llama: RMSNorm before each sublayer, a plain residual after
         h, kvh, dq, dv = c.heads, c.kv_heads, c.head_dim, c.dv
@@ -149,15 +153,17 @@ class Layer:
             return run("ffn", lambda s: F.relu(s @ used[0].T) @ used[1].T, (t,), used)
 
         if c.scope == "block":
-            return attention("self", "core", x, x if memory is None else memory)
+            return attention("self", "core", pick(x), x if memory is None else memory)
         sublayers = [("self", "core", None)] + ([("cross", "core_cross", memory)] if c.scope == "decoder" else [])
         if pre:
             for i, (sub, core, mem) in enumerate(sublayers):
-                a = prenorm(i, x)
-                x = add(x, attention(sub, core, a, a if mem is None else mem))
+                a = prenorm(i, x)  # (the first sublayer's keys: every row of it)
+                q_rows = pick(a) if i == 0 else a
+                x = add(pick(x) if i == 0 else x, attention(sub, core, q_rows, a if mem is None else mem))
             return add(x, ffn(prenorm(len(sublayers), x)))
         for i, (sub, core, mem) in enumerate(sublayers):
-            x = add_norm(i, x, attention(sub, core, x, x if mem is None else mem))
+            q_rows = pick(x) if i == 0 else x
+            x = add_norm(i, q_rows, attention(sub, core, q_rows, x if mem is None else mem))
         return add_norm(len(sublayers), x, ffn(x))
 
 
@@ -309,6 +315,8 @@ class LayerBound:
         case = self.case
         whole = case.batch * case.heads * case.q_len * case.kv_len <= CHECK_ELEMENTS
         batches = list(range(case.batch)) if whole else [0]
+        rows = check_rows(case)  # None: every query; else the last ones a float64 layer of bounded time holds
+        first = 0 if rows is None else rows.start
         grad = case.needs_grad
         x, memory = (None if t is None else t.detach().requires_grad_(grad) for t in (self.x, self.memory))
         w = {k: t.detach().requires_grad_(grad) for k, t in self.layer.w.items()}
@@ -317,11 +325,11 @@ class LayerBound:
         except _CoreRefused as refused:  # the variant's own bug, said before the harness uses what it returned
             return refused.result
         ref_layer = Layer(case, {k: t.detach().double().cpu().requires_grad_(grad) for k, t in w.items()},
-                          {name: exact_core(c, batches) for name, c in shapes.core_cases(case).items()})
+                          {name: exact_core(c, batches, first) for name, c in shapes.core_cases(case).items()})
         ref_in = [None if t is None else t.detach()[batches].double().cpu().requires_grad_(grad) for t in (x, memory)]
-        ref = ref_layer.forward(*ref_in)
+        ref = ref_layer.forward(*ref_in, rows=rows)
         (o_rel, o_cos), (g_rel, g_cos) = LAYER_TOLERANCES[case.dtype]
-        mine = out.detach()[batches]
+        mine = out.detach()[batches] if rows is None else out.detach()[batches][:, rows]
         rel, cos = relative_errors(mine, ref.detach())
         err = (mine.double().cpu() - ref.detach()).abs()
         scale = float(ref.detach().abs().max()) or 1.0
@@ -337,6 +345,10 @@ class LayerBound:
             result.fail(f"the layer's output: cosine {cos:.6g} < {o_cos:g} ({case.dtype})")
         if grad:
             up = torch.randn(out.shape, generator=torch.Generator().manual_seed(5))
+            if rows is not None:  # the gradients of the checked rows' output alone, on both sides
+                kept = torch.zeros_like(up)
+                kept[:, rows] = up[:, rows]
+                up = kept
             inputs = [(n, t, r) for n, t, r in zip(("x", "memory"), (x, memory), ref_in) if t is not None]
             weights_too = whole
             names = [n for n, _, _ in inputs] + (list(w) if weights_too else [])
@@ -344,7 +356,8 @@ class LayerBound:
                                       up.to(out.device, out.dtype), allow_unused=True)
             want = torch.autograd.grad(ref, [r for _, _, r in inputs] +
                                        (list(ref_layer.w.values()) if weights_too else []),
-                                       up[batches].double(), allow_unused=True)
+                                       (up[batches] if rows is None else up[batches][:, rows]).double(),
+                                       allow_unused=True)
             rels, coss = {}, {}
             for i, (name, a, b) in enumerate(zip(names, got, want)):
                 a = a[batches] if a is not None and i < len(inputs) else a
@@ -432,8 +445,21 @@ def in_call_figures(samples: dict[str, list[float]]) -> dict:
 BLOCK_ELEMENTS = 1 << 23  # float64 scores one query block of the layer's check holds (64 MiB): host memory bound
 
 
-def exact_core(case: Case, batches: list[int]) -> Callable:
-    """float64 attention from the mask's definition for the batch elements ``batches``,
+def check_rows(case: Case) -> slice | None:
+    """The query rows the layer's float64 check computes: every one (None) while one batch
+    element's scores stay within CHECK_ELEMENTS, else the last rows that do (at least one; under a
+    causal mask the rows that see the most keys).  The check's time is then bounded as its memory
+    is: rows x kv_len scores per head, not q_len x kv_len (16 heads at n = 16384: 256 rows)."""
+    per_row = case.heads * max(case.q_len, case.kv_len)  # a decoder's self-attention has q_len keys
+    if case.heads * case.q_len * case.kv_len <= CHECK_ELEMENTS:
+        return None
+    count = max(1, min(case.q_len, CHECK_ELEMENTS // per_row))
+    return slice(case.q_len - count, case.q_len)
+
+
+def exact_core(case: Case, batches: list[int], first_row: int = 0) -> Callable:
+    """float64 attention from the mask's definition for the batch elements ``batches``, its queries
+    the rows from ``first_row`` on (the layer's check of its last rows: ``check_rows``),
     differentiable (the layer's check: its gradients flow through to the weights).  It runs in
     blocks of queries of at most BLOCK_ELEMENTS scores, each block checkpointed (its scores
     computed again in the backward, not kept), so that the host holds one block's scores at a
@@ -444,6 +470,7 @@ def exact_core(case: Case, batches: list[int]) -> Callable:
     sink = bound.sink_logits("cpu", torch.float64)
 
     def block(q, k, v, s: int, e: int):
+        s, e = first_row + s, first_row + e  # the queries' positions in the sequence
         scores = (q @ k.transpose(-2, -1)) * case.scale
         scores = bound.apply_mods(scores, (s, e), batches=batches)
         keep = bound.keep("cpu", (s, e), batches=batches)
@@ -477,7 +504,8 @@ def bind_layer(variant: Variant, case: Case) -> LayerBound:
     return LayerBound(variant, case, cores["core"], cores, layer, x, memory, setup_ms)
 
 
-__all__ = ["LAYER_TOLERANCES", "Layer", "LayerBound", "bind_layer", "exact_core", "layer_inputs", "weights"]
+__all__ = ["LAYER_TOLERANCES", "Layer", "LayerBound", "bind_layer", "check_rows", "exact_core", "layer_inputs",
+           "weights"]
 
 
 IN_CALL_CALLS = 20  # GPU layer cells, forward: whole calls timed with events around each part (after the timing)

@@ -371,3 +371,47 @@ def test_the_float64_layer_core_in_query_blocks_is_the_whole_one_and_holds_one_b
     scores = 2 * 4 * 256 * 256 * 8  # the whole core's float64 scores, in bytes
     whole_peak, blocked_peak = peak_cpu(step(1 << 30)), peak_cpu(step(2 * 4 * 256 * 16))
     assert whole_peak > 2 * scores and blocked_peak < whole_peak / 4  # q, k, v, their gradients and one block
+
+
+def _drops_causal(case):
+    """Attends every key whatever the mask: right at the last query of a causal mask only."""
+    import torch.nn.functional as F
+
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=case.is_gqa)
+
+
+@pytest.mark.parametrize("scope, ffn", [("block", "none"), ("encoder", "mlp:128"), ("decoder", "swiglu:96")])
+def test_a_layer_too_large_for_a_whole_float64_check_is_checked_on_its_last_queries(monkeypatch, scope, ffn):
+    """Above CHECK_ELEMENTS scores a batch element, the float64 layer computes its last queries alone
+    (every key and value still made), forward and backward: a right core passes, one that drops the
+    causal mask is caught, and the float64 cores are given only the checked rows."""
+    import torch
+
+    from bench.api import discover
+    from bench.scopes import layer_run
+
+    case = _case(mask="causal", q_len=64, kv_len=64 if scope != "decoder" else 48, scope=scope, ffn=ffn,
+                 direction="fwd+bwd", batch=1)
+    monkeypatch.setattr(layer_run, "CHECK_ELEMENTS", 4 * 64 * 16)  # 16 rows of 64 keys for each of 4 heads
+    assert layer_run.check_rows(case) == slice(48, 64)
+    seen = []
+    exact = layer_run.exact_core
+
+    def spy(c, batches, first_row=0):
+        fn = exact(c, batches, first_row)
+        return lambda q, k, v: (seen.append((first_row, q.shape[2], k.shape[2])), fn(q, k, v))[1]
+
+    monkeypatch.setattr(layer_run, "exact_core", spy)
+    naive = discover(entry_points=False)["naive"]
+    bound = layer_run.bind_layer(naive, case)
+    with bound.scope():
+        right = bound.check()
+    assert right.ok, right.reason
+    assert seen and all(first == 48 and rows == 16 for first, rows, _ in seen)  # 16 queries, not 64
+    assert seen[0][2] == 64  # against every key of the self-attention
+    assert right.grad_rel_err is not None and right.grad_rel_err < 1e-4
+    wrong = layer_run.bind_layer(Variant("drops.causal", _drops_causal, "attends every key", module="myplugin"), case)
+    with wrong.scope():
+        caught = wrong.check()
+    assert not caught.ok and "the layer's output" in caught.reason
+    assert torch.isfinite(torch.tensor(caught.rel_err))
