@@ -32,7 +32,7 @@ def _profile_variant(variant, spec, args, out) -> None:
     if args.masks is None:  # each variant on its own default mask
         spec = spec.replace(masks=[variant.default_mask])
     for case in spec.cases():
-        ok, why = available(variant, case)
+        ok, why = available(variant, case, one_process=True)
         if not ok:
             print(f"{variant.name} {case.label()}: unsupported: {why}")
             continue

@@ -29,7 +29,7 @@ def command(args):
         cells = default_cases(registry, args.device or default_device())
     rows, runnable = [], []
     for name, case in cells:
-        ok, why = available(registry[name], case)
+        ok, why = available(registry[name], case, one_process=True)
         if not ok:
             print(f"{name} {case.label()}: unsupported: {why}")
             continue

@@ -501,10 +501,17 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def available(v: Variant, case: Case, probe: bool = True) -> tuple[bool, str]:
+ONE_PROCESS = ("{name} is context-parallel: it runs on the ranks of a process group, which a sweep starts "
+               "(python -m bench sweep --variants {name} --ranks 1,2), not in this command's one process")
+
+
+def available(v: Variant, case: Case, probe: bool = True, one_process: bool = False) -> tuple[bool, str]:
     """(True, "") when this machine can run ``v`` on ``case``, else (False, why not).
     ``probe=False`` leaves out the variant's own check (which runs library code: the sweep
-    runs it in the worker, isolated, see ``probe_reason``)."""
+    runs it in the worker, isolated, see ``probe_reason``); ``one_process``: for a command that
+    calls the variant in its own process (profile, selfcheck), which a context-parallel one is not."""
+    if one_process and v.shard:
+        return False, ONE_PROCESS.format(name=v.name)
     reason = v.static_reason(case)
     if reason:
         return False, reason

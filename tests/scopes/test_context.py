@@ -50,3 +50,7 @@ def test_the_registry_refuses_what_its_split_or_its_world_cannot_take_before_any
     assert registry["cp.alltoall"].static_reason(case.replace(ranks=4)) is None  # contiguous: 4 of 9
     assert "runs in one process" in registry["naive"].static_reason(case)
     assert registry["naive"].static_reason(case.replace(ranks=1)) is None
+    from bench.model.registry import available
+
+    ok, why = available(registry["cp.ring"], case.replace(ranks=1), one_process=True)  # profile, selfcheck
+    assert not ok and "--ranks" in why and available(registry["cp.ring"], case.replace(ranks=1))[0]

@@ -24,7 +24,11 @@ def _pass(s: SweepSoFar) -> PassResult:
     bar = s.pool.bars(total=len(measured), unit="case", desc="profile")
     try:
         for case, names in measured.items():
+            names = [n for n in names if not s.pool.registry[n].shard]  # context-parallel: on its ranks only
             bar.describe(f"profiling {case.label()}")
+            if not names:
+                bar.update(1)
+                continue
             tag, why = worker.run_group(names, case, timeout, writer.write, task=PROFILE_TASK)
             if tag != "done":
                 log.warning("the profiled pass of %s ended early: %s", case.label(), why)
