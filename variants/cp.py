@@ -1,8 +1,10 @@
 """Context-parallel attention: the sequence split over a cell's ranks (``--ranks``).
 
 - cp.ring: ring attention.  Each rank keeps its queries and passes its K and V block around the
-  ring; at each of the P steps it attends to the block it holds and merges the result into its
-  running output by the blocks' maxima and sums (the online softmax).  Causal with the zigzag
+  ring; at each of the P steps it sends on the block it holds while it attends to it (the
+  exchange overlapped with the block's compute), and merges the result into its running output by
+  the blocks' maxima and sums (the online softmax).  Its backward sends the gradients back round
+  the ring, each exchange waited for.  Causal with the zigzag
   split, so that each rank has as many unmasked pairs as the next; a block every pair of which
   the mask drops is skipped.
 - cp.alltoall: Ulysses.  Two all-to-alls swap the sequence split for a head split around a local
@@ -43,7 +45,7 @@ def ring_attention(case, ctx, rescale: bool = True):
         kb, vb = k, v
         for step in range(ctx.world):
             source = (ctx.rank - step) % ctx.world
-            nxt = ctx.ring_pass(kb, vb) if step + 1 < ctx.world else None
+            nxt = ctx.ring_start(kb, vb) if step + 1 < ctx.world else None  # in flight while this block computes
             keep = q_positions[:, None] >= key_positions[source][None, :] if causal else None
             if keep is None or bool(keep.any()):
                 s = qf @ _expand(kb, q.shape[1]).float().transpose(-1, -2)
@@ -57,7 +59,7 @@ def ring_attention(case, ctx, rescale: bool = True):
                 acc = acc * corr + p @ _expand(vb, q.shape[1]).float()
                 m = m_new
             if nxt is not None:
-                kb, vb = nxt
+                kb, vb = ctx.ring_finish(nxt)
         return (acc / denom).to(q.dtype)
 
     return attention

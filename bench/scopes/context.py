@@ -167,6 +167,31 @@ class RankContext:
         """Each tensor to the next rank; the previous rank's come back (differentiable)."""
         return _RingPass.apply(self, *tensors)
 
+    def ring_start(self, *tensors) -> _Pending:
+        """``ring_pass`` begun and not waited for: the exchange runs while the caller computes on
+        what it holds, and ``ring_finish`` gives the previous rank's tensors (differentiable: the
+        backward sends the gradients back, waiting for them).  Its time in ``comms`` is the wait,
+        the communication the compute did not hide."""
+        import torch
+        import torch.distributed as dist
+
+        if self.world == 1:
+            return _Pending(tuple(tensors), tuple(tensors), [])
+        to, frm = (self.rank + 1) % self.world, (self.rank - 1) % self.world
+        sent = [t.detach().contiguous() for t in tensors]
+        got = [torch.empty_like(t) for t in sent]
+        ops = [dist.P2POp(dist.isend, t, to, self.group) for t in sent] + \
+              [dist.P2POp(dist.irecv, g, frm, self.group) for g in got]
+        self.comms.bytes_sent += sum(t.numel() * t.element_size() for t in sent)
+        self.comms.calls += 1
+        return _Pending(tuple(tensors), tuple(got), dist.batch_isend_irecv(ops), sent)
+
+    def ring_finish(self, pending: _Pending) -> tuple:
+        """The tensors of ``ring_start``'s exchange, once they have come."""
+        if not pending.requests:
+            return pending.got
+        return _RingArrive.apply(self, pending, *pending.sources)
+
     def all_to_all(self, x):
         """``x``'s dim 0 split into ``world`` chunks, chunk j to rank j; rank i's chunk for this rank
         comes back as chunk i (differentiable)."""
@@ -206,6 +231,20 @@ def _autograd():
                      for g, (s, d, dev) in zip(grads, fctx.like)]
             return (None, *fctx.ctx._ring(grads, forward=False))
 
+    class RingArrive(torch.autograd.Function):
+        @staticmethod
+        def forward(fctx, ctx, pending, *sources):
+            fctx.ctx, fctx.like = ctx, [(s.shape, s.dtype, s.device) for s in sources]
+            ctx.comms.timed(lambda: [r.wait() for r in pending.requests], 0)
+            ctx.comms.calls -= 1  # (counted once, at its start)
+            return pending.got
+
+        @staticmethod
+        def backward(fctx, *grads):
+            grads = [g if g is not None else torch.zeros(s, dtype=d, device=dev)
+                     for g, (s, d, dev) in zip(grads, fctx.like)]
+            return (None, None, *fctx.ctx._ring(grads, forward=False))
+
     class AllToAll(torch.autograd.Function):
         @staticmethod
         def forward(fctx, ctx, x):
@@ -233,7 +272,7 @@ def _autograd():
                                 grad.numel() * grad.element_size())
             return None, grad.narrow(fctx.dim, ctx.rank * fctx.size, fctx.size), None
 
-    return RingPass, AllToAll, AllGather
+    return RingPass, AllToAll, AllGather, RingArrive
 
 
 class _Lazy:
@@ -255,7 +294,17 @@ def _autograd_cached():
     return _CACHE
 
 
-_RingPass, _AllToAll, _AllGather = _Lazy(0), _Lazy(1), _Lazy(2)
+_RingPass, _AllToAll, _AllGather, _RingArrive = _Lazy(0), _Lazy(1), _Lazy(2), _Lazy(3)
+
+
+@dataclass
+class _Pending:
+    """A ring exchange begun (``RankContext.ring_start``): what was sent, where the previous rank's
+    tensors arrive, and the requests to wait for (the sent buffers held until they complete)."""
+    sources: tuple
+    got: tuple
+    requests: list
+    sent: list = field(default_factory=list)
 
 
 # -- a rank's part of a cell ---------------------------------------------------------------------------
