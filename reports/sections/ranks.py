@@ -26,7 +26,7 @@ NOTE = " ".join((
 MIB = 1 << 20
 
 
-def _first(values) -> float:
+def _largest(values) -> float:
     return max(values) if isinstance(values, (list, tuple)) and values and all(
         isinstance(v, (int, float)) for v in values) else np.nan
 
@@ -54,7 +54,7 @@ def ranks_table(df: pd.DataFrame) -> pd.DataFrame:
         "per rank ms": [" / ".join(f"{x:.3g}" for x in v) for v in ok["rank_median_ms"]],
         "comm ms": ok.get("comm_ms", np.nan), "comm share %": 100 * ok.get("comm_share", np.nan),
         "wait ms": ok.get("wait_ms", np.nan), "sent MiB": ok.get("bytes_sent", np.nan) / MIB,
-        "peak MiB per rank": [_first(v) / MIB for v in ok.get("rank_peak_mem_bytes", [np.nan] * len(ok))],
+        "peak MiB per rank": [_largest(v) / MIB for v in ok.get("rank_peak_mem_bytes", [np.nan] * len(ok))],
         "efficiency": eff, "contended": ok.get("contended", False).fillna(False).astype(bool)})
     return t.sort_values(["mask", "direction", "variant", "ranks", "n"]).round(3).reset_index(drop=True)
 
