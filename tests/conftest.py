@@ -49,6 +49,31 @@ def run_cli(*args, timeout=600, env=None, cwd=None):
                           text=True, timeout=timeout, env=full_env, cwd=cwd or ROOT)
 
 
+def made_once(tmp_path_factory, name: str, make):
+    """A folder made once for the whole test run, by ``make(folder)`` (which returns a
+    CompletedProcess); returns the folder and that process.  With xdist the tests of one module are
+    spread over workers, and a module fixture would be made in each of them, side by side: here the
+    first worker to ask makes it, under a file lock, and the others wait for it and read it (its
+    process's output kept beside it).  A folder that ``make`` failed to finish is made again."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    folder, done = root / f"made-once-{name}", root / f"made-once-{name}.json"
+    with FileLock(str(root / f"made-once-{name}.lock")):
+        if not done.exists():
+            if folder.exists():
+                import shutil
+
+                shutil.rmtree(folder)
+            folder.mkdir()
+            proc = make(folder)
+            done.write_text(json.dumps({"args": [str(a) for a in proc.args], "returncode": proc.returncode,
+                                        "stdout": proc.stdout, "stderr": proc.stderr}))
+    kept = json.loads(done.read_text())
+    return folder, subprocess.CompletedProcess(kept["args"], kept["returncode"], kept["stdout"], kept["stderr"])
+
+
 @pytest.fixture
 def calibrated(monkeypatch, tmp_path_factory):
     """``calibrate(env, sigma)``: this machine's between-run drift as an A/A ab would record it

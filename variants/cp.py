@@ -10,7 +10,10 @@
 - cp.alltoall: Ulysses.  Two all-to-alls swap the sequence split for a head split around a local
   attention over the whole sequence (SDPA here; ``ulysses(local)`` wraps any other).
 - cp.torch: PyTorch's own ``torch.distributed.tensor.experimental.context_parallel`` (ring SDPA over
-  the ranks, on its head-tail load-balanced shards, which are the zigzag split).
+  the ranks, on its head-tail load-balanced shards, which are the zigzag split).  On CUDA torch's
+  own handlers take the flash, efficient and cuDNN kernels; on the CPU, where torch registers
+  none, the CPU's fused kernel is routed to the same ring templates.  Its exchanges are counted
+  and timed by wrapping torch's rotater.
 """
 
 from __future__ import annotations
@@ -109,7 +112,8 @@ def _torch_cp():
     from torch.distributed.tensor.experimental._context_parallel import _attention
 
     for name in ("_enable_context_parallel_dispatcher_impl", "_disable_context_parallel_dispatcher_impl",
-                 "_DispatchMode", "_cp_options"):
+                 "_DispatchMode", "_cp_options", "_create_rotater", "_templated_ring_attention",
+                 "_templated_ring_attention_backward", "_AllGatherRotater"):
         getattr(_attention, name)
     return _attention
 
@@ -119,33 +123,89 @@ def _torch_cp_reason(case) -> str | None:
         _torch_cp()
     except (ImportError, AttributeError) as exc:
         return f"this torch's context_parallel cannot be entered on given shards ({type(exc).__name__}: {exc})"
-    if case.device == "cpu":  # what torch 2.13 does on the CPU: refuses the fused op, or shards the math path wrongly
-        return ("torch's context_parallel shards the CUDA SDPA kernels (flash, efficient, cuDNN); the CPU's "
-                "aten._scaled_dot_product_flash_attention_for_cpu has no sharding strategy (NotImplementedError), "
-                "and its math path comes back with the heads halved")
     return None
 
 
-@variant("cp.torch", description="PyTorch's context_parallel: ring SDPA over the ranks on its load-balanced "
-         "(head-tail) shards", devices=("cpu", "cuda"), masks=("none", "causal"), cross=False, gqa=False,
-         shard="zigzag", check=_torch_cp_reason, checks=("ranks",))
+class _CountedRotater:
+    """torch's K/V rotater with its exchanges counted and timed in the rank's ``comms``: the bytes
+    each sends (an all-gather's, once, to every other rank; a permute's to the next), and the time
+    spent starting it and waiting for its buffer (the communication the compute did not hide)."""
+
+    def __init__(self, inner, ctx, cp):
+        self.inner, self.ctx, self.gathers = inner, ctx, isinstance(inner, cp._AllGatherRotater)
+
+    def exchange_buffers(self, buffer):
+        fresh = self.ctx.world > 1 and (not self.gathers or self.inner._aggregated_buffer is None)
+        sent = buffer.numel() * buffer.element_size() * ((self.ctx.world - 1) if self.gathers else 1) if fresh else 0
+        self.ctx.comms.timed(lambda: self.inner.exchange_buffers(buffer), sent)
+
+    def next_buffer(self):
+        return self.ctx.comms.timed(self.inner.next_buffer, 0)
+
+
+def _cpu_handlers(cp, mesh):
+    """The CPU's fused SDPA (``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward)
+    routed to torch's ring templates, as torch routes the CUDA kernels: torch registers no handler
+    for it, and without one its DTensor has no sharding strategy."""
+    import torch
+    from torch.distributed.tensor import DTensor, Shard
+
+    aten = torch.ops.aten
+
+    def local(x):
+        return x.to_local() if isinstance(x, DTensor) else x
+
+    def wrap(tensors):
+        return tuple(DTensor.from_local(t, mesh, [Shard(2)], run_check=False) if isinstance(t, torch.Tensor)
+                     else t for t in tensors)
+
+    def forward(op_call, args, kwargs):
+        names = ("query", "key", "value", "dropout_p", "is_causal")
+        given = {**dict(zip(names, map(local, args))), **{k: local(v) for k, v in kwargs.items()}}
+        if given.get("attn_mask") is not None:
+            raise NotImplementedError("context parallelism takes no attention mask")
+        q, k, v = given.pop("query"), given.pop("key"), given.pop("value")
+        return wrap(cp._templated_ring_attention(mesh.get_group(), 2, aten._scaled_dot_product_flash_attention_for_cpu
+                                                 .default, q, k, v, is_causal=given.pop("is_causal", False),
+                                                 **given))
+
+    def backward(op_call, args, kwargs):
+        names = ("grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal")
+        given = {**dict(zip(names, map(local, args))), **{k: local(v) for k, v in kwargs.items()}}
+        return wrap(cp._templated_ring_attention_backward(
+            mesh.get_group(), 2, aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+            grad_out_name="grad_out", **given))
+
+    return {aten._scaled_dot_product_flash_attention_for_cpu.default: forward,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward.default: backward}
+
+
+@variant("cp.torch", description="PyTorch's context_parallel: its ring SDPA over the ranks on its load-balanced "
+         "(head-tail) shards, K and V all-gathered (its default rotation)", devices=("cpu", "cuda"),
+         masks=("none", "causal"), cross=False, gqa=False, shard="zigzag", check=_torch_cp_reason,
+         checks=("ranks",))
 def cp_torch(case, ctx):
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
 
     cp = _torch_cp()
     mesh = init_device_mesh(ctx.device.type, (ctx.world,))
     causal = case.mask == "causal"
+    handlers = _cpu_handlers(cp, mesh) if ctx.device.type == "cpu" else {}
 
     @contextlib.contextmanager
     def dispatching():
-        mode, balance = cp._dispatch_mode, cp._cp_options.enable_load_balance
+        saved = cp._dispatch_mode, cp._cp_options.enable_load_balance, cp._create_rotater
+        create = cp._create_rotater
         cp._dispatch_mode, cp._cp_options.enable_load_balance = cp._DispatchMode.MONKEY_PATCH, causal
+        cp._create_rotater = lambda *a, **k: _CountedRotater(create(*a, **k), ctx, cp)
         cp._enable_context_parallel_dispatcher_impl(seq_dim=2, mesh=mesh)
+        DTensor._op_dispatcher._custom_op_handlers = {**DTensor._op_dispatcher._custom_op_handlers, **handlers}
         try:
             yield
         finally:
-            cp._disable_context_parallel_dispatcher_impl()
-            cp._dispatch_mode, cp._cp_options.enable_load_balance = mode, balance
+            cp._disable_context_parallel_dispatcher_impl()  # (puts torch's own handlers back)
+            cp._dispatch_mode, cp._cp_options.enable_load_balance, cp._create_rotater = saved
 
     def attention(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)

@@ -239,12 +239,12 @@ def test_gpu_check_quick_refuses_the_flags_it_ignores(capsys):
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    from tests.conftest import run_cli
+    from tests.conftest import made_once, run_cli
 
-    out = tmp_path_factory.mktemp("measured") / "run"
-    res = run_cli("sweep", *SMALL[:-2], "--masks", "none,causal", "--out", out)
+    folder, res = made_once(tmp_path_factory, "measured",
+                            lambda f: run_cli("sweep", *SMALL[:-2], "--masks", "none,causal", "--out", f / "run"))
     assert res.returncode == 0, res.stderr
-    return out
+    return folder / "run"
 
 
 def _snapshot(folder):

@@ -6,16 +6,15 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from tests.conftest import read_jsonl, run_cli
+from tests.conftest import made_once, read_jsonl, run_cli
 
 
 @pytest.fixture(scope="module")
 def bf16_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bf16") / "run"
-    res = run_cli("sweep", "--variants", "naive,linear.elu", "--dtypes", "bf16", "--seq-lens", "64,128",
-                  "--masks", "causal", "--directions", "fwd", "--heads", "2", "--head-dims", "16",
-                  "--budget-ms", "20", "--out", out)
-    return out, res
+    folder, res = made_once(tmp_path_factory, "bf16", lambda f: run_cli(
+        "sweep", "--variants", "naive,linear.elu", "--dtypes", "bf16", "--seq-lens", "64,128", "--masks", "causal",
+        "--directions", "fwd", "--heads", "2", "--head-dims", "16", "--budget-ms", "20", "--out", f / "run"))
+    return folder / "run", res
 
 
 @pytest.mark.slow  # a sweep in a subprocess

@@ -14,7 +14,7 @@ from reports.build import build_report
 from reports.compare import Drift, compare_frames, compare_runs
 from reports.frames import paired_ratio, speedups, tidy
 from reports.scaling import crossovers, fit_exponent, scaling_table
-from tests.conftest import run_cli
+from tests.conftest import made_once, run_cli
 from tests.support.browser import open_in_browser
 from tests.support.runs import run_folder as _run_folder
 from tests.support.runs import timed_rows as _timed_rows
@@ -23,12 +23,12 @@ from tests.support.text import count, numbers, value
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "small"
-    proc = run_cli("sweep", "--out", out, "--variants", "naive,sdpa.flash,window.chunked,xformers,linear.elu",
-                   "--seq-lens", "64,128,256", "--heads", "2", "--head-dims", "16",
-                   "--masks", "none,window", "--window", "16", "--budget-ms", "10", "--quiet")
+    folder, proc = made_once(tmp_path_factory, "small", lambda f: run_cli(
+        "sweep", "--out", f / "small", "--variants", "naive,sdpa.flash,window.chunked,xformers,linear.elu",
+        "--seq-lens", "64,128,256", "--heads", "2", "--head-dims", "16", "--masks", "none,window", "--window", "16",
+        "--budget-ms", "10", "--quiet"))
     assert proc.returncode == 0, proc.stderr
-    return out, proc
+    return folder / "small", proc
 
 
 @pytest.mark.slow
