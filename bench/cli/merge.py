@@ -49,9 +49,11 @@ def _check(spec, resume) -> None:
     if spec.executor and resume is not None:
         raise UsageError("--executor resumes by itself: run the same command again and each shard measures only "
                          "the cells its folder lacks")
-    slurm = [k for k in ("slurm_partition", "slurm_gpus_per_node", "slurm_time", "slurm_array_parallelism")
-             if getattr(spec, k) is not None]
-    if slurm and spec.executor != "slurm" and not (spec.executor == "local" and slurm == ["slurm_time"]):
+    slurm = [k for k in ("slurm_partition", "slurm_gpus_per_node", "slurm_nodes", "slurm_time",
+                         "slurm_array_parallelism") if getattr(spec, k) is not None]
+    if spec.executor == "local":  # minutes and nodes (tasks of this machine) mean something to the local executor
+        slurm = [k for k in slurm if k not in ("slurm_time", "slurm_nodes")]
+    if slurm and spec.executor != "slurm":
         raise UsageError(f"--{slurm[0].replace('_', '-')} is a setting of --executor slurm")
 
 
@@ -94,7 +96,7 @@ def _submit(spec, registry, args) -> int:
     failed = []
     for job, handle in zip(record["jobs"], record["handles"]):
         try:
-            handle.result()
+            handle.results()  # (every task's: a job of several nodes has one a node)
         except Exception as exc:  # its rows are kept; running the command again resumes it
             failed.append(f"shard {job['shard']}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}")
     if failed:

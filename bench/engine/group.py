@@ -30,6 +30,9 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Listener
 
+from bench.engine import hosts as _hosts
+from bench.engine.hosts import rank_cores as _rank_cores  # (a rank's cores: the same rule on every node)
+
 START_TIMEOUT_S = 180.0  # P processes importing torch and meeting at the rendezvous (a busy machine: slow)
 AFTER_FAULT_S = 2.0  # after one rank's fault, how long the others have to answer before the group is killed
 
@@ -56,15 +59,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_cores(cores: list[int], rank: int, world: int, threads: int) -> list[int]:
-    """The cores rank ``rank`` of ``world`` runs on: ``threads`` of the worker's ``cores`` of its
-    own where they go round, all of them where they do not (the cell is then contended)."""
-    if len(cores) < world * threads:
-        return cores
-    return cores[rank * threads:(rank + 1) * threads]
-
-
-def _death(code: int | None) -> str:
+def _death(code: int | str | None, node: int = 0) -> str:
+    if code == "lost":  # (bench.engine.hosts.RemoteHost.LOST)
+        return f"(on node {node}) could not be heard: its node's rank host went away"
+    if node:
+        return f"(on node {node}) {_death(code)}"
     if code is None:
         return "is still running"
     if code < 0:
@@ -82,7 +81,8 @@ class RankGroup:
     def __init__(self, world: int, device: str, plugins=(), threads: int = 1, timeout_s: float = 600.0):
         self.world, self.device, self.plugins, self.threads = world, device, tuple(plugins), threads
         self.timeout_s = timeout_s
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list = []  # a Popen each, or a RemoteRank (bench.engine.hosts) for another node's
+        self.nodes: list[int] = []  # the node each rank runs on (0: this one)
         self.conns: list = []
         self._listener = None
         self._dir = None
@@ -95,22 +95,50 @@ class RankGroup:
         return bool(self.procs) and all(p.poll() is None for p in self.procs)
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        here = len([g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]) \
+            if self.device == "cuda" else self.world
+        from bench.errors import UsageError
+
+        try:
+            blocks = _hosts.split(self.world, self.device, here or self.world)
+        except UsageError as exc:
+            raise GroupFault("unsupported", str(exc), "unsupported") from None
+        self.nodes = [node for node, count in enumerate(blocks) for _ in range(count)]
         self._dir = tempfile.TemporaryDirectory(prefix="attnbench-ranks-")
         authkey = secrets.token_bytes(16)
-        self._listener = Listener(os.path.join(self._dir.name, "rendezvous"), family="AF_UNIX", authkey=authkey)
+        if len(blocks) > 1:  # ranks on other nodes: the rendezvous where they reach it
+            me = os.environ.get(_hosts.HOST_ENV) or socket.gethostname()
+            self._listener = Listener(("0.0.0.0", 0), family="AF_INET", authkey=authkey)
+            address, family, master = f"{me}:{self._listener.address[1]}", "AF_INET", me
+        else:
+            self._listener = Listener(os.path.join(self._dir.name, "rendezvous"), family="AF_UNIX", authkey=authkey)
+            address, family, master = self._listener.address, "AF_UNIX", "127.0.0.1"
         port = _free_port()
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        for rank in range(self.world):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(self.world), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(self.world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       ATTNBENCH_RANK_ADDRESS=self._listener.address, ATTNBENCH_RANK_KEY=authkey.hex(),
-                       ATTNBENCH_WORKER_PID=str(os.getpid()),
-                       OMP_NUM_THREADS=str(self.threads),
-                       # on the CPU each rank on cores of its own where the worker has enough, else on all of them
-                       ATTNBENCH_RANK_CPUS=",".join(map(str, _rank_cores(cores, rank, self.world, self.threads)))
-                       if self.device == "cpu" else "")
-            self.procs.append(subprocess.Popen([sys.executable, "-m", "bench.engine.rank"], env=env,
-                                               stdin=subprocess.DEVNULL))
+        first = 0
+        for node, count in enumerate(blocks):
+            envs = [dict(RANK=str(rank), WORLD_SIZE=str(self.world), LOCAL_RANK=str(rank - first),
+                         LOCAL_WORLD_SIZE=str(count), MASTER_ADDR=master, MASTER_PORT=str(port),
+                         ATTNBENCH_RANK_ADDRESS=address, ATTNBENCH_RANK_FAMILY=family, ATTNBENCH_RANK_KEY=authkey.hex())
+                    for rank in range(first, first + count)]
+            first += count
+            if node:
+                try:
+                    host = _hosts.RemoteHost.start(node, envs, self.threads, self.device, timeout_s)
+                except (OSError, EOFError, TimeoutError, RuntimeError) as exc:
+                    self.kill()
+                    raise GroupFault("crash", f"ranks {envs[0]['RANK']}-{envs[-1]['RANK']} of {self.world} could not "
+                                              f"start on node {node}: {exc}", "crash") from None
+                self.procs.extend(_hosts.RemoteRank(host, i) for i in range(count))
+                continue
+            for local, given in enumerate(envs):
+                env = dict(os.environ, **given, ATTNBENCH_WORKER_PID=str(os.getpid()),
+                           OMP_NUM_THREADS=str(self.threads),
+                           # on the CPU each rank on cores of its own where the worker has enough, else on all of them
+                           ATTNBENCH_RANK_CPUS=",".join(map(str, _rank_cores(cores, local, count, self.threads)))
+                           if self.device == "cpu" else "")
+                self.procs.append(subprocess.Popen([sys.executable, "-m", "bench.engine.rank"], env=env,
+                                                   stdin=subprocess.DEVNULL))
         conns: dict = {}
         accepted = threading.Thread(target=self._accept, args=(conns,), daemon=True)
         accepted.start()
@@ -118,8 +146,9 @@ class RankGroup:
         while accepted.is_alive() and time.monotonic() < deadline:
             dead = [r for r, p in enumerate(self.procs) if p.poll() is not None]
             if dead:
+                why = _death(self.procs[dead[0]].returncode, self.nodes[dead[0]])
                 self.kill()
-                raise GroupFault("crash", f"rank {dead[0]} of {self.world} {_death(self.procs[dead[0]].returncode)} "
+                raise GroupFault("crash", f"rank {dead[0]} of {self.world} {why} "
                                           f"before the group met", "crash")
             accepted.join(0.2)
         if accepted.is_alive():
@@ -163,9 +192,9 @@ class RankGroup:
                 except (EOFError, OSError):
                     pass
                 if self.procs[rank].poll() is not None:
-                    code = self.procs[rank].returncode
+                    why = _death(self.procs[rank].returncode, self.nodes[rank])
                     self.kill()
-                    raise GroupFault("crash", f"rank {rank} of {self.world} {_death(code)} while {doing}", "crash")
+                    raise GroupFault("crash", f"rank {rank} of {self.world} {why} while {doing}", "crash")
             if len(replies) == self.world:
                 break
             if time.monotonic() > deadline:
@@ -222,7 +251,7 @@ class RankGroup:
         if self._dir is not None:
             with contextlib.suppress(OSError):
                 self._dir.cleanup()
-        self.procs, self.conns, self._listener, self._dir = [], [], None, None
+        self.procs, self.conns, self._listener, self._dir, self.nodes = [], [], None, None, []
 
 
 _GROUPS: dict = {}  # the worker's live groups by (world, device, plugins, threads): idle ranks wait, using no CPU

@@ -114,6 +114,11 @@ def place(device: str, workers: int | None, gpus: list[int] | None, cpus: list[i
 def _ranked_gpus(workers, gpus, threads, visible, world: int, count: int | None) -> list[Slot]:
     """Slots of ``world`` GPUs each, one per rank of a cell: ``gpus`` (or the node's) in blocks."""
     ids = gpus if gpus is not None else list(range(count if count is not None else world))
+    from bench.engine import hosts
+
+    if len(ids) < world and hosts.nodes() > 1 and ids:  # a world past this node: it takes the node's GPUs
+        hosts.split(world, "cuda", len(ids))  # (refused when the job's nodes cannot hold it)
+        world = len(ids)
     if len(ids) < world:
         raise UsageError(f"--ranks {world} runs a cell on {world} GPUs, one per rank; this sweep has {len(ids)} "
                          f"({', '.join(map(str, ids)) or 'none'}): give --ranks {len(ids) or 1} or fewer")
@@ -134,6 +139,9 @@ def largest_world(spec) -> int:
         import os
 
         return visible_gpus() if spec.device == "cuda" else (os.cpu_count() or 1)
+    per_node = getattr(spec, "slurm_gpus_per_node", None)
+    if spec.device == "cuda" and (getattr(spec, "slurm_nodes", None) or 1) > 1 and per_node:
+        return min(max(given), per_node)  # a job of several nodes: a world past a node takes its GPUs
     return max(given)
 
 

@@ -63,8 +63,11 @@ def main() -> int:
     from multiprocessing.connection import Client
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    conn = Client(os.environ["ATTNBENCH_RANK_ADDRESS"], family="AF_UNIX",
-                  authkey=bytes.fromhex(os.environ["ATTNBENCH_RANK_KEY"]))
+    address, family = os.environ["ATTNBENCH_RANK_ADDRESS"], os.environ.get("ATTNBENCH_RANK_FAMILY") or "AF_UNIX"
+    if family == "AF_INET":  # the worker on another node (bench.engine.hosts): host:port
+        host, port = address.rsplit(":", 1)
+        address = (host, int(port))
+    conn = Client(address, family=family, authkey=bytes.fromhex(os.environ["ATTNBENCH_RANK_KEY"]))
     conn.send(rank)
     setup = conn.recv()
     try:

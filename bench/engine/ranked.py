@@ -28,13 +28,16 @@ def rank_threads(case, settings) -> int:
 
 
 def contention(case, threads: int) -> dict:
-    """The CPU's verdict on a cell of several ranks: contended when its ranks' threads outnumber the
-    cores this worker may use."""
+    """The CPU's verdict on a cell of several ranks: contended when the threads of its ranks on this
+    node outnumber the cores this worker may use."""
     if case.device != "cpu":
         return {}
+    from bench.engine.hosts import split
+
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if case.ranks * threads > cores:
-        return {"contended": True, "contended_why": f"{case.ranks} ranks of {threads} thread(s) on {cores} core(s)"}
+    here = split(case.ranks, "cpu", case.ranks)[0]  # this node's ranks (a job of several nodes spreads them)
+    if here * threads > cores:
+        return {"contended": True, "contended_why": f"{here} ranks of {threads} thread(s) on {cores} core(s)"}
     return {"contended": False, "contended_why": ""}
 
 

@@ -232,6 +232,9 @@ class _Spec:
                                    choice("executor", ("local", "slurm")), run=True)
     slurm_partition: str | None = setting("the Slurm partition of the jobs", text, metavar="NAME", run=True)
     slurm_gpus_per_node: int | None = setting("GPUs per job (and node)", number(0, 64, True), metavar="N", run=True)
+    slurm_nodes: int | None = setting("nodes per job (default 1): a cell's world of --ranks spans them, a node's GPUs "
+                                      "each, or on the CPU spread evenly (with --executor local, tasks of this "
+                                      "machine stand in for them)", number(1, 1024, True), metavar="N", run=True)
     slurm_time: int | None = setting("minutes each job may run (default: the projection, doubled, at least 10)",
                                      number(1, 100000, True), metavar="MIN", run=True)
     slurm_array_parallelism: int | None = setting("jobs running at once (default: all)", number(1, 100000, True),

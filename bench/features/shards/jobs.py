@@ -18,6 +18,7 @@ is set, so a timeout is always set.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -44,11 +45,14 @@ def require_submitit(executor: str):
     return submitit
 
 
-def run_shard(spec_dict: dict, folder: str, cuda_device: int | str | None = None, listen=None) -> dict:
+def run_shard(spec_dict: dict, folder: str, cuda_device: int | str | None = None, listen=None,
+              span: dict | None = None) -> dict:
     """A job's work: the shard's sweep in its folder (resumed when it holds rows already).
     Returns its status counts.  ``cuda_device``: the one GPU this job may use, as the
     submitting process's CUDA_VISIBLE_DEVICES names it; ``listen``: what the submitter gave to
-    hear the sweep's notes in the job's log (a picklable function, called first)."""
+    hear the sweep's notes in the job's log (a picklable function, called first); ``span``: a job
+    of several nodes (``nodes``, the job's ``key``): task 0 runs the sweep, the others are rank
+    hosts for the cells whose ranks span nodes (bench.engine.hosts)."""
     if listen is not None:
         listen()
     if cuda_device is not None:
@@ -58,9 +62,25 @@ def run_shard(spec_dict: dict, folder: str, cuda_device: int | str | None = None
 
     folder = Path(folder)
     spec = spec_from_dict(spec_dict)
+    leading = contextlib.nullcontext()
+    if span and span["nodes"] > 1:
+        import socket
+
+        import submitit
+
+        from bench.engine import hosts
+
+        job = submitit.JobEnvironment()
+        where = folder.parent / SUBMITIT_DIR / "hosts" / str(job.job_id)
+        name = "127.0.0.1" if span.get("local") else socket.gethostname()
+        if job.global_rank > 0:
+            groups = hosts.serve(where, job.global_rank, span["key"], name)
+            return {"shard": spec.shard, "folder": str(folder), "node": job.global_rank, "groups": groups}
+        leading = hosts.leading(where, span["key"], span["nodes"], name)
     resumed = (folder / store.ENV).exists()
-    summary = run_sweep(spec, folder, SweepOptions(resume=resumed, progress=False,
-                                                   command=f"job: shard {spec.shard} in {folder}"))
+    with leading:
+        summary = run_sweep(spec, folder, SweepOptions(resume=resumed, progress=False,
+                                                       command=f"job: shard {spec.shard} in {folder}"))
     return {"shard": spec.shard, "folder": str(folder), "counts": summary.counts, "cells": summary.cells,
             "already": summary.already}
 
@@ -77,6 +97,14 @@ def submit(spec: Spec, sweep_dir: Path, shards: int, per_shard_s: float, listen=
         if shutil.which("sbatch") is None:
             raise UsageError("--executor slurm: no Slurm here (sbatch is not on the PATH); --executor local runs "
                              "the same jobs on this machine")
+    nodes = spec.slurm_nodes or 1
+    if nodes > 1:
+        from bench.engine.hosts import check_world
+
+        if spec.executor == "local" and spec.device == "cuda":
+            raise UsageError(f"--executor local --slurm-nodes {nodes} on a GPU: the tasks standing in for nodes would "
+                             f"share this machine's GPUs; give --slurm-nodes 1, or --executor slurm")
+        check_world(spec.ranks, nodes, spec.slurm_gpus_per_node, spec.device)
     gpus = _local_gpus(spec) if spec.executor == "local" else []
     if gpus and shards > len(gpus):
         raise UsageError(f"--executor local --shards {shards}: this machine has {len(gpus)} GPU(s) for them, and "
@@ -87,30 +115,34 @@ def submit(spec: Spec, sweep_dir: Path, shards: int, per_shard_s: float, listen=
     if spec.executor == "slurm":
         ex = submitit.AutoExecutor(folder=sweep_dir / SUBMITIT_DIR, cluster="slurm")
         params = {"timeout_min": minutes, "name": sweep_id(spec), "slurm_partition": spec.slurm_partition,
-                  "gpus_per_node": spec.slurm_gpus_per_node,
+                  "gpus_per_node": spec.slurm_gpus_per_node, "nodes": nodes if nodes > 1 else None,
+                  "tasks_per_node": 1 if nodes > 1 else None,
                   "slurm_array_parallelism": spec.slurm_array_parallelism or shards}
         ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
     else:  # the local executor itself: AutoExecutor does not pass visible_gpus through
         ex = submitit.LocalExecutor(folder=sweep_dir / SUBMITIT_DIR)
-        ex.update_parameters(timeout_min=minutes)
+        ex.update_parameters(timeout_min=minutes, tasks_per_node=nodes)  # (a task for each node)
     from bench.engine import placement
 
     visible = placement.visible_ids()
     jobs = []
+    import secrets
+
+    span = {"nodes": nodes, "key": secrets.token_hex(16), "local": spec.executor == "local"} if nodes > 1 else None
     for i in range(1, shards + 1):
-        shard_spec = replace(spec, shard=f"{i}/{shards}", executor=None, shards=None)
+        shard_spec = replace(spec, shard=f"{i}/{shards}", executor=None, shards=None, slurm_nodes=None)
         folder = store.shard_folder(sweep_dir, i, shards)
         device = placement.device_id(gpus[i - 1], visible) if gpus else None
         jobs.append((i, folder, device, shard_spec.to_dict()))
     if spec.executor == "slurm":
         with ex.batch():  # one job array
-            handles = [ex.submit(run_shard, d, str(f), None, listen) for _, f, _, d in jobs]
+            handles = [ex.submit(run_shard, d, str(f), None, listen, span) for _, f, _, d in jobs]
     else:
         handles = []
         for _, f, device, d in jobs:  # every local job would see GPUs 0..n-1: each gets its own, or none
             ex.update_parameters(gpus_per_node=1 if device is not None else 0,
                                  visible_gpus=(device,) if device is not None else ())
-            handles.append(ex.submit(run_shard, d, str(f), device, listen))
+            handles.append(ex.submit(run_shard, d, str(f), device, listen, span))
     record = {"sweep_id": sweep_id(spec), "executor": spec.executor, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "timeout_min": minutes, "submitit_folder": str(sweep_dir / SUBMITIT_DIR),
               "spec": replace(spec, executor=None, shards=None).to_dict(),
