@@ -157,7 +157,10 @@ def rank_figures(row: dict, median_ms: float) -> dict:
     time in collectives, sample by sample): each rank's median; the communication time of the
     slowest rank at each step, its median, and its share of the step (``median_ms``, the slowest
     rank's); how long the fastest rank waits for the slowest (the step's median less the fastest
-    rank's); the most bytes one rank sent per step.  None without rank samples."""
+    rank's); the most bytes one rank sent per step; the most time one rank spent inside collectives
+    in its profiled step (``rank_collective_ms``), and the share of the ranks' time inside them that
+    the same step did not wait for (``rank_collective_wait_ms``; ``comm_hidden``: the communication
+    the compute hid).  None without rank samples."""
     per_rank = [[x for x in r if isinstance(x, (int, float)) and math.isfinite(x)]
                 for r in row.get("rank_samples_ms") or ()]
     if not per_rank or not all(per_rank):
@@ -174,6 +177,14 @@ def rank_figures(row: dict, median_ms: float) -> dict:
     sent = [b for b in row.get("rank_bytes_sent") or () if isinstance(b, (int, float))]
     if sent:
         out["bytes_sent"] = max(sent)
+    pairs = [(c, w) for c, w in zip(row.get("rank_collective_ms") or (), row.get("rank_collective_wait_ms") or ())
+             if isinstance(c, (int, float)) and math.isfinite(c)]
+    if pairs:
+        out["collective_ms"] = max(c for c, _ in pairs)
+        waited = [w for _, w in pairs if isinstance(w, (int, float)) and math.isfinite(w)]
+        inside = sum(c for c, _ in pairs)
+        if inside > 0 and len(waited) == len(pairs):
+            out["comm_hidden"] = min(1.0, max(0.0, 1.0 - sum(waited) / inside))
     return out
 
 

@@ -103,13 +103,15 @@ GPU_STATE = ("sm_clock_start_mhz", "sm_clock_end_mhz", "power_start_w", "power_e
              "throttle_reasons", "energy_j_per_call", "energy_j_per_token", "energy_why", "throttled",
              "throttled_why")  # NVML
 LAYER = ("layer",)  # a layer scope (bench.scopes.layer): each part's time, FLOPs, interval; their sum; the core's share
-RANK_MEASURED = ("rank_samples_ms", "rank_comm_ms", "rank_bytes_sent", "rank_peak_mem_bytes")
-RANK_FIGURES = ("rank_median_ms", "comm_ms", "comm_share", "wait_ms", "bytes_sent")
+RANK_MEASURED = ("rank_samples_ms", "rank_comm_ms", "rank_bytes_sent", "rank_peak_mem_bytes", "rank_collective_ms",
+                 "rank_collective_wait_ms")
+RANK_FIGURES = ("rank_median_ms", "comm_ms", "comm_share", "wait_ms", "bytes_sent", "collective_ms", "comm_hidden")
 RANKS = (*RANK_MEASURED, *RANK_FIGURES)
 # a cell of several ranks (--ranks, bench.scopes.context): each rank's own step times and time in its collectives
 # (one list per rank, sample by sample), the bytes it sent per step and its peak memory; on read, each rank's
 # median, the communication time and share of the slowest step, the wait of the fastest rank for the slowest,
-# and the most bytes a rank sent (samples_ms: the slowest rank's time, step by step)
+# and the most bytes a rank sent; of one profiled step, each rank's time inside its collectives and its wait for
+# them, and on read the most time inside and the share of it hidden (samples_ms: the slowest rank's, step by step)
 COLUMNS = (*IDENTITY, *OUTCOME, *WORKLOAD, *SETTING_COLUMNS, *TIMING, *CONTENTION, *ACCURACY, *FIGURES, *KERNELS,
            *GPU_STATE, *LAYER, *RANKS)
 NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", "round_medians_ms")), "samples",
@@ -119,7 +121,7 @@ NUMERIC = (*(c for c in TIMING if c.endswith("_ms") and c not in ("samples_ms", 
            "graph_median_ms", "sm_clock_start_mhz", "sm_clock_end_mhz",
            "power_start_w", "power_end_w", "power_limit_w",
            "temp_start_c", "temp_end_c", "energy_j_per_call", "energy_j_per_token", "comm_ms", "comm_share",
-           "wait_ms", "bytes_sent")
+           "wait_ms", "bytes_sent", "collective_ms", "comm_hidden")
 FLAGS = ("few_samples", "noisy", "contended", "throttled")  # booleans that make an ok row shaky (runs.judge)
 MEASURED = ("median_ms", "iqr_ms", "min_ms", "samples", "peak_mem_bytes", "tflops", "max_abs_err")
 ALWAYS = (*IDENTITY, *OUTCOME, "mask_params", "density", "flops", "bytes", *MEASURED)  # written even when None

@@ -9,7 +9,9 @@ output shard and gradients, go back to the worker, which puts the shards in thei
 checks the whole against the float64 reference of the whole sequence (``gather``).  Then each
 rank times its step, all ranks starting each sample at a barrier: its own time, the time inside
 its collectives (``RankContext``'s timed collectives: on the CPU a clock around each; on CUDA
-events around each, on the stream that waits for it) and the bytes it sent.  ``reduce`` makes
+events around each, on the stream that waits for it) and the bytes it sent; then one step under
+torch.profiler gives its time inside the collectives themselves (NCCL's kernels, gloo's ops),
+hidden behind the compute or not.  ``reduce`` makes
 one measurement of the ranks': the step's time is the slowest rank's, sample by sample, and each
 rank's own figures are kept beside it (bench.model.row.RANKS); the statistics are computed on
 read (bench.measure.stats.rank_figures).
@@ -326,6 +328,68 @@ class RankMeasured:
     warmup_calls: int = 0
     timer: str = ""
     info: dict = field(default_factory=dict)
+    collective_ms: float | None = None  # its time inside collectives over one profiled step (``collectives_ms``)
+    collective_wait_ms: float | None = None  # and the time that step waited for them (its timed collectives)
+
+
+COLLECTIVE_PREFIXES = ("gloo:", "nccl")  # the profiler's names for a collective: gloo's ops on the CPU
+# (gloo:all_reduce, gloo:send, ...), NCCL's kernels on a GPU (ncclDevKernel_..., ncclKernel_...)
+STEP_MARK = "attnbench.rank_step"  # the profiled step's span (torch.profiler.record_function)
+
+
+def collectives_ms(events, cuda: bool, window: tuple | None = None) -> float:
+    """The time spent inside collectives, from the profiler's own events (``prof.events()``),
+    counted within ``window`` (start, end in the events' microseconds; None: all of them): on a
+    GPU NCCL's kernels, on the CPU gloo's ops, each from its start to its end (a collective
+    begun before a block's compute and waited for after it counts the whole time it was in
+    flight), the union of their spans.  Unlike the timed collectives (the step's wait for them), it counts the
+    communication that ran beside the compute too: the two give how much of it the compute hid."""
+    spans = []
+    for e in events:
+        name = str(e.name).lower()
+        if not name.startswith(COLLECTIVE_PREFIXES):
+            continue
+        on_device = "cuda" in str(getattr(e, "device_type", "")).lower()
+        if not ((cuda and on_device and name.startswith("nccl")) or
+                (not cuda and not on_device and name.startswith("gloo:"))):
+            continue
+        a, b = e.time_range.start, e.time_range.end
+        if window is not None:
+            a, b = max(a, window[0]), min(b, window[1])
+        if b > a:
+            spans.append((a, b))
+    total, reach = 0.0, None  # their union: a send and a receive in flight together count once
+    for a, b in sorted(spans):
+        if reach is None or a > reach:
+            total, reach = total + (b - a), b
+        elif b > reach:
+            total, reach = total + (b - reach), b
+    return total / 1e3
+
+
+def _profiled_collectives(call, sync, ctx) -> tuple:
+    """One step under torch.profiler, every rank's profiler started before it (a barrier): its
+    time inside collectives and the time it waited for them (its timed collectives), both None
+    where the profiler cannot run."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = ctx.comms.device == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    try:
+        with torch.profiler.profile(activities=activities) as prof:
+            dist.barrier(group=ctx.group)
+            sync()
+            ctx.comms.reset()
+            with torch.profiler.record_function(STEP_MARK):
+                call()
+                sync()
+    except RuntimeError:  # another profiler active, or CUPTI unavailable
+        return None, None
+    events = prof.events()
+    step = next((e for e in events if e.name == STEP_MARK), None)
+    inside = collectives_ms(events, cuda, (step.time_range.start, step.time_range.end) if step else None)
+    return inside, ctx.comms.ms()
 
 
 def run_rank(variant, case, ctx: RankContext, settings) -> RankMeasured:
@@ -383,6 +447,8 @@ def run_rank(variant, case, ctx: RankContext, settings) -> RankMeasured:
         measured.warmup_calls = WARMUP
         measured.timer = "cuda-sync-perf-counter" if ctx.comms.device == "cuda" else "cpu-perf-counter"
         dist.barrier(group=ctx.group)
+        measured.collective_ms, measured.collective_wait_ms = _profiled_collectives(call, sync, ctx)
+        dist.barrier(group=ctx.group)
         measured.peak_mem_bytes = peak_bytes(ctx.comms.device, call)
         dist.barrier(group=ctx.group)
     return measured
@@ -415,4 +481,6 @@ def reduce(measured: list[RankMeasured], case, layout: str) -> dict:
             "columns": {"rank_samples_ms": [m.samples_ms[:steps] for m in measured],
                         "rank_comm_ms": [m.comm_ms[:steps] for m in measured],
                         "rank_bytes_sent": [m.bytes_sent for m in measured],
-                        "rank_peak_mem_bytes": peaks}}
+                        "rank_peak_mem_bytes": peaks,
+                        "rank_collective_ms": [m.collective_ms for m in measured],
+                        "rank_collective_wait_ms": [m.collective_wait_ms for m in measured]}}

@@ -54,6 +54,7 @@ def ranks_table(df: pd.DataFrame) -> pd.DataFrame:
         "per rank ms": [" / ".join(f"{x:.3g}" for x in v) for v in ok["rank_median_ms"]],
         "comm ms": ok.get("comm_ms", np.nan), "comm share %": 100 * ok.get("comm_share", np.nan),
         "wait ms": ok.get("wait_ms", np.nan), "sent MiB": ok.get("bytes_sent", np.nan) / MIB,
+        "collective ms": ok.get("collective_ms", np.nan), "hidden %": 100 * ok.get("comm_hidden", np.nan),
         "peak MiB per rank": [_largest(v) / MIB for v in ok.get("rank_peak_mem_bytes", [np.nan] * len(ok))],
         "efficiency": eff, "contended": ok.get("contended", False).fillna(False).astype(bool)})
     return t.sort_values(["mask", "direction", "variant", "ranks", "n"]).round(3).reset_index(drop=True)

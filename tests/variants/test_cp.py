@@ -52,6 +52,9 @@ def test_each_variant_matches_the_float64_reference_of_the_whole_sequence_at_eve
                 assert r["median_ms"] >= max(r["rank_median_ms"]) * 0.999  # the step waits for the slowest rank
                 sent = r["rank_bytes_sent"]
                 assert (sum(sent) == 0) == (ranks == 1)  # one rank sends nothing; more exchange their shards
+                if direction == "fwd":  # the profiled step: time inside the collectives, on every rank of several
+                    inside = r["rank_collective_ms"]
+                    assert len(inside) == ranks and all((c > 0) == (ranks > 1) for c in inside), inside
 
 
 @pytest.mark.slow
