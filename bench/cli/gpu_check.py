@@ -357,6 +357,10 @@ def run_extra_check(out: Path | None, device: str = "cuda") -> int:
                                                       rows)
         if device == "cuda" and not any(r.get("status") == "ok" for r in rows):  # each path is there to run on a GPU
             ok, detail = False, f"no cell ran ({detail})"
+        unprofiled = sorted({r["variant"] for r in rows if r.get("status") == "ok" and r.get("ranks")
+                             and any(c is None for c in r.get("rank_collective_ms") or [None])})
+        if ok and unprofiled:  # the ranks' profiled step (NCCL's kernels on a GPU) gave no time inside collectives
+            ok, detail = False, f"no profiled step on the ranks of {', '.join(unprofiled)}"
         checks.add(check, ok, detail)
     for variant in taking(registry, "ab")[:1]:
         ok, detail = ab_check(out / "ab", device, variant)
