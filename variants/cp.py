@@ -75,7 +75,8 @@ def cp_ring(case, ctx):
     return ring_attention(case, ctx)
 
 
-def _heads_reason(case) -> str | None:
+def heads_reason(case) -> str | None:
+    """Why Ulysses cannot split ``case``'s heads over its ranks (None when it can)."""
     for name, heads in (("heads", case.heads), ("kv_heads", case.kv_heads)):
         if heads % case.ranks:
             return (f"{name} {heads} do not split over {case.ranks} ranks: Ulysses gives each rank heads / ranks "
@@ -93,9 +94,25 @@ def ulysses(case, ctx, local):
     return attention
 
 
+def ulysses_around(name: str):
+    """The factory of a Ulysses variant around any one-process variant ``name`` (registered in the
+    sweep, a plugin's too), each rank running it on its heads over the whole sequence::
+
+        variant("cp.alltoall.mine", description="Ulysses around mine", shard="contiguous",
+                masks=("none", "causal"), cross=False, check=heads_reason)(ulysses_around("mine"))
+    """
+    def factory(case, ctx):
+        local, why = ctx.local(name, heads=case.heads // ctx.world, kv_heads=case.kv_heads // ctx.world)
+        if local is None:
+            raise NotImplementedError(why)
+        return Prepared(ulysses(case, ctx, local.fn), info=dict(local.info), scope=local.scope)
+
+    return factory
+
+
 @variant("cp.alltoall", description="Ulysses: two all-to-alls swap the sequence split for a head split around "
          "a local SDPA over the whole sequence", devices=("cpu", "cuda"), masks=("none", "causal"), cross=False,
-         gqa=True, shard="contiguous", check=_heads_reason)
+         gqa=True, shard="contiguous", check=heads_reason)
 def cp_alltoall(case, ctx):
     causal = case.mask == "causal"
     gqa = case.kv_heads != case.heads
@@ -104,6 +121,12 @@ def cp_alltoall(case, ctx):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
 
     return ulysses(case, ctx, local)
+
+
+variant("cp.alltoall.flex", description="Ulysses around FlexAttention: the two all-to-alls around the flex variant "
+        "on each rank's heads over the whole sequence", devices=("cpu", "cuda"), masks=("none", "causal"),
+        cross=False, gqa=True, shard="contiguous", check=heads_reason, checks=("ranks",), compiles=True)(
+    ulysses_around("flex"))
 
 
 def _torch_cp():

@@ -245,7 +245,7 @@ def quick_steps(registry, device: str) -> dict[str, Step]:
     """The quick check's sweeps by verdict, as data: ``run_quick_check`` runs them and
     ``quick_projection`` prices the very same ones."""
     q, big = QUICK[device], QUICK[device]["big"]
-    compiled = [n for n in registry.names() if registry[n].compiles]
+    compiled = [n for n in registry.names() if registry[n].compiles and not registry[n].shard]
     matrix = dict(seq_lens=[q["n"]], heads=[8], head_dims=[64], batch=[2], window=[q["n"] // 4],
                   masks=["none", "causal", "window", "padding"], directions=["fwd", "bwd"])
     # sub-0.1 ms cells forward and backward: NVML's columns, and the CUDA-graph cross-check of both (a
@@ -255,7 +255,7 @@ def quick_steps(registry, device: str) -> dict[str, Step]:
     tiny = dict(ragged, seq_lens=[128], lengths=["fixed", "lognormal:0.5"], directions=["fwd", "bwd"])
     steps = {
         # (the context-parallel variants run on their process group in --extra's ranks step)
-        "matrix": Step("matrix", dict(variants=[n for n in registry.names() if n not in compiled
+        "matrix": Step("matrix", dict(variants=[n for n in registry.names() if not registry[n].compiles
                                                 and not registry[n].shard], **matrix)),
         "peak": Step("peak", dict(variants=[v for v in registry.names() if registry[v].traits.peak_share],
                                   seq_lens=[big["q_len"]], heads=[big["heads"]],
@@ -340,7 +340,7 @@ EXTRA_CHECKS = {"sinks": "flex's learned sink from its log-sum-exp, fwd and bwd"
                 "layer-graph": "a block's backward under the CUDA-graph timer, each part captured on its stream",
                 "fp8": "float8_e4m3fn in each variant that takes it",
                 "anchor": f"the published anchor {ANCHOR} (measured / published)",
-                "ranks": "ring attention and torch's context_parallel on their process group, fwd+bwd causal"}
+                "ranks": "ring, Ulysses around flex and torch's context_parallel on their group, fwd+bwd causal"}
 
 
 def run_extra_check(out: Path | None, device: str = "cuda") -> int:

@@ -105,7 +105,7 @@ def main() -> int:
             try:
                 var, case = registry[job.variant], Case.from_dict(job.case)
                 ctx = RankContext(case, dist.group.WORLD, rank, world, device, var.shard)
-                ctx.cpu_group = cpu_group
+                ctx.cpu_group, ctx.registry = cpu_group, registry
                 measured = scope.of(case).run_rank(var, case, ctx, job.settings)
                 _send(conn, ("ok", measured))
             except Exception as exc:

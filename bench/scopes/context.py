@@ -104,6 +104,24 @@ class RankContext:
         self.comms = Comms("cuda" if str(device).startswith("cuda") else "cpu")
 
         self.q_positions, self.kv_positions = self.positions(case.q_len), self.positions(case.kv_len)
+        self.registry = None  # the sweep's variants, plugins included (the rank sets it): ``local`` looks in it
+
+    def local(self, name: str, **changes):
+        """Variant ``name`` (a one-process variant of the sweep's, plugins included) bound to this
+        rank's local case, for a context-parallel variant to wrap: the cell's case with ``changes``
+        (Ulysses: ``heads=case.heads // world``) at ranks 1: (its ``Prepared``, "") or (None, why it
+        cannot run the local case), for the variant to refuse the cell with (``raise
+        NotImplementedError(why)``: the cell's ``unsupported``)."""
+        import dataclasses
+
+        from bench.model.registry import available
+
+        if self.registry is None or name not in self.registry:
+            return None, f"no variant {name!r} in this sweep to run each rank's local attention"
+        var = self.registry[name]
+        case = dataclasses.replace(self.case, ranks=1, **changes)
+        ok, why = available(var, case)
+        return (var.prepare(case), "") if ok else (None, f"the local {name}: {why}")
 
     def positions(self, n: int, rank: int | None = None):
         """The positions of a sequence of ``n`` that ``rank`` (this one by default) holds, in its order."""
