@@ -17,6 +17,7 @@ import os
 import signal
 
 from bench.registry import variant
+from variants.cp import heads_reason, ulysses_around
 
 
 @variant("cp.killed", description="rank 1 kills itself", masks=("none",), cross=False, backward=False,
@@ -28,6 +29,11 @@ def killed(case, ctx):
         (k2, v2) = ctx.ring_pass(k, v)
         return q + 0 * k2.sum() + 0 * v2.sum()
     return attention
+
+
+for local in ("naive", "nosuch"):  # Ulysses around a one-process variant of the sweep's, and around none
+    variant(f"cp.alltoall.{local}", description=f"Ulysses around {local}", masks=("none",), cross=False,
+            shard="contiguous", check=heads_reason)(ulysses_around(local))
 '''
 
 
@@ -108,16 +114,19 @@ def test_a_job_of_two_nodes_runs_each_cells_second_rank_on_the_other_node(tmp_pa
     plugin = tmp_path / "killed.py"
     plugin.write_text(KILLED)
     sweep = tmp_path / "sweep"
+    variants = "cp.ring,cp.killed,cp.alltoall.naive,cp.alltoall.nosuch"
     proc = run_cli("sweep", "--executor", "local", "--shards", "1", "--slurm-nodes", "2", "--plugin", plugin,
-                   "--variants", "cp.ring,cp.killed,cp.alltoall", "--ranks", "1,2", "--seq-lens", "64", "--heads", "4",
-                   "--head-dims", "16", "--masks", "none", "--directions", "fwd", "--budget-ms", "20",
-                   "--timeout", "30", "--device", "cpu", "--out", sweep, "--no-report")
+                   "--variants", variants, "--ranks", "2", "--seq-lens", "64", "--heads", "4", "--head-dims", "16",
+                   "--masks", "none", "--directions", "fwd", "--budget-ms", "20", "--timeout", "30", "--device", "cpu",
+                   "--out", sweep, "--no-report")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {(r["variant"], r["ranks"]): r for r in read_jsonl(sweep / "merged" / "results.jsonl")}
-    for name in ("cp.ring", "cp.alltoall"):
+    for name in ("cp.ring", "cp.alltoall.naive"):  # (Ulysses around the naive variant: any local one)
         r = rows[(name, 2)]
         assert r["status"] == "ok" and r["rel_err"] < 1e-5, r
         assert min(r["rank_bytes_sent"]) > 0  # the ranks exchanged their shards, node to node
+    nothing_inside = rows[("cp.alltoall.nosuch", 2)]
+    assert nothing_inside["status"] == "unsupported" and "no variant 'nosuch'" in nothing_inside["reason"]
     killed = rows[("cp.killed", 2)]
     assert killed["status"] == "crash" and "(on node 1)" in killed["reason"] and "SIGKILL" in killed["reason"]
     host_log = next((sweep / "submitit").glob("*_1_log.err")).read_text()
@@ -145,3 +154,21 @@ def test_a_rank_reaches_a_worker_on_another_node_by_host_and_port(tmp_path, monk
         finally:
             rank.kill()
             rank.wait(10)
+
+
+def test_a_ranks_death_on_another_node_and_the_loss_of_its_host_are_told_apart():
+    from multiprocessing import Pipe
+
+    from bench.engine.group import _death
+    from bench.engine.hosts import RemoteHost, RemoteRank
+
+    worker_end, host_end = Pipe()
+    host = RemoteHost(1, worker_end, 2)
+    first, second = RemoteRank(host, 0), RemoteRank(host, 1)
+    assert first.poll() is None and second.poll() is None  # both running: nothing told
+    host_end.send(("died", 1, -9))
+    assert second.poll() == -9 and first.poll() is None
+    assert _death(second.returncode, 1) == "(on node 1) was killed by SIGKILL"
+    host_end.close()  # the node's host gone: every rank it held can no longer be heard
+    assert first.poll() == RemoteHost.LOST and second.returncode == -9
+    assert "its node's rank host went away" in _death(first.returncode, 1)
