@@ -92,3 +92,21 @@ def test_each_rank_gets_cores_of_its_own_where_they_go_round():
 
     assert [_rank_cores([4, 5, 6, 7], r, 2, 2) for r in range(2)] == [[4, 5], [6, 7]]
     assert _rank_cores([0, 1], 3, 4, 1) == [0, 1]  # 4 ranks on 2 cores: all of them (contended)
+
+
+def test_a_ranks_death_on_another_node_and_the_loss_of_its_host_are_told_apart():
+    from multiprocessing import Pipe
+
+    from bench.engine.group import _death
+    from bench.engine.hosts import RemoteHost, RemoteRank
+
+    worker_end, host_end = Pipe()
+    host = RemoteHost(1, worker_end, 2)
+    first, second = RemoteRank(host, 0), RemoteRank(host, 1)
+    assert first.poll() is None and second.poll() is None  # both running: nothing told
+    host_end.send(("died", 1, -9))
+    assert second.poll() == -9 and first.poll() is None
+    assert _death(second.returncode, 1) == "(on node 1) was killed by SIGKILL"
+    host_end.close()  # the node's host gone: every rank it held can no longer be heard
+    assert first.poll() == RemoteHost.LOST and second.returncode == -9
+    assert "host went away" in _death(first.returncode, 1)
