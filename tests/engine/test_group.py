@@ -2,13 +2,13 @@
 hangs or raises ends the cell with a status and reason, within the cell's timeout, the group torn
 down, no rank process left behind, and the sweep goes on to the next variant on a fresh group."""
 
-import os
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import read_jsonl, run_cli
+from tests.support.procs import processes_with
 
 FAULTS = '''
 import os
@@ -39,19 +39,6 @@ for fault in ("killed", "hangs", "raises"):
 '''
 
 
-def _processes_with(token: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if token.encode() in (proc / "environ").read_bytes():
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc to find what is left running")
 @pytest.mark.slow
 def test_a_rank_killed_hung_or_raising_ends_its_cell_and_leaves_no_process(tmp_path):
@@ -70,7 +57,7 @@ def test_a_rank_killed_hung_or_raising_ends_its_cell_and_leaves_no_process(tmp_p
     raised = rows["cp.raises"]
     assert raised["status"] == "error" and "rank 1 of 2: ValueError: rank 1 gives up" in raised["reason"]
     assert rows["cp.ring"]["status"] == "ok"  # the next variant, on a fresh group
-    assert _processes_with(token) == []  # no rank (nor worker) outlives the sweep
+    assert processes_with(token) == []  # no rank (nor worker) outlives the sweep
 
 
 def test_a_slot_of_a_ranked_sweep_holds_one_gpu_per_rank_and_says_when_the_node_has_too_few():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import read_jsonl, run_cli
+from tests.support.procs import processes_with
 
 KILLED = '''
 import os
@@ -93,20 +94,6 @@ def test_the_local_executor_refuses_nodes_that_would_share_its_gpus(tmp_path):
     assert not (tmp_path / "sweep").exists()  # refused before anything is written
 
 
-def _rank_processes() -> list[int]:
-    """Rank processes that reached their worker over TCP: a job of several nodes' only."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if b"ATTNBENCH_RANK_FAMILY=AF_INET" in (proc / "environ").read_bytes():
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc to find what is left running")
 @pytest.mark.slow
 def test_a_job_of_two_nodes_runs_each_cells_second_rank_on_the_other_node(tmp_path):
@@ -131,7 +118,7 @@ def test_a_job_of_two_nodes_runs_each_cells_second_rank_on_the_other_node(tmp_pa
     assert killed["status"] == "crash" and "(on node 1)" in killed["reason"] and "SIGKILL" in killed["reason"]
     host_log = next((sweep / "submitit").glob("*_1_log.err")).read_text()
     assert host_log.count("node 1: started ranks 1 of 2") >= 2  # a fresh group after the crash
-    assert _rank_processes() == []  # the hosts left with the job, their ranks with them
+    assert processes_with("ATTNBENCH_RANK_FAMILY=AF_INET") == []  # the hosts left with the job, and their ranks
 
 
 @pytest.mark.slow  # a rank process
